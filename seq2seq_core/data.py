@@ -1,0 +1,221 @@
+"""Prepared data: ids binarised into memory-mapped files, and token-count batches over them.
+
+`prepare` reads each split through the task, trains its vocabulary on the training pairs,
+encodes the pairs in chunks and appends the ids to flat int32 files; only the per-pair lengths
+are held in memory (8 bytes a pair), so a corpus of tens of millions of pairs never sits in
+Python lists. The result is cached under a key derived from the task section and the length
+filters, and written to a temporary folder renamed into place once complete.
+
+`token_batches` groups pairs of similar length so that a batch holds about `max_tokens` source
+and `max_tokens` target tokens, padding included (section 5.1: "sentence pairs were batched
+together by approximate sequence length").
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+from dataclasses import dataclass
+from itertools import islice
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import numpy as np
+import torch
+from omegaconf import OmegaConf
+
+from .task import DataError, Task
+from .vocab import BOS, EOS, PAD, atomic_write_text
+
+log = logging.getLogger("s2s")
+CHUNK = 20_000  # pairs encoded per call to the tokenizer
+FORMAT = 1  # bump when the on-disk layout changes
+
+
+def cache_key(task: Task, data_cfg) -> str:
+    spec = {"format": FORMAT, "task": task.name, "cfg": OmegaConf.to_container(task.cfg, resolve=True)
+            if OmegaConf.is_config(task.cfg) else task.cfg,
+            "max_len": data_cfg.max_len, "max_len_ratio": data_cfg.max_len_ratio}
+    return hashlib.sha1(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+@dataclass
+class Split:
+    """One binarised split: ids of pair i are src[src_off[i]:src_off[i+1]] (ends with EOS)."""
+
+    src: np.ndarray
+    tgt: np.ndarray
+    src_off: np.ndarray
+    tgt_off: np.ndarray
+
+    @classmethod
+    def load(cls, directory: Path, name: str) -> "Split":
+        def mm(suffix, dtype):
+            path = directory / f"{name}.{suffix}"
+            if path.stat().st_size == 0:
+                return np.zeros(0, dtype=dtype)
+            return np.memmap(path, dtype=dtype, mode="r")
+
+        return cls(mm("src.bin", np.int32), mm("tgt.bin", np.int32),
+                   np.load(directory / f"{name}.src.off.npy"), np.load(directory / f"{name}.tgt.off.npy"))
+
+    def __len__(self) -> int:
+        return len(self.src_off) - 1
+
+    @property
+    def src_lens(self) -> np.ndarray:
+        return np.diff(self.src_off)
+
+    @property
+    def tgt_lens(self) -> np.ndarray:
+        return np.diff(self.tgt_off)
+
+    def batch(self, indices: Sequence[int]) -> dict:
+        """Padded tensors: src [B,S] (ids+EOS), tgt_in [B,T] (BOS+ids), tgt_out [B,T] (ids+EOS)."""
+        srcs = [self.src[self.src_off[i]:self.src_off[i + 1]] for i in indices]
+        tgts = [self.tgt[self.tgt_off[i]:self.tgt_off[i + 1]] for i in indices]
+        B, S, T = len(indices), max(len(s) for s in srcs), max(len(t) for t in tgts)
+        src = np.full((B, S), PAD, dtype=np.int64)
+        tgt_in = np.full((B, T), PAD, dtype=np.int64)
+        tgt_out = np.full((B, T), PAD, dtype=np.int64)
+        for b, (s, t) in enumerate(zip(srcs, tgts)):
+            src[b, :len(s)] = s
+            tgt_out[b, :len(t)] = t
+            tgt_in[b, 0] = BOS
+            tgt_in[b, 1:len(t)] = t[:-1]
+        ntokens = int(sum(len(t) for t in tgts))
+        return {"src": torch.from_numpy(src), "tgt_in": torch.from_numpy(tgt_in),
+                "tgt_out": torch.from_numpy(tgt_out), "ntokens": ntokens}
+
+
+@dataclass
+class Prepared:
+    directory: Path
+    splits: dict  # name -> Split
+
+    def texts(self, split: str) -> tuple[list[str], list[str]]:
+        """The raw source and reference lines of an evaluation split."""
+        d = self.directory
+        read = lambda p: p.read_text(encoding="utf-8").split("\n")[:-1]  # noqa: E731
+        return read(d / f"{split}.src.txt"), read(d / f"{split}.ref.txt")
+
+
+def _binarise(task: Task, split: str, directory: Path, data_cfg, keep_text: bool, progress) -> dict:
+    """Encode the pairs of `split` into directory/{split}.*; return counts of what was kept."""
+    pairs = task.read_split(split)
+    kept = dropped = 0
+    src_lens, tgt_lens = [np.zeros(1, np.int64)], [np.zeros(1, np.int64)]
+    text = [open(directory / f"{split}.{side}.txt", "w", encoding="utf-8") for side in ("src", "ref")] \
+        if keep_text else []
+    with open(directory / f"{split}.src.bin", "wb") as fs, open(directory / f"{split}.tgt.bin", "wb") as ft:
+        while True:
+            chunk = list(islice(pairs, CHUNK))
+            if not chunk:
+                break
+            srcs, tgts = [p[0] for p in chunk], [p[1] for p in chunk]
+            s_ids, t_ids = task.encode_source(srcs), task.encode_target(tgts)
+            ls = np.fromiter((len(s) + 1 for s in s_ids), np.int64, len(s_ids))
+            lt = np.fromiter((len(t) + 1 for t in t_ids), np.int64, len(t_ids))
+            keep = np.ones(len(chunk), bool)
+            if not keep_text:  # length filters apply to training data only
+                keep &= (ls <= data_cfg.max_len) & (lt <= data_cfg.max_len)
+                if data_cfg.max_len_ratio:
+                    keep &= np.maximum(ls, lt) / np.minimum(ls, lt) <= data_cfg.max_len_ratio
+            idx = np.flatnonzero(keep)
+            eos = [EOS]
+            fs.write(np.fromiter((i for j in idx for i in (*s_ids[j], *eos)), np.int32).tobytes())
+            ft.write(np.fromiter((i for j in idx for i in (*t_ids[j], *eos)), np.int32).tobytes())
+            src_lens.append(ls[idx])
+            tgt_lens.append(lt[idx])
+            for j in idx:
+                if keep_text:
+                    text[0].write(srcs[j].replace("\n", " ") + "\n")
+                    text[1].write(tgts[j].replace("\n", " ") + "\n")
+            kept += len(idx)
+            dropped += len(chunk) - len(idx)
+            progress.update(len(chunk))
+    for f in text:
+        f.close()
+    if kept == 0:
+        raise DataError(f"task {task.name!r}: split {split!r} has no usable pairs (all empty or filtered)")
+    np.save(directory / f"{split}.src.off.npy", np.cumsum(np.concatenate(src_lens)))
+    np.save(directory / f"{split}.tgt.off.npy", np.cumsum(np.concatenate(tgt_lens)))
+    return {"pairs": kept, "filtered": dropped}
+
+
+def prepare(task: Task, data_cfg, quiet: bool = False) -> Prepared:
+    """Vocabulary plus binarised splits for `task`, from the cache when already prepared."""
+    from tqdm import tqdm
+
+    root = Path(data_cfg.cache_dir)
+    directory = root / f"{task.name}-{cache_key(task, data_cfg)}"
+    if not (directory / "prepared.json").is_file():
+        root.mkdir(parents=True, exist_ok=True)
+        tmp = root / f".{directory.name}.tmp{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        try:
+            log.info("preparing %s into %s", task.name, directory)
+            task.build_vocab(task.read_split("train"))
+            task.save_vocab(tmp)
+            stats = {}
+            for split in task.splits:
+                with tqdm(desc=f"binarise {split}", unit=" pairs", disable=quiet, leave=False) as bar:
+                    stats[split] = _binarise(task, split, tmp, data_cfg, keep_text=split != "train", progress=bar)
+                log.info("%s: %d pairs kept, %d filtered by length", split, stats[split]["pairs"],
+                         stats[split]["filtered"])
+            atomic_write_text(tmp / "prepared.json", json.dumps(
+                {"task": task.name, "splits": stats, "src_vocab": task.src_vocab_size,
+                 "tgt_vocab": task.tgt_vocab_size}, indent=1))
+            if directory.exists():  # a stale, incomplete folder from an older run
+                shutil.rmtree(directory)
+            os.replace(tmp, directory)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+    else:
+        task.load_vocab(directory)
+    return Prepared(directory, {s: Split.load(directory, s) for s in task.splits})
+
+
+def token_batches(src_lens: np.ndarray, tgt_lens: np.ndarray, max_tokens: int, seed: int,
+                  shuffle: bool = True) -> list[np.ndarray]:
+    """Index arrays of batches whose padded source and target sizes stay within max_tokens.
+
+    Pairs are sorted by (target, source) length, ties broken at random, packed greedily in that
+    order, and the batches shuffled; with the same seed the batches are the same.
+    """
+    n = len(src_lens)
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(n) if shuffle else np.arange(n)
+    order = order[np.lexsort((src_lens[order], tgt_lens[order]))]
+    batches, start, max_s, max_t = [], 0, 0, 0
+    s_list, t_list = src_lens[order].tolist(), tgt_lens[order].tolist()
+    for i in range(n):
+        ms, mt = max(max_s, s_list[i]), max(max_t, t_list[i])
+        if i > start and (ms * (i - start + 1) > max_tokens or mt * (i - start + 1) > max_tokens):
+            batches.append(order[start:i])
+            start, ms, mt = i, s_list[i], t_list[i]
+        max_s, max_t = ms, mt
+    if start < n:
+        batches.append(order[start:])
+    if shuffle:
+        rng.shuffle(batches)
+    return batches
+
+
+def epoch_batches(split: Split, max_tokens: int, seed: int, epoch: int, rank: int = 0,
+                  world: int = 1) -> list[np.ndarray]:
+    """This rank's batches for `epoch`: every rank gets a different share, all the same count."""
+    batches = token_batches(split.src_lens, split.tgt_lens, max_tokens, seed=seed * 1_000_003 + epoch)
+    per_rank = len(batches) // world
+    if per_rank == 0:
+        raise DataError(f"{len(batches)} batches cannot be shared by {world} processes: lower data.max_tokens")
+    return batches[rank * per_rank:(rank + 1) * per_rank]
+
+
+def chunks(items: Sequence, size: int) -> Iterator[Sequence]:
+    for i in range(0, len(items), size):
+        yield items[i:i + size]

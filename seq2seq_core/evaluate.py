@@ -1,0 +1,69 @@
+"""Evaluation: validation loss, and turning source lines into the task's output lines.
+
+`translate` is what `s2s generate`, validation and test evaluation share: encode the sources,
+decode them in batches of similar length with the task's defaults (overridden by the decode
+section), turn ids back into text and apply the task's post-processing.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from .data import Split, chunks, token_batches
+from .decoding import generate
+from .optim import label_smoothed_loss
+from .task import DecodeDefaults, Task
+from .vocab import EOS, PAD
+
+
+def decode_settings(task: Task, decode_cfg) -> DecodeDefaults:
+    """The task's decoding defaults with any field the decode section sets."""
+    d = task.decoding
+    pick = lambda name: getattr(decode_cfg, name) if getattr(decode_cfg, name) is not None else getattr(d, name)  # noqa: E731
+    return DecodeDefaults(beam=pick("beam"), alpha=pick("alpha"), max_len_a=pick("max_len_a"),
+                          max_len_b=pick("max_len_b"))
+
+
+@torch.no_grad()
+def valid_loss(model, split: Split, max_tokens: int, eps: float, device, autocast) -> dict:
+    """Label-smoothed loss and NLL per target token on a whole split (no dropout)."""
+    was_training = model.training
+    model.eval()
+    loss_sum = nll_sum = 0.0
+    ntokens = 0
+    for idx in token_batches(split.src_lens, split.tgt_lens, max_tokens, seed=0, shuffle=False):
+        b = split.batch(idx)
+        with autocast():
+            logits = model(b["src"].to(device), b["tgt_in"].to(device))
+        loss, nll = label_smoothed_loss(logits, b["tgt_out"].to(device), eps)
+        loss_sum += loss.item()
+        nll_sum += nll.item()
+        ntokens += b["ntokens"]
+    model.train(was_training)
+    return {"loss": loss_sum / ntokens, "nll": nll_sum / ntokens, "ppl": float(np.exp(nll_sum / ntokens))}
+
+
+@torch.no_grad()
+def translate(model, task: Task, sources: Sequence[str], settings: DecodeDefaults, device,
+              max_sentences: int = 128, progress=None) -> list[str]:
+    """The task's output line for every source line, in input order."""
+    was_training = model.training
+    model.eval()
+    ids = task.encode_source(list(sources))
+    order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
+    out: list[str] = [""] * len(ids)
+    for batch in chunks(order, max_sentences):
+        width = max(len(ids[i]) for i in batch) + 1
+        src = torch.full((len(batch), width), PAD, dtype=torch.long)
+        for row, i in enumerate(batch):
+            src[row, :len(ids[i]) + 1] = torch.tensor(list(ids[i]) + [EOS])
+        hyps = generate(model, src.to(device), beam=settings.beam, alpha=settings.alpha,
+                        max_len_a=settings.max_len_a, max_len_b=settings.max_len_b)
+        for i, hyp in zip(batch, hyps):
+            out[i] = task.postprocess(task.decode_target(hyp.tokens), sources[i])
+        if progress is not None:
+            progress.update(len(batch))
+    model.train(was_training)
+    return out

@@ -1,0 +1,112 @@
+"""Where tasks come from: the `s2s.tasks` entry-point group, or `--plugin module:Class | file.py`.
+
+Installed plugins (the built-in ones included) declare themselves in their package metadata:
+
+    [project.entry-points."s2s.tasks"]
+    mytask = "my_package.module:MyTask"
+
+A plugin under development is loaded with `--plugin my_module:MyTask` or `--plugin path/to/file.py`
+(a file defines one or more `Task` subclasses; each is registered under its `name`).
+"""
+from __future__ import annotations
+
+import difflib
+import importlib
+import importlib.util
+import inspect
+import sys
+from importlib.metadata import entry_points
+from pathlib import Path
+
+from .task import Task
+
+GROUP = "s2s.tasks"
+
+
+class RegistryError(LookupError):
+    pass
+
+
+class Registry:
+    """Task classes by name, with the place each came from."""
+
+    def __init__(self):
+        self._tasks: dict[str, type[Task]] = {}
+        self._origin: dict[str, str] = {}
+        self._pending: dict[str, object] = {}  # entry points not imported yet
+
+    @classmethod
+    def installed(cls, plugins: list[str] = ()) -> "Registry":
+        reg = cls()
+        for ep in entry_points(group=GROUP):
+            reg._pending[ep.name] = ep
+            reg._origin[ep.name] = f"entry point {ep.value} ({ep.dist.name if ep.dist else '?'})"
+        for spec in plugins:
+            reg.load_plugin(spec)
+        return reg
+
+    def register(self, task_cls: type[Task], origin: str) -> None:
+        if not (inspect.isclass(task_cls) and issubclass(task_cls, Task)):
+            raise RegistryError(f"{origin}: {task_cls!r} is not a subclass of seq2seq_core.Task")
+        name = getattr(task_cls, "name", None)
+        if not isinstance(name, str) or not name:
+            raise RegistryError(f"{origin}: task class {task_cls.__name__} sets no `name`")
+        self._tasks[name] = task_cls
+        self._pending.pop(name, None)
+        self._origin[name] = origin
+
+    def load_plugin(self, spec: str) -> list[str]:
+        """Register the task(s) of `module:Class`, `module` or a `.py` file path; return names."""
+        path = Path(spec)
+        if spec.endswith(".py") or path.is_file():
+            if not path.is_file():
+                raise RegistryError(f"plugin file {spec} does not exist")
+            mod_name = f"s2s_plugin_{path.stem}"
+            module_spec = importlib.util.spec_from_file_location(mod_name, path)
+            module = importlib.util.module_from_spec(module_spec)
+            sys.modules[mod_name] = module
+            module_spec.loader.exec_module(module)
+            classes = [c for c in vars(module).values()
+                       if inspect.isclass(c) and issubclass(c, Task) and c is not Task
+                       and c.__module__ == mod_name and getattr(c, "name", None)]
+            origin = f"plugin file {path}"
+        else:
+            mod_name, _, attr = spec.partition(":")
+            try:
+                module = importlib.import_module(mod_name)
+            except ImportError as e:
+                raise RegistryError(f"cannot import plugin module {mod_name!r}: {e}") from None
+            if attr:
+                if not hasattr(module, attr):
+                    raise RegistryError(f"plugin module {mod_name!r} has no attribute {attr!r}")
+                classes = [getattr(module, attr)]
+            else:
+                classes = [c for c in vars(module).values()
+                           if inspect.isclass(c) and issubclass(c, Task) and c is not Task
+                           and c.__module__ == module.__name__ and getattr(c, "name", None)]
+            origin = f"--plugin {spec}"
+        if not classes:
+            raise RegistryError(f"plugin {spec} defines no Task subclass with a name")
+        for c in classes:
+            self.register(c, origin)
+        return [c.name for c in classes]
+
+    def names(self) -> list[str]:
+        return sorted(set(self._tasks) | set(self._pending))
+
+    def origin(self, name: str) -> str:
+        return self._origin[name]
+
+    def get(self, name: str) -> type[Task]:
+        if name in self._pending:
+            ep = self._pending.pop(name)
+            try:
+                self.register(ep.load(), self._origin[name])
+            except Exception as e:
+                raise RegistryError(f"task {name!r} ({self._origin[name]}) failed to load: {e}") from e
+        if name not in self._tasks:
+            known = self.names()
+            near = difflib.get_close_matches(name, known, n=1)
+            hint = f" (did you mean {near[0]!r}?)" if near else ""
+            raise RegistryError(f"unknown task {name!r}{hint}; known tasks: {', '.join(known)}")
+        return self._tasks[name]

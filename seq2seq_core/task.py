@@ -1,0 +1,128 @@
+"""The task interface: everything the engine needs to know about one transduction problem.
+
+A task turns raw (source, target) pairs into ids and hypotheses back into text, and scores them.
+The engine owns the model, the data pipeline, training and decoding and never imports a task by
+name; a task imports only this module and `seq2seq_core.vocab`.
+
+Every vocabulary reserves the ids in `SPECIALS` (see `seq2seq_core.vocab`): 0 <pad>, 1 <s>,
+2 </s>, 3 <unk>. Tokenizers trained with the `tokenizers` library get them by listing
+`SPECIALS` first among their special tokens.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar, Iterator, Sequence
+
+
+@dataclass(frozen=True)
+class DecodeDefaults:
+    """A task's decoding settings; the maximum output length is max_len_a * |x| + max_len_b."""
+
+    beam: int = 4
+    alpha: float = 0.6
+    max_len_a: float = 1.0
+    max_len_b: int = 50
+
+
+@dataclass
+class Score:
+    """A metric's answer: the primary figure (higher is better), other figures, a signature."""
+
+    name: str
+    value: float
+    figures: dict = field(default_factory=dict)
+    signature: str = ""
+
+    def as_dict(self) -> dict:
+        return {self.name: self.value, **self.figures, "signature": self.signature}
+
+    def __str__(self) -> str:
+        return f"{self.name} {self.value:.2f} ({self.signature})" if self.signature else f"{self.name} {self.value:.2f}"
+
+
+@dataclass
+class TaskConfig:
+    """Base of every task's config section; a task subclasses it and adds its own fields."""
+
+
+class Task:
+    """One transduction problem, as a plugin supplies it.
+
+    Subclasses set `name`, `Config` (a dataclass subclassing `TaskConfig`), `decoding`, and
+    implement the methods below that raise NotImplementedError. The instance gets its config
+    section (an omegaconf object with `Config`'s fields) as `self.cfg`.
+    """
+
+    name: ClassVar[str]
+    Config: ClassVar[type] = TaskConfig
+    decoding: ClassVar[DecodeDefaults] = DecodeDefaults()
+    #: names of the splits this task can read; "train" and "valid" are needed to train
+    splits: ClassVar[Sequence[str]] = ("train", "valid", "test")
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+
+    # -- data -------------------------------------------------------------------------------
+    def read_split(self, split: str) -> Iterator[tuple[str, str]]:
+        """Yield the raw (source, target) pairs of `split` through the task's recipe.
+
+        Missing or empty data raises `DataError` naming the file.
+        """
+        raise NotImplementedError
+
+    # -- vocabulary -------------------------------------------------------------------------
+    def build_vocab(self, pairs: Iterator[tuple[str, str]]) -> None:
+        """Train the tokenizer(s) on the training pairs."""
+        raise NotImplementedError
+
+    def save_vocab(self, directory: Path) -> None:
+        """Write the tokenizer(s) into `directory` so that `load_vocab` restores them."""
+        raise NotImplementedError
+
+    def load_vocab(self, directory: Path) -> None:
+        raise NotImplementedError
+
+    @property
+    def src_vocab_size(self) -> int:
+        raise NotImplementedError
+
+    @property
+    def tgt_vocab_size(self) -> int:
+        raise NotImplementedError
+
+    @property
+    def shared_vocab(self) -> bool:
+        """True when source and target use one vocabulary (then all embeddings are tied)."""
+        return False
+
+    # -- ids <-> text -----------------------------------------------------------------------
+    def encode_source(self, lines: Sequence[str]) -> list[list[int]]:
+        """Ids of each source line, without <s> or </s> (the engine adds those)."""
+        raise NotImplementedError
+
+    def encode_target(self, lines: Sequence[str]) -> list[list[int]]:
+        raise NotImplementedError
+
+    def decode_target(self, ids: Sequence[int]) -> str:
+        """The target string for a sequence of ids (specials already removed)."""
+        raise NotImplementedError
+
+    def postprocess(self, hypothesis: str, source: str) -> str:
+        """Turn a decoded hypothesis into the task's output for `source` (e.g. rebuild a tree)."""
+        return hypothesis
+
+    # -- evaluation -------------------------------------------------------------------------
+    def score(self, hypotheses: Sequence[str], references: Sequence[str],
+              sources: Sequence[str] | None = None) -> Score:
+        """Score post-processed hypotheses against references (same number of lines)."""
+        raise NotImplementedError
+
+
+class DataError(ValueError):
+    """Bad or missing input data; the message names the file (and line) at fault."""
+
+
+def config_fields(task_cls: type[Task]) -> list[str]:
+    return [f.name for f in dataclasses.fields(task_cls.Config)]

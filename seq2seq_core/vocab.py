@@ -1,0 +1,61 @@
+"""Special ids shared by every vocabulary, and a whitespace word-level tokenizer.
+
+The engine pads with PAD, starts every target with BOS and ends it with EOS; a task's tokenizer
+must give these ids to the tokens in `SPECIALS` (list them first when training with the
+`tokenizers` library). `WordTokenizer` serves tasks whose text is already split into tokens
+(the demo, linearised trees).
+"""
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from pathlib import Path
+from typing import Iterable, Sequence
+
+SPECIALS = ["<pad>", "<s>", "</s>", "<unk>"]
+PAD, BOS, EOS, UNK = range(4)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write `text` to `path` through a temporary file and a rename, so no half file is left."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+class WordTokenizer:
+    """Whitespace-separated tokens to ids; a token outside the vocabulary becomes <unk>."""
+
+    def __init__(self, tokens: Sequence[str] = ()):
+        self.itos = list(SPECIALS) + [t for t in tokens if t not in SPECIALS]
+        self.stoi = {t: i for i, t in enumerate(self.itos)}
+
+    @classmethod
+    def train(cls, lines: Iterable[str], max_size: int | None = None, min_count: int = 1):
+        counts = Counter(tok for line in lines for tok in line.split())
+        ranked = sorted((t for t, c in counts.items() if c >= min_count), key=lambda t: (-counts[t], t))
+        if max_size is not None:
+            ranked = ranked[: max(0, max_size - len(SPECIALS))]
+        return cls(ranked)
+
+    def __len__(self) -> int:
+        return len(self.itos)
+
+    def encode(self, lines: Sequence[str]) -> list[list[int]]:
+        get = self.stoi.get
+        return [[get(t, UNK) for t in line.split()] for line in lines]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return " ".join(self.itos[i] for i in ids if i >= len(SPECIALS) or i == UNK)
+
+    def save(self, path: Path) -> None:
+        atomic_write_text(path, json.dumps(self.itos, ensure_ascii=False))
+
+    @classmethod
+    def load(cls, path: Path) -> "WordTokenizer":
+        return cls(json.loads(Path(path).read_text(encoding="utf-8")))

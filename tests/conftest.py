@@ -1,0 +1,26 @@
+"""Shared fixtures: real data locations, a registry, a tiny config maker."""
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+torch.set_num_threads(min(2, os.cpu_count() or 1))
+
+
+@pytest.fixture
+def registry():
+    from seq2seq_core.registry import Registry
+
+    return Registry.installed()
+
+
+@pytest.fixture
+def tiny(tmp_path):
+    """Overrides that make any preset tiny and keep its files under tmp_path."""
+    def make(*extra: str) -> list[str]:
+        return ["model.layers=1", "model.d_model=32", "model.d_ff=64", "model.heads=2",
+                f"run.dir={tmp_path / 'run'}", f"data.cache_dir={tmp_path / 'cache'}",
+                "run.log_interval=5", "run.quiet=true", *extra]
+    return make
