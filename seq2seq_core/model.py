@@ -1,0 +1,260 @@
+"""The Transformer of "Attention Is All You Need" (Vaswani et al. 2017), section 3, in one file.
+
+An encoder and a decoder stack of N layers each (3.1); multi-head scaled dot-product attention
+(3.2) through PyTorch's fused `scaled_dot_product_attention`; position-wise feed-forward networks
+(3.3); embeddings scaled by sqrt(d_model) and tied with the pre-softmax projection (3.4);
+sinusoidal positional encodings (3.5). Residual blocks are post-norm as in the paper,
+LayerNorm(x + Dropout(Sublayer(x))), or pre-norm with `cfg.pre_norm`.
+
+Besides training (`forward`), the model serves search: `encode` once, then either `decode` the
+whole prefix at every step or keep a `DecoderCache` and feed one token per step (`decode_step`).
+Beam search runs g hypotheses per source sentence as g consecutive rows (sentence-major); the
+encoder output and its attention keys/values stay one row per sentence, never copied per beam.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from seq2seq_core.vocab import PAD
+
+
+def sinusoids(n_positions: int, d_model: int) -> Tensor:
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model))."""
+    pos = torch.arange(n_positions, dtype=torch.float32)[:, None]
+    inv_freq = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / d_model))
+    pe = torch.zeros(n_positions, d_model)
+    pe[:, 0::2] = torch.sin(pos * inv_freq)
+    pe[:, 1::2] = torch.cos(pos * inv_freq)
+    return pe
+
+
+class MultiHeadAttention(nn.Module):
+    """MultiHead(Q, K, V) = Concat(head_1..head_h) W^O, head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V).
+
+    Keys and values are projected separately (`keys_values`) so that the decoder can compute the
+    encoder-decoder ones once per sentence and cache its own step by step.
+    """
+
+    def __init__(self, d_model: int, heads: int, dropout: float):
+        super().__init__()
+        assert d_model % heads == 0, f"d_model {d_model} is not a multiple of heads {heads}"
+        self.h, self.dropout = heads, dropout
+        self.w_q, self.w_k, self.w_v, self.w_o = (nn.Linear(d_model, d_model) for _ in range(4))
+
+    def split_heads(self, x: Tensor) -> Tensor:  # [B, T, d_model] -> [B, h, T, d_k]
+        return x.view(x.size(0), x.size(1), self.h, -1).transpose(1, 2)
+
+    def keys_values(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        return self.split_heads(self.w_k(x)), self.split_heads(self.w_v(x))
+
+    def forward(self, x: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor] = None,
+                causal: bool = False) -> Tensor:
+        """Queries from x [B*g, T, d_model] attend over k, v [B, h, S, d_k].
+
+        mask [B, 1, 1, S] is True where a key may be attended. When x holds g > 1 rows per row
+        of k, v (g beam hypotheses of one sentence, consecutive), their queries are folded into
+        one query sequence of length g*T: they share the keys, which are never copied.
+        """
+        n, T, d = x.shape
+        q = self.split_heads(self.w_q(x.reshape(k.size(0), -1, d)))
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal,
+                                             dropout_p=self.dropout if self.training else 0.0)
+        return self.w_o(out.transpose(1, 2).reshape(n, T, d))
+
+
+class Residual(nn.Module):
+    """A sublayer's residual connection: LayerNorm(x + Dropout(f(x))) as in the paper (post-norm),
+    or x + Dropout(f(LayerNorm(x))) (pre-norm)."""
+
+    def __init__(self, d_model: int, dropout: float, pre_norm: bool):
+        super().__init__()
+        self.norm, self.drop, self.pre_norm = nn.LayerNorm(d_model), nn.Dropout(dropout), pre_norm
+
+    def forward(self, x: Tensor, f) -> Tensor:
+        if self.pre_norm:
+            return x + self.drop(f(self.norm(x)))
+        return self.norm(x + self.drop(f(x)))
+
+
+def feed_forward(d_model: int, d_ff: int) -> nn.Module:
+    """FFN(x) = max(0, x W_1 + b_1) W_2 + b_2, applied at each position."""
+    return nn.Sequential(nn.Linear(d_model, d_ff), nn.ReLU(), nn.Linear(d_ff, d_model))
+
+
+class EncoderLayer(nn.Module):
+    """Self-attention over the source, then the feed-forward network."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.heads, cfg.attention_dropout)
+        self.ffn = feed_forward(cfg.d_model, cfg.d_ff)
+        self.res1, self.res2 = (Residual(cfg.d_model, cfg.dropout, cfg.pre_norm) for _ in range(2))
+
+    def forward(self, x: Tensor, mask: Tensor) -> Tensor:
+        x = self.res1(x, lambda y: self.self_attn(y, *self.self_attn.keys_values(y), mask))
+        return self.res2(x, self.ffn)
+
+
+class DecoderLayer(nn.Module):
+    """Masked self-attention over the target prefix, attention over the encoder output, then the FFN."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.heads, cfg.attention_dropout)
+        self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.heads, cfg.attention_dropout)
+        self.ffn = feed_forward(cfg.d_model, cfg.d_ff)
+        self.res1, self.res2, self.res3 = (Residual(cfg.d_model, cfg.dropout, cfg.pre_norm) for _ in range(3))
+
+    def forward(self, x: Tensor, memory_kv, memory_mask: Tensor,
+                kv: Optional[Tensor] = None, step: int = 0) -> Tensor:
+        """memory_kv: the encoder output's keys and values for this layer, each [B, h, S, d_k].
+
+        kv None: x is the whole target prefix, masked causally. Otherwise x is one position
+        (`step`) and kv [2, B*g, h, capacity, d_k] this layer's self-attention cache: this
+        step's keys and values are written at `step` and the query attends to steps 0..step.
+        """
+        def self_attention(y):
+            k, v = self.self_attn.keys_values(y)
+            if kv is None:
+                return self.self_attn(y, k, v, causal=True)
+            kv[0, :, :, step:step + 1], kv[1, :, :, step:step + 1] = k, v
+            return self.self_attn(y, kv[0, :, :, :step + 1], kv[1, :, :, :step + 1])
+
+        x = self.res1(x, self_attention)
+        x = self.res2(x, lambda y: self.cross_attn(y, memory_kv[0], memory_kv[1], memory_mask))
+        return self.res3(x, self.ffn)
+
+
+@dataclass
+class DecoderCache:
+    """What incremental decoding keeps between steps; tensors only, stacked over the N layers.
+
+    memory_kv [N, 2, B, h, S, d_k]: encoder-decoder keys/values, once per source sentence.
+    memory_mask [B, 1, 1, S]: True at source positions that may be attended.
+    kv [N, 2, B*g, h, capacity, d_k]: self-attention keys/values of the steps done so far
+    (allocated at the first step, capacity doubled when full).
+    step: number of steps done, hence the position of the next token.
+    """
+
+    memory_kv: Tensor
+    memory_mask: Tensor
+    kv: Optional[Tensor] = None
+    step: int = 0
+
+
+class Transformer(nn.Module):
+    """Encoder-decoder Transformer; `cfg` has ModelConfig's fields (layers, d_model, d_ff, heads, ...).
+
+    The decoder embedding and the pre-softmax projection are one tensor; with `shared_vocab`
+    the encoder embedding is that tensor too (section 3.4).
+    """
+
+    def __init__(self, cfg, src_vocab_size: int, tgt_vocab_size: int, shared_vocab: bool):
+        super().__init__()
+        self.d_model, self.max_positions = cfg.d_model, cfg.max_positions
+        self.tgt_embed = nn.Embedding(tgt_vocab_size, cfg.d_model, padding_idx=PAD)
+        if shared_vocab:
+            assert src_vocab_size == tgt_vocab_size, "a shared vocabulary needs equal sizes"
+            self.src_embed = self.tgt_embed
+        else:
+            self.src_embed = nn.Embedding(src_vocab_size, cfg.d_model, padding_idx=PAD)
+        self.register_buffer("pe", sinusoids(cfg.max_positions, cfg.d_model), persistent=False)
+        self.drop = nn.Dropout(cfg.dropout)
+        self.encoder = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.layers))
+        self.decoder = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.layers))
+        # pre-norm leaves the residual stream unnormalised: each stack ends with a LayerNorm
+        self.enc_norm = nn.LayerNorm(cfg.d_model) if cfg.pre_norm else nn.Identity()
+        self.dec_norm = nn.LayerNorm(cfg.d_model) if cfg.pre_norm else nn.Identity()
+        self.out = nn.Linear(cfg.d_model, tgt_vocab_size, bias=False)
+        self.out.weight = self.tgt_embed.weight  # the pre-softmax projection is the embedding
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Xavier-uniform linear weights, zero biases; embeddings N(0, d_model^-0.5), PAD row zero."""
+        for m in self.modules():
+            if isinstance(m, nn.Linear) and m is not self.out:
+                nn.init.xavier_uniform_(m.weight)
+                nn.init.zeros_(m.bias)
+        for emb in dict.fromkeys([self.tgt_embed, self.src_embed]):  # a shared one once
+            nn.init.normal_(emb.weight, 0.0, self.d_model ** -0.5)
+            with torch.no_grad():
+                emb.weight[PAD].zero_()
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())  # parameters() yields a tied tensor once
+
+    def embed(self, emb: nn.Embedding, tokens: Tensor, start: int = 0) -> Tensor:
+        """Dropout(Embedding(tokens) * sqrt(d_model) + PE), positions from `start`."""
+        end = start + tokens.size(1)
+        if end > self.max_positions:
+            raise ValueError(f"position {end - 1} is beyond model.max_positions={self.max_positions}")
+        return self.drop(emb(tokens) * math.sqrt(self.d_model) + self.pe[start:end])
+
+    def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
+        """src [B, S] -> memory [B, S, d_model] and src_pad [B, S] (True at PAD)."""
+        src_pad = src.eq(PAD)
+        x = self.embed(self.src_embed, src)
+        mask = self.key_mask(src_pad)
+        for layer in self.encoder:
+            x = layer(x, mask)
+        return self.enc_norm(x), src_pad
+
+    @staticmethod
+    def key_mask(src_pad: Tensor) -> Tensor:
+        """[B, 1, 1, S], True where a source key may be attended."""
+        keep = ~src_pad
+        keep[:, 0] |= src_pad.all(1)  # an all-PAD row attends to its first position, not to nothing (NaN)
+        return keep[:, None, None, :]
+
+    def decode(self, tgt_in: Tensor, memory: Tensor, src_pad: Tensor) -> Tensor:
+        """tgt_in [B*g, T] (BOS y_1 ..., right-padded) -> logits [B*g, T, V], each position seeing
+        only the positions before it. g > 1 consecutive rows may share one sentence's memory."""
+        mask = self.key_mask(src_pad)
+        x = self.embed(self.tgt_embed, tgt_in)
+        for layer in self.decoder:
+            x = layer(x, layer.cross_attn.keys_values(memory), mask)
+        return self.out(self.dec_norm(x))
+
+    def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
+        return self.decode(tgt_in, *self.encode(src))
+
+    # -- incremental decoding for search ---------------------------------------------------
+    def init_cache(self, memory: Tensor, src_pad: Tensor) -> DecoderCache:
+        """Compute the encoder-decoder keys and values of every layer once per sentence."""
+        memory_kv = torch.stack([torch.stack(layer.cross_attn.keys_values(memory)) for layer in self.decoder])
+        return DecoderCache(memory_kv, self.key_mask(src_pad))
+
+    def decode_step(self, tokens: Tensor, cache: DecoderCache) -> Tensor:
+        """Feed tokens [B*g] at position cache.step; return logits [B*g, V] for the next token.
+
+        Equal to decode(prefix)[:, -1]; rows b*g .. b*g+g-1 belong to sentence b of the cache.
+        """
+        n, step = tokens.size(0), cache.step
+        if cache.kv is None:
+            N, _, B, h, _, d_k = cache.memory_kv.shape
+            assert n % B == 0, f"{n} rows are not a whole number of hypotheses per sentence ({B})"
+            cache.kv = cache.memory_kv.new_zeros(N, 2, n, h, 16, d_k)
+        elif step == cache.kv.size(4):
+            cache.kv = torch.cat([cache.kv, torch.zeros_like(cache.kv)], dim=4)
+        x = self.embed(self.tgt_embed, tokens[:, None], start=step)
+        for layer, memory_kv, kv in zip(self.decoder, cache.memory_kv, cache.kv):
+            x = layer(x, memory_kv, cache.memory_mask, kv, step)
+        cache.step += 1
+        return self.out(self.dec_norm(x[:, 0]))
+
+    @staticmethod
+    def reorder_cache(cache: DecoderCache, index: Tensor) -> DecoderCache:
+        """Row i continues the hypothesis of row index[i] (in place; returns the cache).
+
+        index[i] must be a row of the same sentence as row i, as in beam search: the encoder
+        keys/values are per sentence and stay untouched; only the self-attention cache moves.
+        """
+        if cache.kv is not None:
+            cache.kv = cache.kv.index_select(2, index)
+        return cache

@@ -1,0 +1,202 @@
+"""Search: greedy, beam search (batched, incremental or not), length penalty, and a trained model."""
+import itertools
+import math
+
+import pytest
+import torch
+
+from seq2seq_core.config import ModelConfig
+from seq2seq_core.decoding import generate, length_penalty
+from seq2seq_core.model import Transformer
+from seq2seq_core.vocab import BOS, EOS, PAD
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """These models are tiny: one thread is as fast, and much faster on a shared, busy machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+class ToyModel(torch.nn.Module):
+    """Stands in for the Transformer where search itself is tested: the next-token logits are a
+    random table indexed by the sentence (its first token), the position and the sum of the
+    prefix, so outputs have varied lengths and depend on the whole prefix (reordering matters).
+    EOS grows likelier after position `ends_at`."""
+
+    max_positions = 64
+
+    def __init__(self, vocab=8, ends_at=3.0):
+        super().__init__()
+        g = torch.Generator().manual_seed(0)
+        self.register_buffer("table", 3 * torch.randn(vocab, self.max_positions, vocab, vocab, generator=g))
+        self.table[..., EOS] += (torch.arange(self.max_positions)[:, None] - ends_at) * 1.5
+        self.steps = 0
+
+    def encode(self, src):
+        return src[:, :1].float(), src.eq(PAD)  # the "memory" is the first source token
+
+    def decode(self, tgt_in, memory, src_pad):
+        key = memory[:, 0].long().repeat_interleave(tgt_in.size(0) // memory.size(0))
+        positions = torch.arange(tgt_in.size(1))
+        return self.table[key[:, None], positions, tgt_in.cumsum(1) % self.table.size(-1)]
+
+    def forward(self, src, tgt_in):
+        return self.decode(tgt_in, *self.encode(src))
+
+    def init_cache(self, memory, src_pad):
+        return {"key": memory[:, 0].long(), "sum": 0, "step": 0}
+
+    def decode_step(self, tokens, cache):
+        key = cache["key"].repeat_interleave(tokens.size(0) // cache["key"].size(0))
+        cache["sum"] = cache["sum"] + tokens
+        logits = self.table[key, cache["step"], cache["sum"] % self.table.size(-1)]
+        cache["step"] += 1
+        self.steps += 1
+        return logits
+
+    def reorder_cache(self, cache, index):
+        cache["sum"] = cache["sum"][index]
+        return cache
+
+
+def transformer(vocab=20):
+    torch.manual_seed(0)
+    cfg = ModelConfig(layers=2, d_model=32, d_ff=64, heads=4, dropout=0.1, max_positions=64)
+    return Transformer(cfg, vocab, vocab, shared_vocab=True)
+
+
+MODELS = {"toy": ToyModel, "transformer": transformer}
+
+
+def sources(lengths, vocab=8, seed=1):
+    """ids + EOS, right-padded with PAD."""
+    g = torch.Generator().manual_seed(seed)
+    src = torch.full((len(lengths), max(lengths) + 1), PAD)
+    for i, n in enumerate(lengths):
+        src[i, :n] = torch.randint(4, vocab, (n,), generator=g)
+        src[i, n] = EOS
+    return src
+
+
+def log_probs(model, src_row, outputs):
+    """sum log p(y + EOS) for each output y of one source row [1, S], in one batch."""
+    tgt = torch.full((len(outputs), max(map(len, outputs)) + 2), PAD)
+    for i, y in enumerate(outputs):
+        tgt[i, : len(y) + 2] = torch.tensor([BOS] + y + [EOS])
+    with torch.no_grad():
+        logp = torch.log_softmax(model.eval()(src_row.expand(len(outputs), -1), tgt[:, :-1]), dim=-1)
+    logp = logp.gather(2, tgt[:, 1:, None]).squeeze(2)
+    return logp.masked_fill(tgt[:, 1:].eq(PAD), 0.0).sum(1).tolist()
+
+
+def unpadded(src, i):
+    return src[i : i + 1, : int(src[i].ne(PAD).sum())]
+
+
+def test_length_penalty():
+    assert length_penalty(1, 0.6) == 1.0
+    assert length_penalty(7, 0.6) == pytest.approx(2 ** 0.6)
+    assert length_penalty(13, 1.0) == pytest.approx(3.0)
+    assert length_penalty(40, 0.0) == 1.0
+    assert length_penalty(torch.tensor([1.0, 7.0]), 0.6).tolist() == pytest.approx([1.0, 2 ** 0.6])
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_greedy_is_argmax(name):
+    model = MODELS[name]().eval()
+    src = sources([3, 7, 5, 2, 6])
+    hyps = generate(model, src, beam=1, alpha=0.6, max_len_a=1.0, max_len_b=5)
+    for i, hyp in enumerate(hyps):
+        row, out = unpadded(src, i), []
+        with torch.no_grad():
+            while len(out) < row.size(1) + 5:
+                logits = model(row, torch.tensor([[BOS] + out]))[0, -1]
+                logits[[PAD, BOS]] = -math.inf
+                if logits.argmax().item() == EOS:
+                    break
+                out.append(logits.argmax().item())
+        assert hyp.tokens == out
+        (logp,) = log_probs(model, row, [out])
+        assert hyp.score == pytest.approx(logp / length_penalty(len(out) + 1, 0.6), abs=1e-4)
+    if name == "toy":
+        assert len({len(h.tokens) for h in hyps}) > 1  # the test sees outputs of varied lengths
+
+
+@pytest.mark.parametrize("beam", [1, 4])
+@pytest.mark.parametrize("name", MODELS)
+def test_batched_equals_one_at_a_time_and_incremental_equals_recompute(name, beam):
+    model = MODELS[name]()
+    src = sources([3, 9, 1, 6, 5, 7])
+    args = dict(beam=beam, alpha=0.6, max_len_a=1.2, max_len_b=4)
+    batched = generate(model, src, **args)
+    recomputed = generate(model, src, **args, incremental=False)
+    assert [h.tokens for h in recomputed] == [h.tokens for h in batched]
+    for i, hyp in enumerate(batched):
+        (alone,) = generate(model, unpadded(src, i), **args)
+        assert alone.tokens == hyp.tokens
+        assert alone.score == pytest.approx(hyp.score, abs=1e-5)
+        assert recomputed[i].score == pytest.approx(hyp.score, abs=1e-5)
+    assert model.train().training
+    generate(model, src, **args)
+    assert model.training  # generate restores the mode it found
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.6, 2.0])
+def test_wide_beam_finds_the_exact_best(alpha):
+    """A beam as wide as every prefix makes the search exhaustive: what it returns, early stop
+    included, is the exact best under the length penalty."""
+    vocab, max_len = 5, 7  # outputs over {UNK, 4}: 255 of them
+    model = ToyModel(vocab, ends_at=2.0)
+    src = torch.tensor([[3, 3, EOS], [4, 3, EOS]])
+    hyps = generate(model, src, beam=2 ** max_len, alpha=alpha, max_len_a=0.0, max_len_b=max_len)
+    outputs = [list(y) for n in range(max_len + 1) for y in itertools.product([3, 4], repeat=n)]
+    for i, hyp in enumerate(hyps):
+        sums = log_probs(model, src[i : i + 1], outputs)
+        scores = [s / length_penalty(len(y) + 1, alpha) for s, y in zip(sums, outputs)]
+        best = max(range(len(outputs)), key=scores.__getitem__)
+        assert hyp.tokens == outputs[best]
+        assert hyp.score == pytest.approx(scores[best], abs=1e-4)
+
+
+def test_search_stops_early():
+    model = ToyModel()
+    hyps = generate(model, sources([4, 6, 2]), beam=4, alpha=0.6, max_len_a=0.0, max_len_b=50)
+    assert model.steps < 20
+    assert max(len(h.tokens) for h in hyps) < 20
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_max_length_is_respected(beam):
+    model = ToyModel(ends_at=1e4)  # EOS only when forced
+    src = sources([2, 5, 8])
+    hyps = generate(model, src, beam=beam, alpha=0.6, max_len_a=0.5, max_len_b=2)
+    assert [len(h.tokens) for h in hyps] == [int(0.5 * (n + 1) + 2) for n in (2, 5, 8)]
+    assert all(math.isfinite(h.score) for h in hyps)
+    # and never beyond the model's positions: BOS + 63 tokens fill positions 0..63
+    hyps = generate(model, src, beam=beam, alpha=0.6, max_len_a=1.0, max_len_b=1000)
+    assert [len(h.tokens) for h in hyps] == [63] * 3
+
+
+def test_trained_copy_model_copies():
+    """A tiny Transformer trained for 300 steps (seconds) to copy its input decodes the copy with beam 4."""
+    torch.manual_seed(0)
+    vocab, batch = 14, 64
+    cfg = ModelConfig(layers=1, d_model=32, d_ff=64, heads=4, dropout=0.0, max_positions=32)
+    model = Transformer(cfg, vocab, vocab, shared_vocab=True)
+    opt = torch.optim.Adam(model.parameters(), lr=5e-3, betas=(0.9, 0.98))
+    pos = torch.arange(10)
+    for _ in range(300):
+        n = torch.randint(1, 9, (batch, 1))  # 1..8 tokens, then EOS, then PAD
+        src = torch.randint(4, vocab, (batch, 10)).masked_fill(pos > n, PAD).masked_fill(pos == n, EOS)
+        tgt = torch.cat([torch.full((batch, 1), BOS), src], dim=1)  # BOS + copy + EOS
+        logits = model(src, tgt[:, :-1])
+        loss = torch.nn.functional.cross_entropy(logits.transpose(1, 2), tgt[:, 1:], ignore_index=PAD)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    src = sources([3, 6, 5, 6, 2, 4], vocab, seed=7)
+    hyps = generate(model, src, beam=4, alpha=0.6, max_len_a=1.0, max_len_b=5)
+    assert [h.tokens for h in hyps] == [row[row.gt(EOS)].tolist() for row in src]

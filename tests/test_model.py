@@ -1,0 +1,120 @@
+"""The Transformer: the paper's sizes, masking, padding, weight tying, incremental decoding."""
+import pytest
+import torch
+
+from seq2seq_core.config import ModelConfig
+from seq2seq_core.model import Transformer
+from seq2seq_core.vocab import BOS, EOS, PAD
+
+V = 23
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """These models are tiny: one thread is as fast, and much faster on a shared, busy machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def tiny(pre_norm=False, shared=True, src_vocab=V, **kw):
+    torch.manual_seed(0)
+    cfg = ModelConfig(layers=2, d_model=32, d_ff=64, heads=4, dropout=0.1, pre_norm=pre_norm,
+                      max_positions=64, **kw)
+    return Transformer(cfg, src_vocab, V, shared).eval()
+
+
+def sentences(lengths, vocab=V):
+    """Right-padded batch of random ids, each row ending with EOS (sources) or starting with BOS."""
+    rows = [torch.randint(4, vocab, (n,)) for n in lengths]
+    out = torch.full((len(rows), max(lengths)), PAD)
+    for i, r in enumerate(rows):
+        out[i, : len(r)] = r
+    return out
+
+
+@pytest.mark.parametrize("size, d_model, d_ff, heads, paper", [
+    ("base", 512, 2048, 8, 65e6), ("big", 1024, 4096, 16, 213e6)])
+def test_parameter_count_matches_paper(size, d_model, d_ff, heads, paper):
+    cfg = ModelConfig(layers=6, d_model=d_model, d_ff=d_ff, heads=heads)
+    with torch.device("meta"):
+        model = Transformer(cfg, 37000, 37000, shared_vocab=True)
+    n = model.num_parameters()
+    assert abs(n - paper) / paper < 0.05, f"{size}: {n:,} parameters"
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_tied_weights_are_one_tensor(shared):
+    model = tiny(shared=shared, src_vocab=V if shared else 17)
+    assert model.out.weight is model.tgt_embed.weight
+    assert model.out.weight.data_ptr() == model.tgt_embed.weight.data_ptr()
+    assert (model.src_embed.weight is model.tgt_embed.weight) == shared
+    unique = {p.data_ptr(): p.numel() for p in model.state_dict().values()}
+    assert model.num_parameters() == sum(unique.values())
+    assert model.tgt_embed.weight[PAD].abs().sum() == 0
+
+
+def test_shared_vocab_needs_equal_sizes():
+    with pytest.raises(AssertionError):
+        tiny(shared=True, src_vocab=V + 1)
+
+
+def test_decoder_is_causal():
+    model = tiny()
+    src, tgt = sentences([6, 4]), sentences([7, 7])
+    a = model(src, tgt)
+    tgt[:, 4:] = torch.randint(4, V, (2, 3))
+    b = model(src, tgt)
+    torch.testing.assert_close(a[:, :4], b[:, :4])
+    assert not torch.allclose(a[:, 4:], b[:, 4:])
+
+
+@pytest.mark.parametrize("pre_norm", [False, True])
+def test_padding_does_not_change_results(pre_norm):
+    model = tiny(pre_norm=pre_norm)
+    src, tgt = sentences([4, 9]), sentences([3, 8])
+    memory, src_pad = model.encode(src)
+    alone_memory, _ = model.encode(src[:1, :4])
+    torch.testing.assert_close(memory[:1, :4], alone_memory, atol=1e-5, rtol=1e-5)
+    batched = model.decode(tgt, memory, src_pad)
+    alone = model(src[:1, :4], tgt[:1, :3])
+    torch.testing.assert_close(batched[:1, :3], alone, atol=1e-5, rtol=1e-5)
+    assert torch.isfinite(batched).all()
+
+
+def test_all_pad_row_gives_no_nan():
+    model = tiny()
+    src = sentences([5, 5])
+    src[1] = PAD
+    assert torch.isfinite(model(src, sentences([3, 3]))).all()
+
+
+@pytest.mark.parametrize("pre_norm", [False, True])
+def test_decode_step_equals_full_decode(pre_norm):
+    """20 steps (past the cache's first capacity), with beam-like reordering half way."""
+    model = tiny(pre_norm=pre_norm)
+    B, g, T, t0 = 2, 3, 20, 9
+    src = sentences([5, 8])
+    memory, src_pad = model.encode(src)
+    tgt = sentences([T] * (B * g))
+    tgt[:, 0] = BOS
+    with torch.inference_mode():
+        cache = model.init_cache(memory, src_pad)
+        full = model.decode(tgt, memory, src_pad)
+        for t in range(t0):
+            torch.testing.assert_close(model.decode_step(tgt[:, t], cache), full[:, t], atol=1e-5, rtol=0)
+        # rows now continue other rows of the same sentence (sentence-major groups of g)
+        index = torch.tensor([2, 2, 0, 4, 3, 3])
+        model.reorder_cache(cache, index)
+        tgt = torch.cat([tgt[index, :t0], tgt[:, t0:]], dim=1)
+        full = model.decode(tgt, memory, src_pad)
+        for t in range(t0, T):
+            torch.testing.assert_close(model.decode_step(tgt[:, t], cache), full[:, t], atol=1e-5, rtol=0)
+    assert cache.step == T
+
+
+def test_positions_beyond_max_positions_raise():
+    model = tiny()
+    with pytest.raises(ValueError, match="max_positions"):
+        model.encode(sentences([65]))
