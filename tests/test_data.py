@@ -1,0 +1,73 @@
+"""Binarised data and token-count batches."""
+import numpy as np
+import pytest
+from omegaconf import OmegaConf
+
+from seq2seq_core.config import DataConfig
+from seq2seq_core.data import epoch_batches, prepare, token_batches
+from seq2seq_core.task import DataError
+from seq2seq_core.vocab import BOS, EOS, PAD
+
+
+def test_batches_respect_max_tokens_and_cover_every_pair_once():
+    rng = np.random.default_rng(0)
+    src, tgt = rng.integers(1, 60, 5000), rng.integers(1, 60, 5000)
+    batches = token_batches(src, tgt, max_tokens=1000, seed=3)
+    seen = np.concatenate(batches)
+    assert sorted(seen.tolist()) == list(range(5000))
+    for b in batches:
+        assert len(b) == 1 or (src[b].max() * len(b) <= 1000 and tgt[b].max() * len(b) <= 1000)
+    padding = sum(tgt[b].max() * len(b) - tgt[b].sum() for b in batches) / tgt.sum()
+    assert padding < 0.05  # grouping by length keeps padding small
+    assert all(np.array_equal(a, b) for a, b in zip(batches, token_batches(src, tgt, 1000, seed=3)))
+
+
+def test_ranks_get_disjoint_equal_shares(tmp_path):
+    from seq2seq_core.data import Split
+
+    lens = np.random.default_rng(1).integers(1, 30, 999)
+    off = np.concatenate([[0], np.cumsum(lens)])
+    split = Split(np.zeros(off[-1], np.int32), np.zeros(off[-1], np.int32), off, off)
+    shares = [epoch_batches(split, 200, seed=1, epoch=0, rank=r, world=2) for r in range(2)]
+    assert len(shares[0]) == len(shares[1])
+    a, b = (set(np.concatenate(s).tolist()) for s in shares)
+    assert not a & b
+
+
+def _demo(registry, **kw):
+    cls = registry.get("demo")
+    return cls(OmegaConf.merge(OmegaConf.structured(cls.Config), kw))
+
+
+def test_prepare_binarises_and_caches(registry, tmp_path):
+    task = _demo(registry, train_size=300, valid_size=20, test_size=20)
+    cfg = OmegaConf.structured(DataConfig(cache_dir=str(tmp_path)))
+    prepared = prepare(task, cfg, quiet=True)
+    train = prepared.splits["train"]
+    assert len(train) == 300
+    pairs = list(task.read_split("train"))
+    b = train.batch([0, 1])
+    src0 = task.encode_source([pairs[0][0]])[0] + [EOS]
+    tgt0 = task.encode_target([pairs[0][1]])[0]
+    assert b["src"][0, :len(src0)].tolist() == src0
+    assert b["tgt_in"][0, :len(tgt0) + 1].tolist() == [BOS] + tgt0
+    assert b["tgt_out"][0, :len(tgt0) + 1].tolist() == tgt0 + [EOS]
+    assert (b["src"][0, len(src0):] == PAD).all()
+    sources, refs = prepared.texts("test")
+    assert len(sources) == len(refs) == 20
+    # cached: a second prepare reads the folder instead of rebuilding it
+    stamp = (prepared.directory / "prepared.json").stat().st_mtime_ns
+    again = prepare(_demo(registry, train_size=300, valid_size=20, test_size=20), cfg, quiet=True)
+    assert again.directory == prepared.directory
+    assert (again.directory / "prepared.json").stat().st_mtime_ns == stamp
+    # another task setting: another folder
+    other = prepare(_demo(registry, train_size=200, valid_size=20, test_size=20), cfg, quiet=True)
+    assert other.directory != prepared.directory
+
+
+def test_failed_prepare_leaves_no_half_written_folder(registry, tmp_path):
+    task = _demo(registry, train_size=50, valid_size=0, test_size=5)  # an empty valid split
+    cfg = OmegaConf.structured(DataConfig(cache_dir=str(tmp_path)))
+    with pytest.raises(DataError, match="valid"):
+        prepare(task, cfg, quiet=True)
+    assert list(tmp_path.iterdir()) == []

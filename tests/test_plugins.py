@@ -1,0 +1,84 @@
+"""Registration both ways: entry points for installed plugins, --plugin for one in development.
+
+The plugin is the one printed in README's "Write your own task", taken from the README itself,
+so the documentation cannot drift from what works.
+"""
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from seq2seq_core.config import load_config
+from seq2seq_core.registry import Registry, RegistryError
+from seq2seq_core.train import train
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+def readme_plugin() -> str:
+    text = README.read_text(encoding="utf-8")
+    section = text[text.index("## Write your own task"):]
+    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
+
+
+@pytest.fixture
+def plugin_file(tmp_path):
+    code = readme_plugin()
+    assert len(code.splitlines()) <= 60
+    path = tmp_path / "chars_task.py"
+    path.write_text(code)
+    data = tmp_path / "chars"
+    data.mkdir()
+    words = ["transformer", "attention", "encoder", "decoder", "beam", "search", "label", "smoothing",
+             "layer", "norm", "residual", "dropout", "softmax", "embedding", "position", "warmup"]
+    for split, n in (("train", 400), ("valid", 16), ("test", 16)):
+        lines = [f"{w}\t{w[::-1]}" for w in (words * (n // len(words) + 1))[:n]]
+        (data / f"{split}.tsv").write_text("\n".join(lines) + "\n")
+    return path, data
+
+
+def test_builtin_tasks_come_from_entry_points(registry):
+    for name in ("demo", "translation", "parsing"):
+        assert name in registry.names()
+        assert registry.origin(name).startswith("entry point")
+
+
+def test_plugin_by_file_and_by_module(plugin_file, monkeypatch):
+    path, _ = plugin_file
+    reg = Registry.installed([str(path)])
+    assert reg.get("chars").name == "chars" and "plugin file" in reg.origin("chars")
+    monkeypatch.syspath_prepend(str(path.parent))
+    reg = Registry.installed(["chars_task:CharTask"])
+    assert reg.get("chars").__name__ == "CharTask" and reg.origin("chars") == "--plugin chars_task:CharTask"
+
+
+def test_readme_plugin_trains_a_few_steps(plugin_file, tiny):
+    path, data = plugin_file
+    reg = Registry.installed([str(path)])
+    preset = path.parent / "chars.yaml"
+    preset.write_text(f"task:\n  name: chars\n  data_dir: {data}\n")
+    cfg = load_config(str(preset), tiny("optim.max_updates=6", "optim.warmup=2", "run.valid_interval=3",
+                                        "run.save_interval=3", "data.max_tokens=400"), registry=reg)
+    result = train(cfg, reg, quiet=True)
+    assert result["update"] == 6 and "accuracy" in result["test"]
+
+
+def test_s2s_tasks_lists_every_task_with_its_origin(plugin_file):
+    path, _ = plugin_file
+    out = subprocess.run([sys.executable, "-m", "seq2seq_core.cli", "tasks", "--plugin", str(path)],
+                         capture_output=True, text=True, check=True).stdout
+    for name in ("demo", "translation", "parsing", "chars"):
+        assert re.search(rf"^{name}\s", out, re.M), out
+    assert "plugin file" in out
+
+
+def test_bad_plugin_specs_are_named(tmp_path):
+    with pytest.raises(RegistryError, match="nosuchmodule"):
+        Registry.installed(["nosuchmodule:X"])
+    with pytest.raises(RegistryError, match="does not exist"):
+        Registry.installed([str(tmp_path / "missing.py")])
+    (tmp_path / "empty.py").write_text("x = 1\n")
+    with pytest.raises(RegistryError, match="no Task subclass"):
+        Registry.installed([str(tmp_path / "empty.py")])

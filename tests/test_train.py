@@ -1,0 +1,99 @@
+"""Training end to end on the demo: it learns, resumes, averages, generates, scores."""
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from seq2seq_core import checkpoint
+from seq2seq_core.config import load_config
+from seq2seq_core.train import TrainingError, train
+
+
+def _cfg(registry, tiny, *extra):
+    return load_config("demo", tiny("task.train_size=400", "task.valid_size=20", "task.test_size=20",
+                                    "data.max_tokens=600", "optim.warmup=5", "run.valid_interval=4",
+                                    "run.save_interval=4", "run.keep_last=3", *extra), registry=registry)
+
+
+def test_resume_continues_from_the_last_checkpoint(registry, tiny):
+    cfg = _cfg(registry, tiny, "optim.max_updates=4")
+    train(cfg, registry, quiet=True)
+    first = checkpoint.load(checkpoint.listed(cfg.run.dir)[-1])
+    cfg = _cfg(registry, tiny, "optim.max_updates=8")  # the same run directory, more updates
+    result = train(cfg, registry, quiet=True)
+    assert result["update"] == 8
+    names = [p.name for p in checkpoint.listed(cfg.run.dir)]
+    assert names == ["checkpoint_00000004.pt", "checkpoint_00000008.pt"]
+    last = checkpoint.load(checkpoint.listed(cfg.run.dir)[-1])
+    assert last["update"] == 8 and first["update"] == 4
+    records = [json.loads(line) for line in open(f"{cfg.run.dir}/metrics.jsonl")]
+    assert [r["update"] for r in records if r["kind"] == "valid"] == [4, 8]
+
+
+def test_average_is_the_elementwise_mean(registry, tiny, tmp_path):
+    cfg = _cfg(registry, tiny, "optim.max_updates=12", "run.average_last=3")
+    result = train(cfg, registry, quiet=True)
+    assert result["averaged"] == 3
+    paths = checkpoint.listed(cfg.run.dir)
+    states = [checkpoint.load(p)["model"] for p in paths]
+    avg = checkpoint.load(tmp_path / "run" / "checkpoint_average.pt")["model"]
+    for k in avg:
+        expect = (states[0][k].double() + states[1][k].double() + states[2][k].double()) / 3
+        assert torch.equal(avg[k], expect.to(avg[k].dtype)), k
+    from seq2seq_core.cli import main
+
+    assert main(["average", str(tmp_path / "run"), "--last", "2", "--output", str(tmp_path / "a2.pt")]) == 0
+    two = checkpoint.load(tmp_path / "a2.pt")["model"]
+    k = next(iter(two))
+    assert torch.equal(two[k], ((states[1][k].double() + states[2][k].double()) / 2).to(two[k].dtype))
+
+
+def test_corrupted_latest_checkpoint_falls_back(registry, tiny, caplog):
+    cfg = _cfg(registry, tiny, "optim.max_updates=8")
+    train(cfg, registry, quiet=True)
+    latest = checkpoint.listed(cfg.run.dir)[-1]
+    latest.write_bytes(latest.read_bytes()[:1000])  # truncated
+    state, path = checkpoint.load_latest(cfg.run.dir)
+    assert state["update"] == 4 and path.name == "checkpoint_00000004.pt"
+    assert "checkpoint_00000008.pt" in caplog.text
+
+
+def test_unwritable_run_directory_fails_before_training(registry, tiny, tmp_path):
+    (tmp_path / "file").write_text("x")
+    cfg = _cfg(registry, tiny, f"run.dir={tmp_path / 'file' / 'run'}")
+    with pytest.raises(TrainingError, match="not writable"):
+        train(cfg, registry, quiet=True)
+
+
+def test_generate_and_score_from_the_command_line(registry, tiny, tmp_path):
+    cfg = _cfg(registry, tiny, "optim.max_updates=4")
+    train(cfg, registry, quiet=True)
+    src = tmp_path / "src.txt"
+    src.write_text("the cat sees a dog\nevery small bird follows the old man\n")
+    out = subprocess.run([sys.executable, "-m", "seq2seq_core.cli", "generate", cfg.run.dir, "--input", str(src),
+                          "--beam", "2", "-q"], capture_output=True, text=True, check=True).stdout
+    assert len(out.splitlines()) == 2
+    hyp = tmp_path / "hyp.txt"
+    hyp.write_text(out)
+    scored = subprocess.run([sys.executable, "-m", "seq2seq_core.cli", "score", "demo", "--ref", str(src),
+                             "--hyp", str(src), "--json"], capture_output=True, text=True, check=True).stdout
+    assert json.loads(scored)["bleu"] == 100.0
+    short = tmp_path / "short.txt"
+    short.write_text("x\n")
+    bad = subprocess.run([sys.executable, "-m", "seq2seq_core.cli", "score", "demo", "--ref", str(hyp),
+                          "--hyp", str(short)], capture_output=True, text=True)
+    assert bad.returncode == 2 and "short.txt has 1 lines" in bad.stderr
+
+
+def test_short_quickstart_beats_the_copy_baseline(tmp_path):
+    """The quickstart, shortened: held-out BLEU far above copying the input."""
+    out = subprocess.run([sys.executable, "-m", "seq2seq_core.cli", "quickstart", "-q",
+                          f"run.dir={tmp_path / 'run'}", f"data.cache_dir={tmp_path / 'cache'}",
+                          "optim.max_updates=250", "task.train_size=8000", "run.valid_interval=250",
+                          "run.save_interval=250"],
+                         capture_output=True, text=True, check=True).stdout
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["copy_baseline"]["bleu"] < 5
+    assert result["trained"]["bleu"] > 50, result
