@@ -1,0 +1,112 @@
+"""EVALB conformance: every figure EVALB (COLLINS.prm) printed for shared/data/evalb_cases."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from omegaconf import OmegaConf
+
+from data_recipes import shared_data_dir
+from plugins.parsing import ParsingTask
+from plugins.parsing.evalb import SHORT_FIELDS, evalb, evalb_files, read_tree
+from seq2seq_core.task import DataError
+
+CASES = shared_data_dir() / "evalb_cases"
+pytestmark = pytest.mark.skipif(not (CASES / "expected.json").is_file(),
+                                reason=f"EVALB conformance cases not found in {CASES} "
+                                       "(set S2S_SHARED_DATA to the shared data directory)")
+
+
+def _expected() -> dict:
+    return json.loads((CASES / "expected.json").read_text()) if (CASES / "expected.json").is_file() else {"cases": {}}
+
+
+EXPECTED = _expected()
+
+
+def _lines(name: str) -> list[str]:
+    return (CASES / name).read_text(encoding="utf-8").splitlines()
+
+
+def _close(got, want, what: str) -> None:
+    if isinstance(want, int) and not isinstance(want, bool) and isinstance(got, int):
+        assert got == want, what
+    else:
+        assert abs(got - want) <= 0.01 + 1e-9, f"{what}: EVALB {want}, here {got}"
+
+
+@pytest.mark.parametrize("case", sorted(EXPECTED["cases"]))
+def test_every_figure_of_every_case(case):
+    want = EXPECTED["cases"][case]
+    result = evalb_files(CASES / EXPECTED["gold"], CASES / case)
+    for key, value in want["summary"].items():
+        _close(result.summary[key], value, f"{case} {key}")
+    for key, value in want["summary_len_le_40"].items():
+        _close(result.summary_len_le_40[key], value, f"{case} {key} (length <= 40)")
+    for key, value in want["printed"].items():
+        got = result.summary[key]
+        assert (str(got) if isinstance(got, int) else f"{got:.2f}") == value, f"{case} {key} as printed"
+    assert result.messages == want["evalb_messages"]
+    for row, got in zip(want["sentences"], result.sentences):
+        assert (got.id, got.length, got.status) == (row["id"], row["length"], row["status"]), case
+        if row["status"] == 0:
+            assert (got.matched, got.gold, got.test, got.crossing, got.words, got.correct_tags) == \
+                (row["matched"], row["gold"], row["test"], row["crossing"], row["words"], row["correct_tags"]), \
+                f"{case} line {row['id']}"
+
+
+def _task() -> ParsingTask:
+    return ParsingTask(OmegaConf.structured(ParsingTask.Config))
+
+
+@pytest.mark.parametrize("case", ["test_mixed.txt", "test_placeholder_tags.txt"])
+def test_task_score_reports_evalb_figures(case):
+    want = EXPECTED["cases"][case]
+    score = _task().score(_lines(case), _lines(EXPECTED["gold"]))  # no vocabulary needed
+    figures = score.as_dict()
+    assert score.name == "f1"
+    for key, value in want["summary"].items():
+        _close(figures[key], value, f"{case} {key}")
+    for key in SHORT_FIELDS:
+        _close(figures[f"{key}_len_le_40"], want["summary_len_le_40"][key], f"{case} {key}_len_le_40")
+    assert figures["repaired"] == 0
+    assert f"errors {want['summary']['error_sentences']}" in score.signature
+    assert f"skipped {want['summary']['skipped_sentences']}" in score.signature
+
+
+def test_cli_score_prints_one_json_object(capsys):
+    from seq2seq_core.cli import main
+
+    rc = main(["score", "parsing", "--ref", str(CASES / "gold.txt"), "--hyp", str(CASES / "test_mixed.txt"), "--json"])
+    out = json.loads(capsys.readouterr().out)
+    want = EXPECTED["cases"]["test_mixed.txt"]["summary"]
+    assert rc == 0
+    for key in ("f1", "precision", "recall", "complete_match", "tagging_accuracy", "matched_brackets",
+                "gold_brackets", "test_brackets", "error_sentences", "skipped_sentences"):
+        _close(out[key], want[key], key)
+
+
+def test_different_numbers_of_trees_is_an_error():
+    gold = _lines("gold.txt")
+    with pytest.raises(DataError, match="302 gold trees"):
+        _task().score(gold[:-1], gold)
+    with pytest.raises(ValueError):
+        evalb(gold, gold[:10])
+
+
+def test_inputs_evalb_cannot_score_are_errors_not_crashes():
+    gold = "(TOP (S (NP (DT The) (NN dog)) (VP (VBZ barks)) (. .)))"
+    tests = ["(TOP (S (NP (DT The) (NN dog)) (VP (VBZ barks)) (. .))))",  # surplus closer
+             "(TOP (S (NP the (NN dog)) (VP (VBZ barks)) (. .)))",  # word outside a pre-terminal
+             "(TOP (S (NP (DT The) (NN dog))) (S (VP (VBZ barks))))",  # fine: two phrases under TOP
+             "(S (DT The)) (S (NN dog) (VBZ barks))"]  # two trees on a line
+    result = evalb([gold] * 4, tests)
+    assert [s.status for s in result.sentences] == [1, 1, 0, 1]
+    assert result.summary["valid_sentences"] == 1
+    assert read_tree("( (S (NN x)))").phrases[-1][0] == ""  # an empty root label is a label
+
+
+def test_no_valid_sentence_gives_zeros_not_a_division_by_zero():
+    result = evalb(["(TOP (S (NN x)))"], [""])
+    assert result.summary["skipped_sentences"] == 1
+    assert result.summary["f1"] == result.summary["tagging_accuracy"] == 0.0

@@ -1,0 +1,145 @@
+"""Linearisation of trees (Vinyals et al. 2015) and its inverse with repair."""
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from omegaconf import OmegaConf
+
+from data_recipes import shared_data_dir
+from data_recipes.treebank import read_trees, to_string
+from plugins.parsing import ParsingTask
+from plugins.parsing.evalb import DELETE_LABELS, evalb, read_tree
+from plugins.parsing.linearise import PLACEHOLDER, delinearise, linearise, punctuation_tags
+
+SAMPLE = shared_data_dir() / "nltk_data" / "corpora" / "treebank.zip"
+needs_sample = pytest.mark.skipif(not SAMPLE.is_file(), reason=f"NLTK treebank sample not found at {SAMPLE}")
+
+
+@pytest.fixture(scope="module")
+def sample():
+    from data_recipes.treebank import sample_trees
+
+    return [t for split in ("train", "valid", "test") for t in sample_trees(None, split)]
+
+
+def _placeholder_tags(tree):
+    """The tree as the vinyals scheme rebuilds it: punctuation tagged from the word, else XX."""
+    out = tree.copy(deep=True)
+    for tag, leaf in zip(punctuation_tags(tree.leaves()), out.treepositions("leaves")):
+        out[leaf[:-1]].set_label(tag or PLACEHOLDER)
+    return out
+
+
+@needs_sample
+def test_linearise_then_rebuild_returns_every_sample_tree(sample):
+    assert len(sample) == 3914
+    for tree in sample:
+        words = tree.leaves()
+        tokens = linearise(tree, "tags")
+        assert delinearise(tokens, words, "tags") == (to_string(tree), False)
+        tokens = linearise(tree)
+        assert tokens.count(PLACEHOLDER) == len(words) and all(t[0] in "()" for t in tokens if t != PLACEHOLDER)
+        assert delinearise(tokens, words) == (to_string(_placeholder_tags(tree)), False)
+
+
+@needs_sample
+def test_punctuation_is_tagged_as_the_treebank_tags_it(sample):
+    """EVALB drops the same tokens from rebuilt trees as from gold ones, bar two gold oddities."""
+    differ = []
+    for tree in sample:
+        words, gold = zip(*tree.pos())
+        for w, g, t in zip(words, gold, punctuation_tags(words)):
+            if (g in DELETE_LABELS) != (t is not None) or (t is not None and t != g):
+                differ.append((w, g))
+    # 'Wa' tagged ',' once (a treebank error); one closing ' with no opening ` before it
+    assert sorted(differ) == [("'", "''"), ("Wa", ",")]
+
+
+def test_example():
+    tree = read_trees(["( (S (NP (DT The) (NN dog)) (VP (VBZ barks)) (. .)))"], "x")
+    tree = next(iter(tree))
+    from data_recipes.treebank import preprocess
+    tree = preprocess(tree)
+    assert " ".join(linearise(tree)) == "(S (NP XX XX )NP (VP XX )VP XX )S"
+    assert " ".join(linearise(tree, "tags")) == "(S (NP DT NN )NP (VP VBZ )VP . )S"
+    assert delinearise("(S (NP XX XX )NP (VP XX )VP XX )S", "The dog barks .") == \
+        ("(TOP (S (NP (XX The) (XX dog)) (VP (XX barks)) (. .)))", False)
+
+
+WORDS = ["The", "dog", "barks", ",", ".", "``", "''", "'", "`", "--", "-LRB-", "$", "42", "a_b", "?"]
+REPAIRS = [
+    ("(S (NP XX XX )NP (VP XX )VP XX )S )S )NP", "stray closers dropped"),
+    ("(S (NP XX XX )NP (VP XX", "open phrases closed"),
+    ("(S (NP XX XX XX XX XX XX )NP )S", "surplus leaves dropped"),
+    ("(S (NP XX )NP )S", "missing leaves added"),
+    ("", "nothing at all"),
+    (")S )NP (VP )VP", "only closers and an empty phrase"),
+    ("(NP XX XX )NP (VP XX XX )VP", "two top-level phrases"),
+    ("(S (NP XX XX )VP (VP XX XX )NP )S", "closing labels that do not match"),
+    ("XX XX <unk> XX", "leaves only, one unknown"),
+    ("( (S XX XX XX XX )S", "an opener without a label"),
+]
+
+
+@pytest.mark.parametrize("tokens,what", REPAIRS, ids=[w for _, w in REPAIRS])
+def test_repair_examples(tokens, what):
+    words = "The dog barks .".split()
+    tree, repaired = delinearise(tokens, words)
+    assert repaired, what
+    _assert_well_formed(tree, words)
+
+
+def _assert_well_formed(tree: str, words: list[str], root: str = "TOP") -> None:
+    reading = read_tree(tree)
+    assert reading.problem is None, tree
+    assert reading.words == words, tree
+    assert reading.phrases[-1][0] == root and reading.phrases[-1][1:] == (0, len(words))
+    assert all(first < end for _, first, end in reading.phrases), "an empty phrase"
+    strict = next(iter(read_trees([tree], "rebuilt")))  # the recipe's strict reader accepts it too
+    assert strict.leaves() == words
+    # EVALB scores it against itself without error: punctuation tagged consistently
+    assert evalb([tree], [tree]).summary["error_sentences"] == 0
+
+
+LABELS = ["S", "NP", "VP", "PP", "SBAR", "TOP", "ADVP", "PRT"]
+token = st.one_of(
+    st.sampled_from([PLACEHOLDER] * 4 + ["(" + lab for lab in LABELS] + [")" + lab for lab in LABELS]),
+    st.sampled_from(["(", ")", "<unk>", "NN", "((", "))", "(NP)", ")", "XX)"]),
+    st.text(alphabet="()XS NP", min_size=1, max_size=4).filter(lambda t: not any(c.isspace() for c in t)),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(tokens=st.lists(token, max_size=40), words=st.lists(st.sampled_from(WORDS), min_size=1, max_size=12),
+       scheme=st.sampled_from(["vinyals", "tags"]), root=st.sampled_from(["TOP", ""]))
+def test_any_token_sequence_becomes_a_tree_over_the_words(tokens, words, scheme, root):
+    tree, repaired = delinearise(tokens, words, scheme, root)
+    reading = read_tree(tree)
+    assert reading.problem is None, tree
+    assert reading.words == words
+    assert all(first < end for _, first, end in reading.phrases), "an empty phrase"
+    if root:
+        assert reading.phrases[-1] == (root, 0, len(words))
+    else:  # one phrase spans every word
+        assert reading.phrases[-1][1:] == (0, len(words))
+    assert next(iter(read_trees([tree], "rebuilt"))).leaves() == words
+    if scheme == "vinyals":
+        assert evalb([tree], [tree]).summary["error_sentences"] == 0
+    # the rebuilt tree linearises to a sequence that needs no repair and rebuilds it
+    again = next(iter(read_trees([tree], "rebuilt")))
+    assert delinearise(linearise(again, scheme, root), words, scheme, root) == (tree, False)
+
+
+def test_task_counts_repairs_until_score():
+    task = ParsingTask(OmegaConf.structured(ParsingTask.Config))
+    src = ["The dog barks .", "The dog barks ."]
+    good = "(S (NP XX XX )NP (VP XX )VP XX )S"
+    hyps = [task.postprocess(good, src[0]), task.postprocess("(S (NP XX )NP", src[1])]
+    score = task.score(hyps, [good, good], src)
+    assert score.figures["repaired"] == 1 and "repaired 1" in score.signature
+    assert score.figures["error_sentences"] == 0
+    # linearised hypotheses are rebuilt (and their repairs counted) by score itself
+    score = task.score(["(S XX XX XX XX", good], [good, good], src)
+    assert score.figures["repaired"] == 1
+    assert task.score([good], [good], src[:1]).figures["repaired"] == 0
