@@ -1,0 +1,108 @@
+"""WMT14 English-German and English-French through the `datasets` library, as in the paper.
+
+The hub's "wmt14" data set (configs "de-en" and "fr-en") supplies the training split, newstest2013
+as `validation` (our "valid") and newstest2014 as `test`. Rows look like
+`{"translation": {"de": "...", "en": "..."}}`; the direction is chosen by naming the source and
+target languages. `local_dir` reads a copy in the same schema instead, offline: either a folder
+written by `DatasetDict.save_to_disk` (arrow) or parquet files named by split as the hub names them
+(`train-00000-of-00003.parquet`, `validation-*.parquet`, `test-*.parquet`, or `{split}/*.parquet`),
+optionally under a `de-en`/`fr-en` subfolder.
+
+Rows are read in batches from memory-mapped arrow (or streamed from parquet), never collected
+into Python lists.
+"""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Iterator
+
+from seq2seq_core.task import DataError
+
+log = logging.getLogger(__name__)
+
+HUB_NAME = "wmt14"
+#: our split names -> the hub's
+SPLITS = {"train": "train", "valid": "validation", "test": "test"}
+_BATCH = 1000
+
+
+def hub_config(src_lang: str, tgt_lang: str) -> str:
+    """The hub config holding a language pair: "de-en" for en->de and for de->en."""
+    pair = {src_lang, tgt_lang}
+    if "en" not in pair or len(pair) != 2:
+        raise DataError(f"WMT14 pairs English with another language; got {src_lang}->{tgt_lang}")
+    return f"{(pair - {'en'}).pop()}-en"
+
+
+def _local(root: Path, config: str, split: str):
+    import datasets
+
+    if not root.is_dir():
+        raise DataError(f"WMT14 local copy {root} does not exist")
+    for base in (root / config, root):
+        if (base / "dataset_dict.json").is_file():
+            saved = datasets.load_from_disk(str(base))
+            if split not in saved:
+                raise DataError(f"{base} has no split {split!r} (it has {', '.join(saved)})")
+            return saved[split]
+        if (base / split / "state.json").is_file():
+            return datasets.load_from_disk(str(base / split))
+        files = sorted(base.glob(f"{split}-*.parquet")) + sorted(base.glob(f"{split}.parquet")) \
+            + sorted(base.glob(f"{split}/*.parquet"))
+        if files:
+            return datasets.load_dataset("parquet", data_files={split: [str(f) for f in files]},
+                                         split=split, streaming=True)
+    raise DataError(f"WMT14 local copy {root}: no split {split!r} found (looked for dataset_dict.json, "
+                    f"{split}/state.json, {split}-*.parquet, {split}.parquet, {split}/*.parquet in "
+                    f"{root / config} and {root})")
+
+
+def load(split: str, src_lang: str, tgt_lang: str, hub_name: str = HUB_NAME, config: str = "",
+         local_dir: str = ""):
+    """The `datasets` object (memory-mapped or streaming) for one of our splits."""
+    if split not in SPLITS:
+        raise DataError(f"WMT14 has no split {split!r}; it has {', '.join(SPLITS)}")
+    config = config or hub_config(src_lang, tgt_lang)
+    if local_dir:
+        return _local(Path(local_dir), config, SPLITS[split])
+    import datasets
+
+    try:
+        return datasets.load_dataset(hub_name, config, split=SPLITS[split])
+    except Exception as e:  # offline, unknown name, ...: say what was asked for and how to avoid it
+        raise DataError(f"cannot load {hub_name!r} config {config!r} split {SPLITS[split]!r} through "
+                        f"`datasets` ({type(e).__name__}: {e}); set task.local_dir to read a local copy "
+                        f"in the same schema") from e
+
+
+def read_split(split: str, src_lang: str, tgt_lang: str, hub_name: str = HUB_NAME, config: str = "",
+               local_dir: str = "", drop_empty: bool = True) -> Iterator[tuple[str, str]]:
+    """Yield the (source, target) pairs of `split`, stripped; pairs with an empty side are dropped
+    and counted when `drop_empty` is set."""
+    ds = load(split, src_lang, tgt_lang, hub_name, config, local_dir)
+    where = local_dir or f"{hub_name}/{config or hub_config(src_lang, tgt_lang)}"
+    return _pairs(ds, f"{where} [{SPLITS[split]}]", src_lang, tgt_lang, drop_empty)
+
+
+def _pairs(ds, where: str, src_lang: str, tgt_lang: str, drop_empty: bool) -> Iterator[tuple[str, str]]:
+    row = dropped = 0
+    for batch in ds.iter(batch_size=_BATCH):
+        if "translation" not in batch:
+            raise DataError(f"{where}: rows have no 'translation' column (columns: {', '.join(batch)})")
+        for pair in batch["translation"]:
+            row += 1
+            missing = [lang for lang in (src_lang, tgt_lang) if not isinstance(pair, dict) or lang not in pair]
+            if missing:
+                lacks = " and ".join(map(repr, missing))
+                raise DataError(f"{where}, row {row}: translation {pair!r} lacks {lacks}")
+            s, t = pair[src_lang], pair[tgt_lang]
+            s, t = (s or "").strip(), (t or "").strip()
+            if drop_empty and not (s and t):
+                dropped += 1
+                continue
+            yield s, t
+    if row == 0:
+        raise DataError(f"{where} is empty")
+    if dropped:
+        log.warning("%s: dropped %d pairs with an empty side", where, dropped)

@@ -1,0 +1,167 @@
+"""The translation task: any parallel corpus, WMT14 EN-DE / EN-FR as the paper trained them.
+
+Data come from a recipe (`source`): "wmt14" reads the hub's WMT14 (or a local copy in its schema)
+through `datasets`; "text" reads `{data_dir}/{prefix}.{lang}` files. One subword vocabulary is
+shared by source and target by default (the paper ties all embeddings then); detokenisation is
+exact, so hypotheses are scored as plain text.
+"""
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass
+from itertools import islice
+from pathlib import Path
+from typing import Iterable, Iterator, Sequence
+
+from seq2seq_core.config import ConfigError
+from seq2seq_core.task import DataError, DecodeDefaults, Score, Task, TaskConfig
+
+from . import metrics
+from .tokenizer import MODELS, Subwords
+
+SOURCES = ("text", "wmt14")
+_BATCH = 1000
+
+
+@dataclass
+class TranslationConfig(TaskConfig):
+    source: str = "text"  # text | wmt14
+    src_lang: str = "en"
+    tgt_lang: str = "de"
+    # source=text: {data_dir}/{prefix}.{lang}, plain or .gz; an empty test_prefix means no test split
+    data_dir: str = ""
+    train_prefix: str = "train"
+    valid_prefix: str = "valid"
+    test_prefix: str = "test"
+    # source=wmt14: the hub data set and config ("" = "de-en" / "fr-en" from the languages), or a
+    # local copy in the hub's schema (save_to_disk folder or parquet files) read offline
+    hub_name: str = "wmt14"
+    hub_config: str = ""
+    local_dir: str = ""
+    # vocabulary
+    tokenizer: str = "bpe"  # bpe | wordpiece
+    vocab_size: int = 37_000
+    shared_vocab: bool = True
+    drop_empty: bool = True  # drop (and count) pairs with an empty side
+
+
+class TranslationTask(Task):
+    """Text to text in another language, scored with sacreBLEU, tokenised BLEU and chrF."""
+
+    name = "translation"
+    Config = TranslationConfig
+    decoding = DecodeDefaults(beam=4, alpha=0.6, max_len_a=1.0, max_len_b=50)
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        if cfg.source not in SOURCES:
+            raise ConfigError(f"task.source must be one of {', '.join(SOURCES)}, got {cfg.source!r}")
+        if cfg.tokenizer not in MODELS:
+            raise ConfigError(f"task.tokenizer must be one of {', '.join(MODELS)}, got {cfg.tokenizer!r}")
+        if cfg.src_lang == cfg.tgt_lang:
+            raise ConfigError(f"task.src_lang and task.tgt_lang are both {cfg.src_lang!r}")
+        if cfg.source == "text" and not cfg.test_prefix:
+            self.splits = ("train", "valid")
+        self.src: Subwords | None = None
+        self.tgt: Subwords | None = None
+
+    # -- data -------------------------------------------------------------------------------
+    def read_split(self, split: str) -> Iterator[tuple[str, str]]:
+        cfg = self.cfg
+        if cfg.source == "wmt14":
+            from data_recipes import wmt14
+
+            return wmt14.read_split(split, cfg.src_lang, cfg.tgt_lang, cfg.hub_name, cfg.hub_config,
+                                    cfg.local_dir, cfg.drop_empty)
+        from data_recipes import parallel_text
+
+        prefixes = {"train": cfg.train_prefix, "valid": cfg.valid_prefix, "test": cfg.test_prefix}
+        if not prefixes.get(split):
+            raise DataError(f"task {self.name!r} has no {split!r} split (set task.{split}_prefix)")
+        if not cfg.data_dir:
+            raise DataError("task.data_dir is not set: the folder of the {prefix}.{lang} files")
+        return parallel_text.read_split(cfg.data_dir, prefixes[split], cfg.src_lang, cfg.tgt_lang,
+                                        cfg.drop_empty)
+
+    # -- vocabulary -------------------------------------------------------------------------
+    def build_vocab(self, pairs: Iterator[tuple[str, str]]) -> None:
+        train = lambda batches: Subwords.train(batches, self.cfg.vocab_size, self.cfg.tokenizer)  # noqa: E731
+        if self.cfg.shared_vocab:
+            self.src = self.tgt = train([s for s, _ in chunk] + [t for _, t in chunk] for chunk in _chunks(pairs))
+            return
+        with tempfile.TemporaryDirectory(prefix="s2s-vocab-") as tmp:  # one pass over the pairs, two sides
+            sides = [Path(tmp) / "src.txt", Path(tmp) / "tgt.txt"]
+            with open(sides[0], "w", encoding="utf-8") as fs, open(sides[1], "w", encoding="utf-8") as ft:
+                for s, t in pairs:
+                    fs.write(s.replace("\n", " ") + "\n")
+                    ft.write(t.replace("\n", " ") + "\n")
+            self.src, self.tgt = (train(_chunks(_read(p))) for p in sides)
+
+    def _files(self, directory: Path) -> list[Path]:
+        names = ["tokenizer.json"] if self.cfg.shared_vocab else ["tokenizer.src.json", "tokenizer.tgt.json"]
+        return [Path(directory) / n for n in names]
+
+    def save_vocab(self, directory: Path) -> None:
+        for path, vocab in zip(self._files(directory), (self.src, self.tgt)):
+            vocab.save(path)
+
+    def load_vocab(self, directory: Path) -> None:
+        files = self._files(directory)
+        for path in files:
+            if not path.is_file():
+                raise DataError(f"file {path} does not exist (the task's tokenizer)")
+        loaded = [Subwords.load(p) for p in files]
+        self.src, self.tgt = loaded if len(loaded) == 2 else loaded * 2
+
+    @property
+    def src_vocab_size(self) -> int:
+        return len(self._vocab("src"))
+
+    @property
+    def tgt_vocab_size(self) -> int:
+        return len(self._vocab("tgt"))
+
+    @property
+    def shared_vocab(self) -> bool:
+        return bool(self.cfg.shared_vocab)
+
+    def _vocab(self, side: str) -> Subwords:
+        vocab = getattr(self, side)
+        if vocab is None:
+            raise RuntimeError("the vocabulary is neither built nor loaded (build_vocab / load_vocab first)")
+        return vocab
+
+    # -- ids <-> text -----------------------------------------------------------------------
+    def encode_source(self, lines: Sequence[str]) -> list[list[int]]:
+        return self._vocab("src").encode(lines)
+
+    def encode_target(self, lines: Sequence[str]) -> list[list[int]]:
+        return self._vocab("tgt").encode(lines)
+
+    def decode_target(self, ids: Sequence[int]) -> str:
+        return self._vocab("tgt").decode(ids)
+
+    # -- evaluation -------------------------------------------------------------------------
+    def score(self, hypotheses: Sequence[str], references: Sequence[str],
+              sources: Sequence[str] | None = None) -> Score:
+        """sacreBLEU (primary), tokenised BLEU with compound splitting, and chrF."""
+        bleu = metrics.bleu(hypotheses, references)
+        tok = metrics.bleu_tok(hypotheses, references, self.cfg.tgt_lang)
+        chrf = metrics.chrf(hypotheses, references)
+        figures = {"bleu_tok": round(tok.score, 2), "chrf": round(chrf.score, 2), "sentences": len(references),
+                   "bleu_bp": round(bleu.bp, 3), "bleu_ratio": round(bleu.sys_len / max(1, bleu.ref_len), 3),
+                   "bleu_signature": bleu.signature, "bleu_tok_signature": tok.signature,
+                   "chrf_signature": chrf.signature}
+        return Score("bleu", round(bleu.score, 2), figures, bleu.signature)
+
+
+def _chunks(items: Iterable) -> Iterator[list]:
+    items = iter(items)
+    while chunk := list(islice(items, _BATCH)):
+        yield chunk
+
+
+def _read(path: Path) -> Iterator[str]:
+    with open(path, encoding="utf-8", newline="\n") as f:
+        for line in f:
+            yield line.rstrip("\n")

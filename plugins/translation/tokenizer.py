@@ -1,0 +1,95 @@
+"""Subword vocabularies trained with the `tokenizers` library: BPE or word-piece, over bytes.
+
+The paper encodes EN-DE with byte-pair encoding (a shared source-target vocabulary of about 37,000
+tokens) and EN-FR with a 32,000 word-piece vocabulary. Both models here run over byte-level
+pre-tokens (GPT-2's scheme: every byte is one of 256 printable characters, a space is kept as part
+of the following word), so every string is covered by the vocabulary and decoding the encoding of
+a line gives the line back exactly, spaces included; no detokeniser is needed.
+
+Word-piece marks a piece that continues a word with a prefix. The usual "##" could also be text
+("a##b" would then decode wrongly), so the prefix here is "＃＃" (two fullwidth number signs),
+which byte-level text never contains, and every byte gets a continuation piece, so no word falls
+back to <unk>. A pre-token longer than `MAX_WORD` characters (never natural text; word-piece
+matching is quadratic in it) is the one thing still encoded as <unk>.
+
+The ids of `seq2seq_core.vocab.SPECIALS` are 0..3. Those tokens are not matched in text: "<s>"
+in a sentence is three ordinary characters.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+from seq2seq_core.vocab import SPECIALS, UNK, atomic_write_text
+
+MODELS = ("bpe", "wordpiece")
+CONTINUATION = "\uff03\uff03"  # "＃＃"
+MAX_WORD = 200
+ALPHABET = sorted(pre_tokenizers.ByteLevel.alphabet())
+
+
+class Subwords:
+    """A trained subword vocabulary: lines to ids and ids back to the exact line."""
+
+    def __init__(self, tokenizer: Tokenizer):
+        tokenizer.encode_special_tokens = True  # not stored in tokenizer.json: set on every load
+        self.tokenizer = tokenizer
+
+    @classmethod
+    def train(cls, batches: Iterable[Sequence[str]], vocab_size: int, model: str = "bpe") -> "Subwords":
+        """Learn a vocabulary of `vocab_size` tokens (specials and the 256 bytes included) from
+        batches of lines."""
+        if model not in MODELS:
+            raise ValueError(f"subword model must be one of {', '.join(MODELS)}, got {model!r}")
+        smallest = len(SPECIALS) + len(ALPHABET) * (2 if model == "wordpiece" else 1)
+        if vocab_size < smallest:
+            raise ValueError(f"a byte-level {model} vocabulary needs at least {smallest} tokens, got {vocab_size}")
+        unk = SPECIALS[UNK]
+        if model == "bpe":
+            tokenizer = Tokenizer(models.BPE(unk_token=unk))
+            trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIALS,
+                                          initial_alphabet=ALPHABET, show_progress=False)
+            tokenizer.decoder = decoders.ByteLevel()
+        else:
+            tokenizer = Tokenizer(models.WordPiece(unk_token=unk, continuing_subword_prefix=CONTINUATION,
+                                                   max_input_chars_per_word=MAX_WORD))
+            trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=SPECIALS,
+                                                initial_alphabet=ALPHABET, show_progress=False,
+                                                continuing_subword_prefix=CONTINUATION)
+            tokenizer.decoder = decoders.Sequence([decoders.Replace(CONTINUATION, ""), decoders.ByteLevel()])
+        tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+        tokenizer.train_from_iterator((list(b) for b in batches), trainer)
+        if model == "wordpiece":
+            _complete_wordpiece(tokenizer, vocab_size)
+        return cls(tokenizer)
+
+    def __len__(self) -> int:
+        return self.tokenizer.get_vocab_size()
+
+    def encode(self, lines: Sequence[str]) -> list[list[int]]:
+        return [e.ids for e in self.tokenizer.encode_batch_fast(list(lines), add_special_tokens=False)]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens=True)
+
+    def save(self, path: Path) -> None:
+        atomic_write_text(Path(path), self.tokenizer.to_str(pretty=True))
+
+    @classmethod
+    def load(cls, path: Path) -> "Subwords":
+        return cls(Tokenizer.from_file(str(path)))
+
+
+def _complete_wordpiece(tokenizer: Tokenizer, vocab_size: int) -> None:
+    """Give every byte a word-initial and a continuing piece, keeping the first-learned pieces
+    up to `vocab_size`: then greedy longest-match always succeeds."""
+    learned = tokenizer.get_vocab()
+    base = SPECIALS + ALPHABET + [CONTINUATION + c for c in ALPHABET]
+    taken = set(base)
+    rest = [t for t in sorted(learned, key=learned.get) if t not in taken]
+    tokens = base + rest[: vocab_size - len(base)]
+    tokenizer.model = models.WordPiece({t: i for i, t in enumerate(tokens)}, unk_token=SPECIALS[UNK],
+                                       continuing_subword_prefix=CONTINUATION,
+                                       max_input_chars_per_word=MAX_WORD)

@@ -1,0 +1,216 @@
+"""Translation data recipes: WMT14 offline in the hub's schema, parallel text files, bad input."""
+from __future__ import annotations
+
+import gzip
+import logging
+
+import pytest
+from omegaconf import OmegaConf
+
+from data_recipes import parallel_text, shared_data_dir, wmt14
+from plugins.translation import TranslationConfig, TranslationTask
+from seq2seq_core.config import load_config, task_section
+from seq2seq_core.task import DataError
+
+HUB_SPLITS = {"train": 300, "validation": 20, "test": 30}
+
+
+def _rows(split: str, n: int, other: str = "de") -> list[dict]:
+    return [{"translation": {other: f"Das ist Satz {i} aus {split}.", "en": f"This is sentence {i} from {split}."}}
+            for i in range(n)]
+
+
+def _hub_dataset(split: str, n: int, other: str = "de"):
+    import datasets
+
+    features = datasets.Features({"translation": datasets.Translation(languages=[other, "en"])})
+    return datasets.Dataset.from_list(_rows(split, n, other), features=features)
+
+
+@pytest.fixture(scope="module")
+def wmt14_parquet(tmp_path_factory):
+    """A few hundred pairs laid out as the hub's parquet files: de-en/{split}-00000-of-00001.parquet."""
+    root = tmp_path_factory.mktemp("wmt14")
+    (root / "de-en").mkdir()
+    for split, n in HUB_SPLITS.items():
+        _hub_dataset(split, n).to_parquet(str(root / "de-en" / f"{split}-00000-of-00001.parquet"))
+    return root
+
+
+def _task(**kw):
+    return TranslationTask(OmegaConf.merge(OmegaConf.structured(TranslationConfig), kw))
+
+
+# -- WMT14 ---------------------------------------------------------------------------------------
+def test_wmt14_offline_from_parquet_in_the_hub_schema(wmt14_parquet):
+    task = _task(source="wmt14", src_lang="en", tgt_lang="de", local_dir=str(wmt14_parquet))
+    for split, hub_split in (("train", "train"), ("valid", "validation"), ("test", "test")):
+        pairs = list(task.read_split(split))
+        assert len(pairs) == HUB_SPLITS[hub_split]
+        assert pairs[3] == (f"This is sentence 3 from {hub_split}.", f"Das ist Satz 3 aus {hub_split}.")
+    reverse = _task(source="wmt14", src_lang="de", tgt_lang="en", local_dir=str(wmt14_parquet))
+    first = next(iter(reverse.read_split("train")))
+    assert first == ("Das ist Satz 0 aus train.", "This is sentence 0 from train.")
+
+
+def test_wmt14_reads_rows_lazily(wmt14_parquet):
+    pairs = wmt14.read_split("train", "en", "de", local_dir=str(wmt14_parquet))
+    assert not isinstance(pairs, (list, tuple)) and next(pairs)[0] == "This is sentence 0 from train."
+
+
+def test_wmt14_offline_from_save_to_disk(tmp_path):
+    import datasets
+
+    copy = tmp_path / "copy"
+    datasets.DatasetDict({s: _hub_dataset(s, n) for s, n in HUB_SPLITS.items()}).save_to_disk(str(copy))
+    pairs = list(wmt14.read_split("valid", "de", "en", local_dir=str(copy)))
+    assert len(pairs) == 20
+    assert pairs[0] == ("Das ist Satz 0 aus validation.", "This is sentence 0 from validation.")
+
+
+def test_wmt14_hub_path_asks_datasets_for_wmt14(monkeypatch):
+    import datasets
+
+    calls = []
+
+    def fake_load_dataset(name, config, split):
+        calls.append((name, config, split))
+        return _hub_dataset(split, 5, config[:2])
+
+    monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
+    assert len(list(_task(source="wmt14", src_lang="en", tgt_lang="de").read_split("test"))) == 5
+    list(_task(source="wmt14", src_lang="fr", tgt_lang="en").read_split("valid"))
+    assert calls == [("wmt14", "de-en", "test"), ("wmt14", "fr-en", "validation")]
+
+
+def test_wmt14_errors_name_what_is_missing(wmt14_parquet, tmp_path, monkeypatch, caplog):
+    import datasets
+
+    with pytest.raises(DataError, match="no split 'test' found"):
+        wmt14.read_split("test", "en", "de", local_dir=str(tmp_path))
+    with pytest.raises(DataError, match="does not exist"):
+        wmt14.read_split("test", "en", "de", local_dir=str(tmp_path / "nowhere"))
+    with pytest.raises(DataError, match="lacks 'fr'"):
+        next(wmt14.read_split("train", "en", "fr", config="de-en", local_dir=str(wmt14_parquet)))
+    with pytest.raises(DataError, match="English"):
+        wmt14.hub_config("de", "fr")
+
+    def offline(*args, **kw):
+        raise ConnectionError("no internet")
+
+    monkeypatch.setattr(datasets, "load_dataset", offline)
+    with pytest.raises(DataError, match="local_dir"):
+        wmt14.read_split("train", "en", "de")
+    rows = _rows("train", 4)
+    rows[1]["translation"]["de"] = "  "
+    monkeypatch.setattr(datasets, "load_dataset", lambda *a, **k: datasets.Dataset.from_list(rows))
+    with caplog.at_level(logging.WARNING):
+        assert len(list(wmt14.read_split("train", "en", "de"))) == 3
+    assert "dropped 1 pairs" in caplog.text
+
+
+def test_wmt14_preset_reads_a_local_copy(wmt14_parquet):
+    cfg = load_config("wmt14_en_de_base", [f"task.local_dir={wmt14_parquet}"], task_config_cls=TranslationConfig)
+    task = TranslationTask(task_section(cfg))
+    assert task.splits == ("train", "valid", "test")
+    pairs = list(task.read_split("train"))
+    task.build_vocab(iter(pairs))
+    ids = task.encode_source([pairs[0][0]])
+    assert len(ids[0]) > 3 and task.decode_target(task.encode_target([pairs[0][1]])[0]) == pairs[0][1]
+
+
+# -- parallel text -------------------------------------------------------------------------------
+SRC = ["A man rides a bike.", "Two dogs play.", "", "  A woman sings.  ", "Kids run."]
+TGT = ["Ein Mann fährt Rad.", "Zwei Hunde spielen.", "Leer.", "Eine Frau singt.", "Kinder rennen."]
+
+
+def _write(path, lines, gz=False):
+    data = ("\n".join(lines) + "\n").encode("utf-8")
+    if gz:
+        with gzip.open(path.with_name(path.name + ".gz"), "wb") as f:
+            f.write(data)
+    else:
+        path.write_bytes(data)
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_text_files_plain_and_gzipped(tmp_path, gz, caplog):
+    _write(tmp_path / "train.en", SRC, gz)
+    _write(tmp_path / "train.de", TGT, gz)
+    with caplog.at_level(logging.WARNING):
+        pairs = list(_task(data_dir=str(tmp_path)).read_split("train"))
+    assert pairs == [(s.strip(), t) for s, t in zip(SRC, TGT) if s]
+    assert "dropped 1 pairs with an empty side" in caplog.text
+    kept = list(_task(data_dir=str(tmp_path), drop_empty=False).read_split("train"))
+    assert len(kept) == 5 and kept[2] == ("", "Leer.")
+
+
+def test_text_mixed_plain_and_gzip_last_line_without_newline(tmp_path):
+    _write(tmp_path / "x.en", SRC, gz=True)
+    (tmp_path / "x.de").write_text("\n".join(TGT), encoding="utf-8")  # no final newline
+    assert len(list(parallel_text.read_split(tmp_path, "x", "en", "de"))) == 4
+
+
+def test_text_different_line_counts_fail_before_any_pair(tmp_path):
+    _write(tmp_path / "train.en", SRC)
+    _write(tmp_path / "train.de", TGT[:-1], gz=True)
+    with pytest.raises(DataError) as e:
+        parallel_text.read_split(tmp_path, "train", "en", "de")  # raised on the call, not on iteration
+    msg = str(e.value)
+    assert f"{tmp_path / 'train.en'} has 5 lines" in msg and f"{tmp_path / 'train.de.gz'} has 4" in msg
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_text_invalid_utf8_names_file_and_line(tmp_path, gz):
+    _write(tmp_path / "train.en", SRC, gz)
+    path = tmp_path / "train.de"
+    data = b"Ein Mann.\nZwei Hunde.\nLeer \xff\xfe.\nEine Frau.\nKinder.\n"
+    if gz:
+        path = path.with_name("train.de.gz")
+        data = gzip.compress(data)
+    path.write_bytes(data)
+    with pytest.raises(DataError, match=rf"{path.name}, line 3: invalid UTF-8"):
+        list(parallel_text.read_split(tmp_path, "train", "en", "de"))
+
+
+def test_text_missing_files_and_splits(tmp_path):
+    _write(tmp_path / "train.en", SRC)
+    with pytest.raises(DataError, match=r"train\.de does not exist"):
+        _task(data_dir=str(tmp_path)).read_split("train")
+    with pytest.raises(DataError, match="data_dir"):
+        _task().read_split("train")
+    no_test = _task(data_dir=str(tmp_path), test_prefix="")
+    assert no_test.splits == ("train", "valid")
+    with pytest.raises(DataError, match="no 'test' split"):
+        no_test.read_split("test")
+
+
+# -- presets ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name,size,dropout,updates,average,model", [
+    ("wmt14_en_de_base", 512, 0.1, 100_000, 5, "bpe"),
+    ("wmt14_en_de_big", 1024, 0.3, 300_000, 20, "bpe"),
+    ("wmt14_en_fr_base", 512, 0.1, 100_000, 5, "wordpiece"),
+    ("wmt14_en_fr_big", 1024, 0.1, 300_000, 20, "wordpiece"),
+])
+def test_wmt14_presets_carry_the_papers_settings(name, size, dropout, updates, average, model):
+    cfg = load_config(name, task_config_cls=TranslationConfig)
+    m = cfg.model
+    assert (m.layers, m.d_model, m.d_ff, m.heads) == (6, size, 4 * size, size // 64)
+    assert (cfg.model.dropout, cfg.optim.max_updates, cfg.run.average_last) == (dropout, updates, average)
+    assert (cfg.optim.warmup, cfg.optim.label_smoothing, cfg.data.max_tokens) == (4000, 0.1, 25000)
+    assert (cfg.task.tokenizer, cfg.task.vocab_size) == (model, 37000 if model == "bpe" else 32000)
+    task = TranslationTask(task_section(cfg))
+    assert task.shared_vocab and (task.decoding.beam, task.decoding.alpha, task.decoding.max_len_b) == (4, 0.6, 50)
+    assert cfg.decode.beam is None and cfg.decode.alpha is None
+
+
+@pytest.mark.parametrize("lang", ["de", "fr"])
+def test_multi30k_presets_read_the_shared_corpus(lang):
+    if not (shared_data_dir() / "multi30k" / "val.en").is_file():
+        pytest.skip(f"Multi30k not found in {shared_data_dir()} (set S2S_SHARED_DATA)")
+    cfg = load_config(f"multi30k_en_{lang}", task_config_cls=TranslationConfig)
+    peak = cfg.optim.lr_scale * cfg.model.d_model ** -0.5 * cfg.optim.warmup ** -0.5
+    assert peak == pytest.approx(1.5e-3, rel=0.05)
+    task = TranslationTask(task_section(cfg))
+    sizes = {split: sum(1 for _ in task.read_split(split)) for split in task.splits}
+    assert sizes == {"train": 29000, "valid": 1014, "test": 1000}
