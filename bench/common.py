@@ -1,0 +1,65 @@
+"""What every benchmark shares: machine facts, the fp32 matmul rate, peak RSS, JSON results.
+
+Figures from a shared, noisy machine are compared within one run (ratios against the
+`torch.mm` rate measured in the same run) and as medians of several repetitions.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import resource
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def machine() -> dict:
+    return {"python": sys.version.split()[0], "torch": torch.__version__, "platform": platform.platform(),
+            "processor": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
+            "torch_threads": torch.get_num_threads(), "load_avg_1m": os.getloadavg()[0],
+            "date": time.strftime("%Y-%m-%d %H:%M:%S")}
+
+
+def mm_rate(n: int = 1024, repeats: int = 5, seconds: float = 1.0) -> float:
+    """Median fp32 torch.mm FLOP/s (2 n^3 per product) with the current thread count."""
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    torch.mm(a, b)
+    rates = []
+    for _ in range(repeats):
+        count, t0 = 0, time.perf_counter()
+        while time.perf_counter() - t0 < seconds / repeats:
+            torch.mm(a, b)
+            count += 1
+        rates.append(2 * n ** 3 * count / (time.perf_counter() - t0))
+    return statistics.median(rates)
+
+
+def peak_rss_mib() -> float:
+    """This process's peak resident set size (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def write(name: str, result: dict) -> Path:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps({"machine": machine(), **result}, indent=1) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def table(rows: list[dict]) -> str:
+    """A small fixed-width table of dict rows, for the terminal."""
+    if not rows:
+        return ""
+    keys = list(rows[0])
+    cells = [[f"{r.get(k):.4g}" if isinstance(r.get(k), float) else str(r.get(k)) for k in keys] for r in rows]
+    widths = [max(len(k), *(len(c[i]) for c in cells)) for i, k in enumerate(keys)]
+    line = lambda vals: "  ".join(v.rjust(w) for v, w in zip(vals, widths))  # noqa: E731
+    return "\n".join([line(keys)] + [line(c) for c in cells])
