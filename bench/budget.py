@@ -1,0 +1,96 @@
+"""Train a preset for a fixed wall-clock budget on this machine, then decode and score the test set.
+
+    python bench/budget.py multi30k_en_de --minutes 10 60      # scores after 10 and after 60 minutes
+    python bench/budget.py ptb_sample_parsing --minutes 20
+
+The budget counts training time only (`run.max_minutes`, kept across resumes): the run trains
+until the first budget, is evaluated on the test split with the task's decoding defaults, then
+resumes until the next budget. Writes bench/results/budget_PRESET.json with, per budget: updates,
+target tokens/s, the test score and its figures, decoding sentences/s and peak RSS. For parsing
+it also scores a right-branching baseline on the same sentences against the same gold trees.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import torch  # noqa: E402
+
+from bench.common import peak_rss_mib, write  # noqa: E402
+from seq2seq_core.cli import load_for_inference  # noqa: E402
+from seq2seq_core.config import load_config  # noqa: E402
+from seq2seq_core.data import prepare  # noqa: E402
+from seq2seq_core.evaluate import decode_settings, translate  # noqa: E402
+from seq2seq_core.registry import Registry  # noqa: E402
+from seq2seq_core.train import train  # noqa: E402
+
+
+def right_branching(words: list[str], tags: list) -> str:
+    """(TOP (S w1 (S w2 ... ))) with placeholder tags, punctuation tagged from the word."""
+    leaves = [f"({t or 'XX'} {w})" for w, t in zip(words, tags)]
+    tree = f"(S {leaves[-1]})"
+    for leaf in reversed(leaves[:-1]):
+        tree = f"(S {leaf} {tree})"
+    return f"(TOP {tree})"
+
+
+def gold_scores(task, hyps: list[str], sources: list[str]) -> dict:
+    """Parsing only: EVALB against the real gold trees, and the right-branching baseline."""
+    from plugins.parsing.evalb import evalb
+    from plugins.parsing.linearise import punctuation_tags
+
+    gold = list(task.references("test"))
+    model = evalb(gold, hyps).summary
+    baseline = evalb(gold, [right_branching(s.split(), punctuation_tags(s.split())) for s in sources]).summary
+    keep = ("f1", "precision", "recall", "complete_match", "error_sentences", "skipped_sentences",
+            "valid_sentences")
+    return {"gold_evalb": {k: model[k] for k in keep}, "right_branching": {k: baseline[k] for k in keep}}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("preset")
+    p.add_argument("--minutes", type=float, nargs="+", default=[10.0])
+    p.add_argument("--run-dir", default=None)
+    p.add_argument("overrides", nargs="*")
+    args = p.parse_args()
+    torch.set_num_threads(2)
+    run_dir = args.run_dir or f"runs/bench_{args.preset}"
+    reg = Registry.installed()
+    results = []
+    for minutes in sorted(args.minutes):
+        cfg = load_config(args.preset, [f"run.dir={run_dir}", f"run.max_minutes={minutes}", "run.quiet=true",
+                                        "optim.max_updates=1000000", *args.overrides], registry=reg)
+        t0 = time.time()
+        train(cfg, reg, quiet=True)
+        records = [json.loads(line) for line in open(Path(run_dir) / "metrics.jsonl")]
+        speeds = [r["tgt_tokens_per_s"] for r in records if r["kind"] == "train"]
+        cfg_run, task, model = load_for_inference(run_dir, reg)
+        sources, refs = prepare(task, cfg_run.data, quiet=True).texts("test")
+        t1 = time.time()
+        hyps = translate(model, task, sources, decode_settings(task, cfg_run.decode), torch.device("cpu"),
+                         cfg_run.decode.max_sentences)
+        decode_s = time.time() - t1
+        score = task.score(hyps, refs, sources)
+        row = {"minutes": minutes, "updates": records[-1]["update"],
+               "tgt_tokens_per_s_median": sorted(speeds)[len(speeds) // 2] if speeds else None,
+               "test": score.as_dict(), "test_sentences": len(sources),
+               "decode_sentences_per_s": round(len(sources) / decode_s, 2),
+               "decoding": asdict(decode_settings(task, cfg_run.decode)),
+               "peak_rss_mib": round(peak_rss_mib(), 1), "wall_s": round(time.time() - t0, 1)}
+        if task.name == "parsing":
+            row.update(gold_scores(task, hyps, sources))
+        results.append(row)
+        print(json.dumps(row))
+    path = write(f"budget_{args.preset}", {"preset": args.preset, "overrides": args.overrides, "results": results})
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
