@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-import sacrebleu
+from sacrebleu.metrics import BLEU
 
 from seq2seq_core.task import DecodeDefaults, Score, Task, TaskConfig
 from seq2seq_core.vocab import WordTokenizer
@@ -84,10 +84,11 @@ class DemoTask(Task):
         if len(hypotheses) != len(references):
             raise ValueError(f"{len(hypotheses)} hypotheses for {len(references)} references")
         if self.cfg.mode == "translate":
-            bleu = sacrebleu.corpus_bleu(list(hypotheses), [list(references)])
+            metric = BLEU()
+            bleu = metric.corpus_score(list(hypotheses), [list(references)])
             exact = sum(h == r for h, r in zip(hypotheses, references)) / max(1, len(references))
             return Score("bleu", round(bleu.score, 2), {"exact_match": round(100 * exact, 2)},
-                         str(bleu.get_signature() if hasattr(bleu, "get_signature") else "sacrebleu"))
+                         str(metric.get_signature()))
         matched = gold = test = malformed = 0
         for hyp, ref in zip(hypotheses, references):
             g = grammar.spans(ref.split())
