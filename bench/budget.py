@@ -3,9 +3,9 @@
     python bench/budget.py multi30k_en_de --minutes 10 60      # scores after 10 and after 60 minutes
     python bench/budget.py ptb_sample_parsing --minutes 20
 
-The budget counts training time only (`run.max_minutes`, kept across resumes): the run trains
-until the first budget, is evaluated on the test split with the task's decoding defaults, then
-resumes until the next budget. Writes bench/results/budget_PRESET.json with, per budget: updates,
+The budget counts the training loop's wall time, validation included (`run.max_minutes`, kept
+across resumes): the run trains until the first budget, is evaluated on the test split with the
+task's decoding defaults, then resumes until the next budget. Writes bench/results/budget_PRESET.json with, per budget: updates,
 target tokens/s, the test score and its figures, decoding sentences/s and peak RSS. For parsing
 it also scores a right-branching baseline on the same sentences against the same gold trees.
 """
