@@ -58,9 +58,10 @@ def main() -> None:
     p.add_argument("preset")
     p.add_argument("--minutes", type=float, nargs="+", default=[10.0])
     p.add_argument("--run-dir", default=None)
+    p.add_argument("--note", default="", help="what else ran on the machine meanwhile, for the record")
     p.add_argument("overrides", nargs="*")
-    args = p.parse_args()
-    torch.set_num_threads(2)
+    args = p.parse_intermixed_args()
+    torch.set_num_threads(2)  # decoding; training uses the preset's run.threads unless overridden
     run_dir = args.run_dir or f"runs/bench_{args.preset}"
     reg = Registry.installed()
     results = []
@@ -88,7 +89,8 @@ def main() -> None:
             row.update(gold_scores(task, hyps, sources))
         results.append(row)
         print(json.dumps(row))
-    path = write(f"budget_{args.preset}", {"preset": args.preset, "overrides": args.overrides, "results": results})
+    path = write(f"budget_{args.preset}", {"preset": args.preset, "overrides": args.overrides,
+                                           "note": args.note, "results": results})
     print(f"wrote {path}")
 
 

@@ -1,21 +1,29 @@
 """Checkpoints in a run directory: atomic writes, the last K kept, fall-back, averaging.
 
 A checkpoint is one file `checkpoints/checkpoint_{update:08d}.pt` holding the model, optimiser,
-update count, data position, RNG states and config. It is read with torch.load(weights_only=True),
-so loading one never executes pickled code. Averaging follows section 6.1: the element-wise mean
-of the parameters of the last 5 (base) or 20 (big) checkpoints.
+update count, data position, RNG states, config and tokenizer reference. It is written to a
+temporary name, fsynced and renamed, so a crash leaves the old file or the new one, never half
+of one. It is read with torch.load(weights_only=True), so loading one never executes pickled
+code, after every entry of the file has passed its CRC-32 check (torch.load alone reads a file
+with flipped bytes without complaint). Averaging follows section 6.1: the element-wise mean of
+the parameters of the last 5 (base) or 20 (big) checkpoints.
 """
 from __future__ import annotations
 
 import logging
 import os
 import re
+import zipfile
 from pathlib import Path
 
 import torch
 
 log = logging.getLogger("s2s")
 PATTERN = re.compile(r"checkpoint_(\d{8})\.pt$")
+
+
+class CheckpointError(ValueError):
+    """A checkpoint file that cannot be used; the message names the file."""
 
 
 def checkpoint_dir(run_dir: Path) -> Path:
@@ -29,23 +37,37 @@ def listed(run_dir: Path) -> list[Path]:
 
 
 def atomic_save(obj, path: Path) -> None:
-    """torch.save to a temporary name, fsync, rename: a crash leaves the old file or the new."""
+    """torch.save to a temporary name, fsync, rename, fsync the folder: the old file or the new."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    ser = torch.serialization
+    crc = ser.get_crc32_options() if hasattr(ser, "get_crc32_options") else None
+    if crc is False:
+        ser.set_crc32_options(True)  # `load` checks every entry against its CRC
     try:
         with open(tmp, "wb") as f:
             torch.save(obj, f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+        fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(fd)  # the rename itself survives a power cut
+        finally:
+            os.close(fd)
     finally:
+        if crc is False:
+            ser.set_crc32_options(False)
         if tmp.exists():
             tmp.unlink()
 
 
 def save(state: dict, run_dir: Path, update: int, keep_last: int) -> Path:
+    """Write checkpoint_{update}.pt, then delete all but the newest `keep_last` (0 = keep all)."""
     d = checkpoint_dir(run_dir)
     d.mkdir(parents=True, exist_ok=True)
+    for stale in d.glob(".checkpoint_*.pt.tmp*"):  # left by a process killed while saving
+        stale.unlink(missing_ok=True)
     path = d / f"checkpoint_{update:08d}.pt"
     atomic_save(state, path)
     for old in listed(run_dir)[:-keep_last] if keep_last > 0 else []:
@@ -54,16 +76,41 @@ def save(state: dict, run_dir: Path, update: int, keep_last: int) -> Path:
 
 
 def load(path: Path) -> dict:
-    return torch.load(path, map_location="cpu", weights_only=True)
+    """A checkpoint's contents; a truncated or damaged file raises CheckpointError naming it."""
+    path = Path(path)
+    try:
+        with zipfile.ZipFile(path) as z:
+            bad = z.testzip()
+        if bad is not None:
+            raise CheckpointError(f"checkpoint {path} is damaged: entry {bad} fails its CRC check")
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except CheckpointError:
+        raise
+    except FileNotFoundError:
+        raise
+    except Exception as e:  # zipfile.BadZipFile, EOFError, unpickling errors, ...
+        raise CheckpointError(f"checkpoint {path} is unreadable: {type(e).__name__}: {e}") from None
+    if not isinstance(state, dict) or "model" not in state:
+        raise CheckpointError(f"checkpoint {path} holds no model state")
+    return state
 
 
-def load_latest(run_dir: Path) -> tuple[dict, Path] | tuple[None, None]:
-    """The newest checkpoint that reads back; a damaged one is reported by name and passed over."""
+def load_latest(run_dir: Path, set_aside: bool = False) -> tuple[dict, Path] | tuple[None, None]:
+    """The newest checkpoint that reads back; a damaged one is reported by name and passed over.
+
+    With `set_aside`, each damaged file newer than the one returned is renamed to *.damaged, so
+    that neither a later resume nor averaging picks it up again.
+    """
     for path in reversed(listed(run_dir)):
         try:
             return load(path), path
-        except Exception as e:  # truncated or corrupted file
-            log.warning("checkpoint %s is unreadable (%s); falling back to the previous one", path, e)
+        except CheckpointError as e:
+            if set_aside:
+                aside = path.with_name(path.name + ".damaged")
+                os.replace(path, aside)
+                log.warning("%s; moved it to %s and falling back to the previous checkpoint", e, aside.name)
+            else:
+                log.warning("%s; falling back to the previous checkpoint", e)
     return None, None
 
 
@@ -84,5 +131,6 @@ def average(paths: list[Path]) -> dict:
     first["model"] = {k: (v / n).to(first["model"][k].dtype) if v.is_floating_point() else v
                       for k, v in total.items()}
     first["averaged"] = [str(p) for p in paths]
-    first.pop("optimizer", None)
+    for key in ("optimizer", "scaler", "rng"):  # they belong to one point of training, not the mean
+        first.pop(key, None)
     return first

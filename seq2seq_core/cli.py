@@ -1,4 +1,4 @@
-"""The `s2s` command: tasks, prepare, train, generate, score, average, quickstart."""
+"""The `s2s` command: tasks, prepare, train, generate, score, average, plot, quickstart."""
 from __future__ import annotations
 
 import argparse
@@ -171,6 +171,14 @@ def cmd_average(args) -> int:
     return 0
 
 
+def cmd_plot(args) -> int:
+    from .plot import plot_run
+
+    for path in plot_run(Path(args.run_dir), Path(args.output) if args.output else None):
+        print(path)
+    return 0
+
+
 def cmd_quickstart(args) -> int:
     """Train the demo end to end and compare its held-out score with the copy baseline."""
     import time
@@ -246,6 +254,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--output", help="default: RUN_DIR/checkpoint_average.pt")
     s.set_defaults(func=cmd_average)
 
+    s = sub.add_parser("plot", parents=[common], help="draw a run's learning curves as PNG files",
+                       description="Loss, learning rate and dev metric against updates and training time, "
+                                   "from RUN_DIR/metrics.jsonl.")
+    s.add_argument("run_dir", help="a run directory of `s2s train` (it may still be training)")
+    s.add_argument("--output", help="folder for the PNG files (default: RUN_DIR/plots)")
+    s.set_defaults(func=cmd_plot)
+
     s = sub.add_parser("quickstart", parents=[common], help="train and score the offline demo")
     s.add_argument("overrides", nargs="*", metavar="key=value")
     s.set_defaults(func=cmd_quickstart)
@@ -253,7 +268,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    # key=value overrides may follow options (`s2s train demo -q model.layers=2`)
+    if extra and hasattr(args, "overrides") and all("=" in e and not e.startswith("-") for e in extra):
+        args.overrides = [*args.overrides, *extra]
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(message)s", datefmt="%H:%M:%S")
     from .config import ConfigError

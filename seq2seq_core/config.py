@@ -9,6 +9,7 @@ from __future__ import annotations
 import difflib
 import warnings
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 from typing import Any, Optional
 
@@ -70,6 +71,18 @@ class DecodeConfig:
     max_sentences: int = 128  # sentences decoded together
 
 
+class Precision(str, Enum):
+    """Arithmetic of the forward pass: fp32, or autocast to bf16 / fp16 (fp16 with dynamic loss
+    scaling); any other value fails when the config is loaded."""
+
+    fp32 = "fp32"
+    bf16 = "bf16"
+    fp16 = "fp16"
+
+    def __str__(self) -> str:
+        return self.value
+
+
 @dataclass
 class RunConfig:
     """Where and how a run happens, and how often it validates, logs and saves."""
@@ -78,11 +91,13 @@ class RunConfig:
     seed: int = 1
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     threads: int = 0  # torch intra-op threads on CPU; 0 = torch's default
-    precision: str = "fp32"  # fp32 | bf16 | fp16 (autocast; fp16 with dynamic loss scaling)
+    precision: Precision = Precision.fp32  # fp32 | bf16 | fp16; fp32 unless you ask
     log_interval: int = 100
     valid_interval: int = 1000  # updates between validations (loss and task metric)
     valid_max_sentences: int = 0  # decode at most this many dev sentences for the metric (0 = all)
     save_interval: int = 1000  # updates between checkpoints
+    max_minutes: float = 0.0  # also stop after this many minutes of training, across resumes (0 = off)
+    save_minutes: float = 0.0  # also save when this many minutes passed since the last save (0 = off)
     keep_last: int = 5  # checkpoints kept
     average_last: int = 0  # at the end, average the last K checkpoints (0 = none)
     max_nonfinite: int = 10  # stop after this many non-finite updates in a row

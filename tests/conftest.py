@@ -22,5 +22,5 @@ def tiny(tmp_path):
     def make(*extra: str) -> list[str]:
         return ["model.layers=1", "model.d_model=32", "model.d_ff=64", "model.heads=2",
                 f"run.dir={tmp_path / 'run'}", f"data.cache_dir={tmp_path / 'cache'}",
-                "run.log_interval=5", "run.quiet=true", *extra]
+                "run.log_interval=5", "run.quiet=true", "run.threads=1", *extra]
     return make

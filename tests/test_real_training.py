@@ -72,7 +72,7 @@ def test_wmt14_presets_prepare_and_train_on_a_local_copy(preset, registry, tiny,
                                  "en": f"Sentence {i} from {split} , with words ."}} for i in range(n)]
         datasets.Dataset.from_list(rows, features=features).to_parquet(
             str(root / pair / f"{split}-00000-of-00001.parquet"))
-    cfg = load_config(preset, tiny(f"task.local_dir={root}", "task.vocab_size=400", "data.max_tokens=800",
+    cfg = load_config(preset, tiny(f"task.local_dir={root}", "task.vocab_size=600", "data.max_tokens=800",
                                    "optim.max_updates=4", "optim.warmup=2", "run.valid_interval=4",
                                    "run.save_interval=2", "run.valid_max_sentences=4", "decode.max_len_b=5",
                                    "run.threads=0"), registry=registry)

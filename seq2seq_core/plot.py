@@ -1,0 +1,86 @@
+"""Learning curves of a run, drawn from its metrics.jsonl: `s2s plot RUN_DIR`.
+
+One PNG per quantity, each with two panels, against updates and against training hours:
+loss.png (training loss, dev loss), lr.png (the learning rate of equation 3) and one for each
+dev metric the task reports (bleu.png, f1.png, ...). matplotlib draws off-screen (Agg); no
+display is needed.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+NOT_METRICS = {"kind", "update", "elapsed", "loss", "nll", "ppl"}
+
+
+def read_metrics(run_dir: Path) -> list[dict]:
+    """The run's records, oldest first; a torn last line (a killed run) is passed over."""
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} does not exist: not a run directory of `s2s train`")
+    records = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(record, dict) and "update" in record:
+            records.append(record)
+    return records
+
+
+def _curves(records: list[dict], kind: str, key: str) -> tuple[list, list, list]:
+    """(updates, hours, values) of `key` in the records of `kind`; hours empty if not recorded."""
+    rows = [r for r in records if r.get("kind") == kind and isinstance(r.get(key), (int, float))]
+    hours = [r["elapsed"] / 3600 for r in rows] if all("elapsed" in r for r in rows) else []
+    return [r["update"] for r in rows], hours, [r[key] for r in rows]
+
+
+def _figure(title: str, series: list[tuple[str, tuple]], ylabel: str, path: Path) -> Path:
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(11, 4), layout="constrained")
+    by_update, by_time = fig.subplots(1, 2, sharey=True)
+    for label, (updates, hours, values) in series:
+        marker = "o" if len(values) < 30 else None
+        by_update.plot(updates, values, label=label, marker=marker, markersize=3)
+        if hours:
+            by_time.plot(hours, values, label=label, marker=marker, markersize=3)
+    by_update.set_xlabel("updates")
+    by_time.set_xlabel("training time (hours)")
+    by_update.set_ylabel(ylabel)
+    if not by_time.get_lines():
+        by_time.text(0.5, 0.5, "no training time in metrics.jsonl", transform=by_time.transAxes, ha="center")
+    for ax in (by_update, by_time):
+        ax.grid(alpha=0.3)
+        if len(series) > 1 and ax.get_lines():
+            ax.legend()
+    fig.suptitle(title)
+    fig.savefig(path, dpi=100)
+    return path
+
+
+def plot_run(run_dir: Path, out_dir: Path | None = None) -> list[Path]:
+    """Write the run's learning curves as PNGs into out_dir (default RUN_DIR/plots)."""
+    run_dir = Path(run_dir)
+    records = read_metrics(run_dir)
+    if not records:
+        raise ValueError(f"{run_dir / 'metrics.jsonl'} holds no records yet")
+    out_dir = Path(out_dir) if out_dir is not None else run_dir / "plots"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    name = run_dir.resolve().name
+    written = []
+    loss = [(f"{kind} {key}", _curves(records, kind, key)) for kind in ("train", "valid") for key in ("loss",)]
+    loss = [(label, c) for label, c in loss if c[2]]
+    if loss:
+        written.append(_figure(f"{name}: label-smoothed loss per target token", loss, "loss",
+                               out_dir / "loss.png"))
+    lr = _curves(records, "train", "lr")
+    if lr[2]:
+        written.append(_figure(f"{name}: learning rate", [("lr", lr)], "learning rate", out_dir / "lr.png"))
+    metrics = sorted({k for r in records if r.get("kind") == "valid" for k, v in r.items()
+                      if k not in NOT_METRICS and isinstance(v, (int, float))})
+    for key in metrics:
+        written.append(_figure(f"{name}: dev {key}", [(f"dev {key}", _curves(records, "valid", key))], key,
+                               out_dir / f"{key}.png"))
+    return written

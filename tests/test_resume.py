@@ -1,0 +1,267 @@
+"""Runs that stop and go on: SIGKILL and resume, damaged checkpoints, non-finite updates,
+time-based checkpoints, the checks made before training, and watching a run.
+
+The SIGKILL tests start real `python -m seq2seq_core.cli train` processes (one, or two gloo
+processes given the environment torchrun gives its workers), kill them with SIGKILL once
+metrics.jsonl shows update KILL_AT, re-run the same command, and require the checkpoint of the
+last update to equal, bit for bit, that of a run never stopped. Dropout is on and validation
+runs in between, so the RNG streams and the data position must both come back exactly.
+"""
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import types
+from pathlib import Path
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+import seq2seq_core.train as train_mod
+from seq2seq_core import checkpoint
+from seq2seq_core.cli import main
+from seq2seq_core.config import ConfigError, load_config
+from seq2seq_core.train import TrainingError, train
+
+UPDATES, KILL_AT = 100, 30
+
+
+def _overrides(run_dir, cache):
+    return ["model.layers=1", "model.d_model=32", "model.d_ff=64", "model.heads=2", f"run.dir={run_dir}",
+            f"data.cache_dir={cache}", "task.train_size=400", "task.valid_size=6", "task.test_size=4",
+            "data.max_tokens=300", "optim.warmup=20", f"optim.max_updates={UPDATES}", "run.log_interval=1",
+            "run.valid_interval=30", "run.save_interval=20", "run.keep_last=2", "run.threads=1",
+            "run.device=cpu"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _launch(run_dir, cache, world, log_name):
+    """`s2s train` in `world` processes, each with the variables torchrun sets for its workers."""
+    cmd = [sys.executable, "-m", "seq2seq_core.cli", "train", "-q", "demo", *_overrides(run_dir, cache)]
+    port = _free_port()
+    procs = []
+    for rank in range(world):
+        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        if world > 1:
+            env.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(world),
+                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        log = open(run_dir.parent / f"{log_name}.rank{rank}.log", "w")
+        procs.append(subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT))
+    return procs
+
+
+def _logs(run_dir, log_name):
+    return "".join(p.read_text() for p in sorted(run_dir.parent.glob(f"{log_name}.rank*.log")))
+
+
+def _finish(procs, run_dir, log_name, timeout=180):
+    for p in procs:
+        p.wait(timeout=timeout)
+    assert all(p.returncode == 0 for p in procs), _logs(run_dir, log_name)[-4000:]
+
+
+def _last_update(run_dir) -> int:
+    path = run_dir / "metrics.jsonl"
+    if not path.is_file():
+        return 0
+    updates = [0]
+    for line in path.read_text().splitlines():
+        try:
+            updates.append(json.loads(line)["update"])
+        except (ValueError, KeyError):
+            pass  # a line being written
+    return max(updates)
+
+
+def _kill_after(procs, run_dir, log_name, k):
+    deadline = time.time() + 180
+    while _last_update(run_dir) < k:
+        assert all(p.poll() is None for p in procs), "the run ended early:\n" + _logs(run_dir, log_name)[-4000:]
+        assert time.time() < deadline, "no progress:\n" + _logs(run_dir, log_name)[-4000:]
+        time.sleep(0.005)
+    for p in procs:
+        p.send_signal(signal.SIGKILL)
+    for p in procs:
+        p.wait()
+    assert [p.returncode for p in procs] == [-signal.SIGKILL] * len(procs)
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    """The demo data, prepared once for every run of this module."""
+    from seq2seq_core.data import prepare
+    from seq2seq_core.registry import Registry
+
+    path = tmp_path_factory.mktemp("cache")
+    registry = Registry.installed()
+    cfg = load_config("demo", _overrides(path / "unused", path), registry=registry)
+    prepare(train_mod.build_task(cfg, registry), cfg.data, quiet=True)
+    return path
+
+
+@pytest.mark.parametrize("world", [1, 2])
+def test_sigkill_then_resume_is_bitwise_identical_to_an_uninterrupted_run(world, cache, tmp_path, registry):
+    whole, broken = tmp_path / "whole", tmp_path / "broken"
+    for d in (whole, broken):
+        d.mkdir()
+    if world == 1:  # the uninterrupted run: in this process (one thread, as the others) saves a start-up
+        train(load_config("demo", _overrides(whole, cache), registry=registry), registry, quiet=True)
+    else:
+        _finish(_launch(whole, cache, world, "whole"), whole, "whole")
+
+    _kill_after(_launch(broken, cache, world, "killed"), broken, "killed", KILL_AT)
+    killed_at = _last_update(broken)
+    saved = [checkpoint.load(p)["update"] for p in checkpoint.listed(broken)]
+    assert not (broken / "result.json").exists() and killed_at < UPDATES and max(saved) < UPDATES
+    _finish(_launch(broken, cache, world, "resumed"), broken, "resumed")  # the same command again
+    assert f"resumed from {checkpoint.listed(broken)[0].parent}" in _logs(broken, "resumed")
+
+    a = checkpoint.load(checkpoint.listed(whole)[-1])
+    b = checkpoint.load(checkpoint.listed(broken)[-1])
+    assert a["update"] == b["update"] == UPDATES
+    for k in a["model"]:
+        assert torch.equal(a["model"][k], b["model"][k]), f"{k} differs after a kill at update {killed_at}"
+    for i, sa in a["optimizer"]["state"].items():
+        for key, value in sa.items():
+            assert torch.equal(value, b["optimizer"]["state"][i][key]), (i, key)
+    assert (a["epoch"], a["batch_pos"]) == (b["epoch"], b["batch_pos"]) and a["epoch"] >= 1
+    for ra, rb in zip(a["rng"], b["rng"]):
+        assert torch.equal(ra["torch"], rb["torch"])
+    assert len(a["rng"]) == world and a["tokenizer"]["files"].keys() == {"vocab.json"}
+
+    def figures(run_dir):  # what was logged, without the clock
+        return [{k: v for k, v in json.loads(line).items() if k not in ("elapsed", "tgt_tokens_per_s")}
+                for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+    # the updates redone after the kill replaced their first records: one record per update
+    assert figures(broken) == figures(whole)
+
+
+def _cfg(registry, tiny, *extra):
+    return load_config("demo", tiny("task.train_size=400", "task.valid_size=6", "task.test_size=4",
+                                    "data.max_tokens=300", "optim.warmup=5", "run.valid_interval=1000",
+                                    "run.threads=1", "decode.beam=2", *extra), registry=registry)
+
+
+def test_damaged_latest_checkpoint_is_named_set_aside_and_training_resumes_from_the_one_before(
+        registry, tiny, caplog):
+    cfg = _cfg(registry, tiny, "optim.max_updates=8", "run.save_interval=4")
+    train(cfg, registry, quiet=True)
+    latest = checkpoint.listed(cfg.run.dir)[-1]
+    good = checkpoint.load(latest)
+    blob = bytearray(latest.read_bytes())
+    for i in range(len(blob) // 2, len(blob) // 2 + 16):  # flipped bytes: torch.load alone would not notice
+        blob[i] ^= 0xFF
+    latest.write_bytes(bytes(blob))
+    with pytest.raises(checkpoint.CheckpointError, match="checkpoint_00000008.pt is damaged"):
+        checkpoint.load(latest)
+
+    caplog.set_level(logging.INFO, logger="s2s")
+    result = train(cfg, registry, quiet=True)  # the same run again: resumes from update 4
+    assert "checkpoint_00000008.pt is damaged" in caplog.text and "CRC" in caplog.text
+    assert "resumed from" in caplog.text and "checkpoint_00000004.pt" in caplog.text
+    assert (latest.parent / "checkpoint_00000008.pt.damaged").is_file()
+    assert result["update"] == 8
+    redone = checkpoint.load(latest)
+    for k in good["model"]:  # and the redone updates 5..8 are the ones the damaged file held
+        assert torch.equal(good["model"][k], redone["model"][k]), k
+
+
+class _FakeWriter:
+    """Stands in for torch.utils.tensorboard.SummaryWriter (tensorboard is not a dependency)."""
+
+    made: list = []
+
+    def __init__(self, log_dir, purge_step=None):
+        self.log_dir, self.purge_step, self.scalars, self.closed = log_dir, purge_step, [], False
+        _FakeWriter.made.append(self)
+
+    def add_scalar(self, tag, value, step):
+        self.scalars.append((tag, value, step))
+
+    def close(self):
+        self.closed = True
+
+
+def test_nonfinite_updates_are_skipped_counted_and_stop_training_after_max_nonfinite(
+        registry, tiny, monkeypatch, caplog):
+    """Training calls 3 and 8, 9, 10 give NaN: one skip, then 3 in a row stop the run."""
+    calls, real = [0], train_mod.label_smoothed_loss
+
+    def loss(logits, target, eps):
+        out = real(logits, target, eps)
+        if torch.is_grad_enabled():  # training, not validation
+            calls[0] += 1
+            if calls[0] == 3 or calls[0] >= 8:
+                return out[0] * float("nan"), out[1]
+        return out
+
+    monkeypatch.setattr(train_mod, "label_smoothed_loss", loss)
+    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", types.SimpleNamespace(SummaryWriter=_FakeWriter))
+    _FakeWriter.made.clear()
+    cfg = _cfg(registry, tiny, "optim.max_updates=20", "run.save_interval=2", "run.keep_last=5",
+               "run.max_nonfinite=3", "run.log_interval=1")
+    with pytest.raises(TrainingError, match=r"3 non-finite updates in a row after update 6 .*"
+                                            r"checkpoint_00000006\.pt"):
+        train(cfg, registry, quiet=True)
+    assert "update 3: non-finite loss or gradient, update skipped (1 in a row, 1 in all)" in caplog.text
+
+    paths = checkpoint.listed(cfg.run.dir)
+    assert [p.name for p in paths] == [f"checkpoint_0000000{u}.pt" for u in (2, 4, 6)]
+    last = checkpoint.load(paths[-1])
+    assert last["skipped_updates"] == 1 and last["nonfinite_in_row"] == 0
+    assert all(torch.isfinite(v).all() for v in last["model"].values())
+    records = [json.loads(line) for line in open(f"{cfg.run.dir}/metrics.jsonl")]
+    assert [r["update"] for r in records if r["kind"] == "train"] == [1, 2, 3, 4, 5, 6]
+    assert records[-1] == {**records[-1], "kind": "stopped", "update": 6, "in_a_row": 3, "skipped": 4}
+
+    writer, = _FakeWriter.made  # the TensorBoard events mirror metrics.jsonl
+    assert writer.purge_step == 1 and writer.closed
+    assert ("train/loss", records[0]["loss"], 1) in writer.scalars
+    assert [s for s in writer.scalars if s[0] == "stopped/skipped"] == [("stopped/skipped", 4, 6)]
+
+
+def test_checkpoints_every_m_minutes_and_learning_curves(registry, tiny, monkeypatch, tmp_path):
+    """run.save_minutes=2.5 with a clock that advances one minute per training step: saves at
+    updates 3 and 6, and at the end (7); run.save_interval is out of the way."""
+    steps, real_step = [0], train_mod.Trainer.train_step
+
+    def step(self, batches):
+        steps[0] += 1
+        return real_step(self, batches)
+
+    monkeypatch.setattr(train_mod.Trainer, "train_step", step)
+    monkeypatch.setattr(train_mod, "clock", lambda: 60.0 * steps[0])
+    cfg = _cfg(registry, tiny, "optim.max_updates=7", "run.save_interval=1000", "run.save_minutes=2.5",
+               "run.valid_interval=3", "run.log_interval=1")
+    train(cfg, registry, quiet=True)
+    assert [checkpoint.load(p)["update"] for p in checkpoint.listed(cfg.run.dir)] == [3, 6, 7]
+
+    assert main(["plot", cfg.run.dir, "--output", str(tmp_path / "plots")]) == 0
+    for name in ("loss", "lr", "bleu"):
+        assert (tmp_path / "plots" / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_full_disk_fails_before_training(registry, tiny, monkeypatch):
+    cfg = _cfg(registry, tiny, "optim.max_updates=2")
+    monkeypatch.setattr(train_mod.shutil, "disk_usage", lambda path: types.SimpleNamespace(free=1000))
+    with pytest.raises(TrainingError, match=r"0 MiB free, checkpoints need about \d+ MiB"):
+        train(cfg, registry, quiet=True)
+    assert not (Path(cfg.run.dir) / "metrics.jsonl").exists() and not checkpoint.listed(cfg.run.dir)
+
+
+def test_precision_outside_fp32_bf16_fp16_fails_when_the_config_is_loaded(registry):
+    with pytest.raises(ConfigError, match=r"run\.precision.*fp32, bf16, fp16"):
+        load_config("demo", ["run.precision=fp8"], registry=registry)
+    cfg = load_config("demo", ["run.precision=bf16"], registry=registry)
+    assert cfg.run.precision == "bf16" and "precision: bf16" in OmegaConf.to_yaml(cfg)
