@@ -66,8 +66,6 @@ def cmd_train(args) -> int:
 
 def load_for_inference(path: str, registry, overrides=()):
     """(cfg, task, model) from a run directory or a checkpoint file inside one."""
-    import torch
-
     from . import checkpoint
     from .train import build_model, build_task, resolve_device
 
@@ -89,7 +87,6 @@ def load_for_inference(path: str, registry, overrides=()):
     model = build_model(cfg, task)
     model.load_state_dict(state["model"])
     model.to(resolve_device(cfg.run.device)).eval()
-    torch.set_grad_enabled(False)
     return cfg, task, model
 
 
