@@ -12,13 +12,15 @@ together by approximate sequence length").
 """
 from __future__ import annotations
 
+import contextlib
+import gc
 import hashlib
 import json
 import logging
 import os
 import shutil
 from dataclasses import dataclass
-from itertools import islice
+from itertools import chain, islice
 from pathlib import Path
 from typing import Iterator, Sequence
 
@@ -74,8 +76,7 @@ class Split:
 
     def batch(self, indices: Sequence[int]) -> dict:
         """Padded tensors: src [B,S] (ids+EOS), tgt_in [B,T] (BOS+ids), tgt_out [B,T] (ids+EOS)."""
-        srcs = [self.src[self.src_off[i]:self.src_off[i + 1]] for i in indices]
-        tgts = [self.tgt[self.tgt_off[i]:self.tgt_off[i + 1]] for i in indices]
+        srcs, tgts = _read(self.src, self.src_off, indices), _read(self.tgt, self.tgt_off, indices)
         B, S, T = len(indices), max(len(s) for s in srcs), max(len(t) for t in tgts)
         src = np.full((B, S), PAD, dtype=np.int64)
         tgt_in = np.full((B, T), PAD, dtype=np.int64)
@@ -90,6 +91,19 @@ class Split:
                 "tgt_out": torch.from_numpy(tgt_out), "ntokens": ntokens}
 
 
+def _read(ids: np.ndarray, off: np.ndarray, indices: Sequence[int]) -> list[np.ndarray]:
+    """ids[off[i]:off[i+1]] for each i. A memory-mapped file is read, not touched through its
+    mapping: mapped pages count in the process's RSS (the kernel maps 64 KiB around each page
+    touched), so an epoch of random batches would end up holding the whole corpus."""
+    if not isinstance(ids, np.memmap):
+        return [ids[off[i]:off[i + 1]] for i in indices]
+    size = ids.dtype.itemsize
+    with open(ids.filename, "rb", buffering=0) as f:
+        fd = f.fileno()
+        return [np.frombuffer(os.pread(fd, size * int(off[i + 1] - off[i]), ids.offset + size * int(off[i])),
+                              ids.dtype) for i in indices]
+
+
 @dataclass
 class Prepared:
     directory: Path
@@ -100,6 +114,17 @@ class Prepared:
         d = self.directory
         read = lambda p: p.read_text(encoding="utf-8").split("\n")[:-1]  # noqa: E731
         return read(d / f"{split}.src.txt"), read(d / f"{split}.ref.txt")
+
+
+def _with_eos(ids: list, lens: np.ndarray, keep: np.ndarray) -> np.ndarray:
+    """The kept sequences of `ids` (lengths lens - 1), each followed by EOS, as one int32 array."""
+    flat = np.fromiter(chain.from_iterable(ids), np.int32, int(lens.sum() - len(lens)))
+    ends = np.cumsum(lens)  # one past each sequence's EOS in the output
+    out = np.full(ends[-1] if len(ends) else 0, EOS, np.int32)
+    is_id = np.ones(len(out), bool)
+    is_id[ends - 1] = False
+    out[is_id] = flat
+    return out if keep.all() else out[np.repeat(keep, lens)]
 
 
 def _binarise(task: Task, split: str, directory: Path, data_cfg, keep_text: bool, progress) -> dict:
@@ -124,9 +149,8 @@ def _binarise(task: Task, split: str, directory: Path, data_cfg, keep_text: bool
                 if data_cfg.max_len_ratio:
                     keep &= np.maximum(ls, lt) / np.minimum(ls, lt) <= data_cfg.max_len_ratio
             idx = np.flatnonzero(keep)
-            eos = [EOS]
-            fs.write(np.fromiter((i for j in idx for i in (*s_ids[j], *eos)), np.int32).tobytes())
-            ft.write(np.fromiter((i for j in idx for i in (*t_ids[j], *eos)), np.int32).tobytes())
+            fs.write(_with_eos(s_ids, ls, keep).tobytes())
+            ft.write(_with_eos(t_ids, lt, keep).tobytes())
             src_lens.append(ls[idx])
             tgt_lens.append(lt[idx])
             for j in idx:
@@ -145,6 +169,19 @@ def _binarise(task: Task, split: str, directory: Path, data_cfg, keep_text: bool
     return {"pairs": kept, "filtered": dropped}
 
 
+@contextlib.contextmanager
+def _collector_paused():
+    """Tokenising makes millions of short-lived lists of ids. They hold no reference cycles, so
+    reference counting frees them; the cyclic collector would only scan them over and over."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def prepare(task: Task, data_cfg, quiet: bool = False) -> Prepared:
     """Vocabulary plus binarised splits for `task`, from the cache when already prepared."""
     from tqdm import tqdm
@@ -158,14 +195,16 @@ def prepare(task: Task, data_cfg, quiet: bool = False) -> Prepared:
         tmp.mkdir()
         try:
             log.info("preparing %s into %s", task.name, directory)
-            task.build_vocab(task.read_split("train"))
-            task.save_vocab(tmp)
             stats = {}
-            for split in task.splits:
-                with tqdm(desc=f"binarise {split}", unit=" pairs", disable=quiet, leave=False) as bar:
-                    stats[split] = _binarise(task, split, tmp, data_cfg, keep_text=split != "train", progress=bar)
-                log.info("%s: %d pairs kept, %d filtered by length", split, stats[split]["pairs"],
-                         stats[split]["filtered"])
+            with _collector_paused():
+                task.build_vocab(task.read_split("train"))
+                task.save_vocab(tmp)
+                for split in task.splits:
+                    with tqdm(desc=f"binarise {split}", unit=" pairs", disable=quiet, leave=False) as bar:
+                        stats[split] = _binarise(task, split, tmp, data_cfg, keep_text=split != "train",
+                                                 progress=bar)
+                    log.info("%s: %d pairs kept, %d filtered by length", split, stats[split]["pairs"],
+                             stats[split]["filtered"])
             atomic_write_text(tmp / "prepared.json", json.dumps(
                 {"task": task.name, "splits": stats, "src_vocab": task.src_vocab_size,
                  "tgt_vocab": task.tgt_vocab_size}, indent=1))
@@ -191,16 +230,19 @@ def token_batches(src_lens: np.ndarray, tgt_lens: np.ndarray, max_tokens: int, s
     rng = np.random.default_rng(seed)
     order = rng.permutation(n) if shuffle else np.arange(n)
     order = order[np.lexsort((src_lens[order], tgt_lens[order]))]
-    batches, start, max_s, max_t = [], 0, 0, 0
-    s_list, t_list = src_lens[order].tolist(), tgt_lens[order].tolist()
-    for i in range(n):
-        ms, mt = max(max_s, s_list[i]), max(max_t, t_list[i])
-        if i > start and (ms * (i - start + 1) > max_tokens or mt * (i - start + 1) > max_tokens):
-            batches.append(order[start:i])
-            start, ms, mt = i, s_list[i], t_list[i]
-        max_s, max_t = ms, mt
-    if start < n:
-        batches.append(order[start:])
+    s_sorted, t_sorted = src_lens[order], tgt_lens[order]
+    # A batch is the longest run from `start` whose size times its longest source and target
+    # stays within max_tokens (at least one pair). Targets are sorted, so the run is shorter than
+    # max_tokens // (its first target length) + 1: only that window is looked at.
+    count = np.arange(1, max_tokens + 2)
+    batches, start = [], 0
+    while start < n:
+        end = min(n, start + max_tokens // max(1, int(t_sorted[start])) + 1)
+        ok = (np.maximum.accumulate(s_sorted[start:end]) * count[:end - start] <= max_tokens) & \
+             (np.maximum.accumulate(t_sorted[start:end]) * count[:end - start] <= max_tokens)
+        size = max(1, int(ok.argmin()) if not ok.all() else end - start)
+        batches.append(order[start:start + size])
+        start += size
     if shuffle:
         rng.shuffle(batches)
     return batches

@@ -12,6 +12,7 @@ positions allow. PAD and BOS are never generated.
 """
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 
 import torch
@@ -32,11 +33,18 @@ def length_penalty(length, alpha: float):
 
 
 class _Stepper:
-    """Next-token log-probabilities for a batch of prefixes, incrementally or by recomputing."""
+    """Next-token log-probabilities for the prefixes of the sentences still searched, incrementally
+    or by recomputing; `reorder` moves hypotheses and, where the model allows, drops sentences."""
 
-    def __init__(self, model, memory: Tensor, src_pad: Tensor, incremental: bool):
+    def __init__(self, model, memory: Tensor, src_pad: Tensor, incremental: bool, capacity: int):
         self.model, self.memory, self.src_pad = model, memory, src_pad
-        self.cache = model.init_cache(memory, src_pad) if incremental else None
+        self.cache = None
+        if incremental:
+            self.cache = (model.init_cache(memory, src_pad, capacity=capacity)
+                          if _accepts(model.init_cache, "capacity") else model.init_cache(memory, src_pad))
+        # finished sentences leave the batch, unless the model's cache cannot drop sentences
+        self.can_shrink = self.cache is None or _accepts(model.reorder_cache, "keep")
+        self.banned = torch.tensor([PAD, BOS], device=memory.device)
 
     def __call__(self, tokens: Tensor, max_len: Tensor, t: int) -> Tensor:
         """tokens [n, t+1] (BOS and t outputs) -> log-probs [n, V]; rows at max_len may only end."""
@@ -44,8 +52,7 @@ class _Stepper:
             logits = self.model.decode_step(tokens[:, -1], self.cache)
         else:
             logits = self.model.decode(tokens, self.memory, self.src_pad)[:, -1]
-        logp = torch.log_softmax(logits.float(), dim=-1)
-        logp[:, [PAD, BOS]] = -torch.inf
+        logp = torch.log_softmax(logits.float(), dim=-1).index_fill_(1, self.banned, -torch.inf)
         at_max = max_len.eq(t)
         if at_max.any():  # hypotheses that reached the maximum length are finalised with EOS
             eos = logp[at_max, EOS]
@@ -53,9 +60,22 @@ class _Stepper:
             logp[at_max, EOS] = eos
         return logp
 
-    def reorder(self, index: Tensor) -> None:
+    def reorder(self, index: Tensor, keep: Tensor | None = None) -> None:
+        """Row i continues row index[i]; with `keep`, only those sentences (ascending) remain."""
+        if keep is not None:
+            self.memory, self.src_pad = self.memory.index_select(0, keep), self.src_pad.index_select(0, keep)
         if self.cache is not None:
-            self.model.reorder_cache(self.cache, index)
+            if keep is None:
+                self.model.reorder_cache(self.cache, index)
+            else:
+                self.model.reorder_cache(self.cache, index, keep=keep)
+
+
+def _accepts(fn, name: str) -> bool:
+    try:
+        return name in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def generate(model, src: Tensor, beam: int, alpha: float, max_len_a: float, max_len_b: int,
@@ -65,7 +85,9 @@ def generate(model, src: Tensor, beam: int, alpha: float, max_len_a: float, max_
     beam == 1 is greedy search; beam > 1 beam search. `incremental=False` recomputes the
     decoder over the whole prefix at each step (same results, slower). The model is put in eval
     mode for the search and given back in the mode it came in. Any model with the Transformer's
-    encode / decode / init_cache / decode_step / reorder_cache and `max_positions` will do.
+    encode / decode / init_cache / decode_step / reorder_cache and `max_positions` will do; when
+    its init_cache takes `capacity` it is told the number of steps, and when its reorder_cache
+    takes `keep`, sentences leave the batch as soon as their search is over.
     """
     was_training = model.training
     model.eval()
@@ -74,7 +96,7 @@ def generate(model, src: Tensor, beam: int, alpha: float, max_len_a: float, max_
             memory, src_pad = model.encode(src)
             src_len = (~src_pad).sum(1)
             max_len = (max_len_a * src_len.double() + max_len_b).long().clamp(0, model.max_positions - 1)
-            stepper = _Stepper(model, memory, src_pad, incremental)
+            stepper = _Stepper(model, memory, src_pad, incremental, capacity=int(max_len.max()) + 1)
             if beam == 1:
                 seqs, scores = _greedy(stepper, max_len, alpha)
             else:
@@ -89,24 +111,42 @@ def generate(model, src: Tensor, beam: int, alpha: float, max_len_a: float, max_
 
 
 def _greedy(step: _Stepper, max_len: Tensor, alpha: float) -> tuple[Tensor, Tensor]:
-    """Take the most probable token at each step until every row has produced EOS."""
-    B = max_len.size(0)
-    tokens = torch.full((B, 1), BOS, dtype=torch.long, device=max_len.device)
-    logp_sum = torch.zeros(B, device=max_len.device)
-    length = torch.zeros(B, dtype=torch.long, device=max_len.device)  # |Y| once finished
+    """Take the most probable token at each step; a sentence leaves the batch at its EOS."""
+    B, device = max_len.size(0), max_len.device
+    seqs = torch.full((B, int(max_len.max()) + 2), PAD, dtype=torch.long, device=device)
+    seqs[:, 0] = BOS
+    logp_sum = torch.zeros(B, device=device)
+    length = torch.zeros(B, dtype=torch.long, device=device)  # |Y|, set when a sentence ends
+    alive = torch.arange(B, device=device)  # the sentences of the batch rows, original numbers
+    live = torch.ones(B, dtype=torch.bool, device=device)  # rows still searched (all, when shrinking)
+    tokens = seqs[:, :1]
+    acc = torch.zeros(B, device=device)
+    ml = max_len
     for t in range(int(max_len.max()) + 1):
-        logp, next_tok = step(tokens, max_len, t).max(dim=-1)
-        live = length.eq(0)
-        logp_sum += torch.where(live, logp, 0.0)
-        length = torch.where(live & next_tok.eq(EOS), t + 1, length)
-        tokens = torch.cat([tokens, torch.where(live, next_tok, EOS)[:, None]], dim=1)
-        if length.gt(0).all():
-            break
-    return tokens, logp_sum / length_penalty(length.float(), alpha)
+        logp, next_tok = step(tokens, ml, t).max(dim=-1)
+        acc += logp
+        ends = next_tok.eq(EOS) & live
+        if not step.can_shrink:
+            next_tok = torch.where(live, next_tok, EOS)
+        seqs[alive[live], t + 1] = next_tok[live]
+        if ends.any():
+            ids = alive[ends]
+            logp_sum[ids], length[ids] = acc[ends], t + 1
+            live &= ~ends
+            if not live.any():
+                break
+            if step.can_shrink:
+                keep = live.nonzero().squeeze(1)
+                alive, ml, acc, live = alive[keep], ml[keep], acc[keep], live[keep]
+                tokens = torch.cat([tokens[keep], next_tok[keep, None]], dim=1)
+                step.reorder(keep, keep)
+                continue
+        tokens = torch.cat([tokens, next_tok[:, None]], dim=1)
+    return seqs, logp_sum / length_penalty(length.float(), alpha)
 
 
 def _beam_search(step: _Stepper, max_len: Tensor, k: int, alpha: float) -> tuple[Tensor, Tensor]:
-    """Beam search over B sentences at once, k live hypotheses each (B*k rows, sentence-major).
+    """Beam search over B sentences at once, k live hypotheses each (b*k rows, sentence-major).
 
     Each step takes the 2k best extensions of a sentence's live hypotheses: those ending in EOS
     are candidates for the sentence's best finished hypothesis, the k best others stay live.
@@ -114,45 +154,60 @@ def _beam_search(step: _Stepper, max_len: Tensor, k: int, alpha: float) -> tuple
     because log-probabilities are <= 0: a live hypothesis with sum s and final length L scores at
     most s / lp(L) (its sum can only fall), and L lies between its current length + 1 and
     max_len + 1, so it scores at most s / max(lp(current + 1), lp(max_len + 1)); with alpha >= 0
-    that is s / lp(max_len + 1). The batch stops when every sentence is done; at max_len every
-    live hypothesis is forced to end, so all are done then.
+    that is s / lp(max_len + 1). A done sentence leaves the batch (its rows stop being computed);
+    at max_len every live hypothesis is forced to end, so all are done then.
     """
     B, device = max_len.size(0), max_len.device
+    best_score = torch.full((B,), -torch.inf, device=device)
+    best_seq = torch.full((B, int(max_len.max()) + 2), PAD, dtype=torch.long, device=device)
+    alive = torch.arange(B, device=device)  # the sentences of the batch, original numbers
+    done = torch.zeros(B, dtype=torch.bool, device=device)  # stays all False when the batch shrinks
     rows = torch.arange(B, device=device)[:, None] * k  # first row of each sentence
     tokens = torch.full((B * k, 1), BOS, dtype=torch.long, device=device)
     scores = torch.full((B, k), -torch.inf, device=device)
     scores[:, 0] = 0.0  # one live hypothesis at the start, so the beam holds no duplicates
-    best_score = torch.full((B,), -torch.inf, device=device)
-    best_seq = torch.full((B, int(max_len.max()) + 2), PAD, dtype=torch.long, device=device)
-    done = torch.zeros(B, dtype=torch.bool, device=device)
-    lp_max = length_penalty(max_len.float() + 1, alpha)
+    ml, lp_max = max_len, length_penalty(max_len.float() + 1, alpha)
     for t in range(int(max_len.max()) + 1):
-        logp = step(tokens, max_len.repeat_interleave(k), t)  # [B*k, V]
-        V = logp.size(-1)
-        cand = (scores[:, :, None] + logp.view(B, k, V)).view(B, k * V)
-        cand_score, cand_idx = cand.topk(2 * k, dim=1)  # [B, 2k]
-        cand_row = rows + torch.div(cand_idx, V, rounding_mode="floor")
-        cand_tok = cand_idx % V
+        b = alive.size(0)
+        logp = step(tokens, ml.repeat_interleave(k), t)  # [b*k, V]
+        # the 2k best extensions of a sentence are among the 2k best of each of its hypotheses
+        w = min(2 * k, logp.size(-1))
+        top, top_tok = logp.topk(w, dim=1)  # [b*k, w]
+        cand = (top + scores.view(-1, 1)).view(b, k * w)
+        cand_score, cand_idx = cand.topk(2 * k, dim=1)  # [b, 2k]
+        cand_row = rows + torch.div(cand_idx, w, rounding_mode="floor")
+        cand_tok = top_tok.view(b, k * w).gather(1, cand_idx)
         ends = cand_tok.eq(EOS)
 
         # best finished candidate of this step, |Y| = t + 1
         fin = torch.where(ends, cand_score, -torch.inf) / length_penalty(t + 1, alpha)
         fin_score, fin_pos = fin.max(dim=1)
-        better = fin_score.gt(best_score) & ~done
+        better = fin_score.gt(best_score[alive]) & ~done
         if better.any():
-            fin_row = cand_row.gather(1, fin_pos[:, None]).squeeze(1)
-            seq = torch.cat([tokens[fin_row], torch.full_like(fin_row, EOS)[:, None]], dim=1)
-            best_seq[:, : t + 2] = torch.where(better[:, None], seq, best_seq[:, : t + 2])
-            best_score = torch.where(better, fin_score, best_score)
+            fin_row = cand_row.gather(1, fin_pos[:, None]).squeeze(1)[better]
+            ids = alive[better]
+            best_seq[ids, : t + 1] = tokens[fin_row]
+            best_seq[ids, t + 1] = EOS
+            best_score[ids] = fin_score[better]
 
         # the k best extensions that did not end stay live
         scores, live_pos = torch.where(ends, -torch.inf, cand_score).topk(k, dim=1)
         index = cand_row.gather(1, live_pos).view(-1)
         tokens = torch.cat([tokens[index], cand_tok.gather(1, live_pos).view(-1, 1)], dim=1)
-        step.reorder(index)
 
         bound = scores[:, 0] / lp_max.clamp(min=length_penalty(t + 2, alpha))
-        done |= best_score.ge(bound) | max_len.le(t)
-        if done.all():
+        now_done = done | best_score[alive].ge(bound) | ml.le(t)
+        if now_done.all():
             break
+        if step.can_shrink and now_done.any():
+            keep = (~now_done).nonzero().squeeze(1)
+            alive, ml, lp_max, scores = alive[keep], ml[keep], lp_max[keep], scores[keep]
+            index = index.view(b, k)[keep].view(-1)
+            tokens = tokens.view(b, k, -1)[keep].view(index.size(0), -1)
+            rows = torch.arange(keep.size(0), device=device)[:, None] * k
+            done = done[keep]
+            step.reorder(index, keep)
+        else:
+            done = now_done
+            step.reorder(index)
     return best_seq, best_score

@@ -116,15 +116,15 @@ class DecoderLayer(nn.Module):
         """memory_kv: the encoder output's keys and values for this layer, each [B, h, S, d_k].
 
         kv None: x is the whole target prefix, masked causally. Otherwise x is one position
-        (`step`) and kv [2, B*g, h, capacity, d_k] this layer's self-attention cache: this
+        (`step`) and kv [B*g, 2, h, capacity, d_k] this layer's self-attention cache: this
         step's keys and values are written at `step` and the query attends to steps 0..step.
         """
         def self_attention(y):
             k, v = self.self_attn.keys_values(y)
             if kv is None:
                 return self.self_attn(y, k, v, causal=True)
-            kv[0, :, :, step:step + 1], kv[1, :, :, step:step + 1] = k, v
-            return self.self_attn(y, kv[0, :, :, :step + 1], kv[1, :, :, :step + 1])
+            kv[:, 0, :, step:step + 1], kv[:, 1, :, step:step + 1] = k, v
+            return self.self_attn(y, kv[:, 0, :, :step + 1], kv[:, 1, :, :step + 1])
 
         x = self.res1(x, self_attention)
         x = self.res2(x, lambda y: self.cross_attn(y, memory_kv[0], memory_kv[1], memory_mask))
@@ -133,18 +133,23 @@ class DecoderLayer(nn.Module):
 
 @dataclass
 class DecoderCache:
-    """What incremental decoding keeps between steps; tensors only, stacked over the N layers.
+    """What incremental decoding keeps between steps; tensors only, one row per sentence or
+    hypothesis first, so that moving rows is one contiguous copy each.
 
-    memory_kv [N, 2, B, h, S, d_k]: encoder-decoder keys/values, once per source sentence.
+    memory_kv [B, N, 2, h, S, d_k]: encoder-decoder keys/values of the N layers, once per sentence.
     memory_mask [B, 1, 1, S]: True at source positions that may be attended.
-    kv [N, 2, B*g, h, capacity, d_k]: self-attention keys/values of the steps done so far
-    (allocated at the first step, capacity doubled when full).
+    kv [B*g, N, 2, h, capacity, d_k]: self-attention keys/values of the steps done so far, and
+    spare, a buffer of the same shape that reordering copies into (the two then swap), so that
+    a step allocates nothing. Both are allocated at the first step with `capacity` positions,
+    doubled when full.
     step: number of steps done, hence the position of the next token.
     """
 
     memory_kv: Tensor
     memory_mask: Tensor
+    capacity: int = 16
     kv: Optional[Tensor] = None
+    spare: Optional[Tensor] = None
     step: int = 0
 
 
@@ -225,10 +230,11 @@ class Transformer(nn.Module):
         return self.decode(tgt_in, *self.encode(src))
 
     # -- incremental decoding for search ---------------------------------------------------
-    def init_cache(self, memory: Tensor, src_pad: Tensor) -> DecoderCache:
-        """Compute the encoder-decoder keys and values of every layer once per sentence."""
-        memory_kv = torch.stack([torch.stack(layer.cross_attn.keys_values(memory)) for layer in self.decoder])
-        return DecoderCache(memory_kv, self.key_mask(src_pad))
+    def init_cache(self, memory: Tensor, src_pad: Tensor, capacity: int = 16) -> DecoderCache:
+        """Compute the encoder-decoder keys and values of every layer once per sentence;
+        `capacity`: the number of steps expected (more are possible, at the cost of a copy)."""
+        memory_kv = torch.stack([torch.stack(layer.cross_attn.keys_values(memory), 1) for layer in self.decoder], 1)
+        return DecoderCache(memory_kv, self.key_mask(src_pad), max(1, capacity))
 
     def decode_step(self, tokens: Tensor, cache: DecoderCache) -> Tensor:
         """Feed tokens [B*g] at position cache.step; return logits [B*g, V] for the next token.
@@ -237,24 +243,36 @@ class Transformer(nn.Module):
         """
         n, step = tokens.size(0), cache.step
         if cache.kv is None:
-            N, _, B, h, _, d_k = cache.memory_kv.shape
+            B, N, _, h, _, d_k = cache.memory_kv.shape
             assert n % B == 0, f"{n} rows are not a whole number of hypotheses per sentence ({B})"
-            cache.kv = cache.memory_kv.new_zeros(N, 2, n, h, 16, d_k)
+            cache.kv = cache.memory_kv.new_empty(n, N, 2, h, cache.capacity, d_k)
+            cache.spare = torch.empty_like(cache.kv)
         elif step == cache.kv.size(4):
-            cache.kv = torch.cat([cache.kv, torch.zeros_like(cache.kv)], dim=4)
+            grown = cache.kv.new_empty(*cache.kv.shape[:4], 2 * step, cache.kv.size(5))
+            grown[:, :, :, :, :step] = cache.kv
+            cache.kv, cache.spare = grown, torch.empty_like(grown)
         x = self.embed(self.tgt_embed, tokens[:, None], start=step)
-        for layer, memory_kv, kv in zip(self.decoder, cache.memory_kv, cache.kv):
-            x = layer(x, memory_kv, cache.memory_mask, kv, step)
+        for i, layer in enumerate(self.decoder):
+            memory_kv = cache.memory_kv[:, i]
+            x = layer(x, (memory_kv[:, 0], memory_kv[:, 1]), cache.memory_mask, cache.kv[:n, i], step)
         cache.step += 1
         return self.out(self.dec_norm(x[:, 0]))
 
     @staticmethod
-    def reorder_cache(cache: DecoderCache, index: Tensor) -> DecoderCache:
+    def reorder_cache(cache: DecoderCache, index: Tensor, keep: Optional[Tensor] = None) -> DecoderCache:
         """Row i continues the hypothesis of row index[i] (in place; returns the cache).
 
         index[i] must be a row of the same sentence as row i, as in beam search: the encoder
         keys/values are per sentence and stay untouched; only the self-attention cache moves.
+        With `keep` (sentence numbers, ascending) the cache holds those sentences only from now
+        on; index then lists g rows for each kept sentence, in the same order.
         """
-        if cache.kv is not None:
-            cache.kv = cache.kv.index_select(2, index)
+        if keep is not None:
+            cache.memory_kv = cache.memory_kv.index_select(0, keep)
+            cache.memory_mask = cache.memory_mask.index_select(0, keep)
+        if cache.kv is not None and cache.step > 0:
+            n, t = index.size(0), cache.step
+            # only the steps done move, into the spare buffer: no allocation, no copy of empty capacity
+            torch.index_select(cache.kv[..., :t, :], 0, index, out=cache.spare[:n, ..., :t, :])
+            cache.kv, cache.spare = cache.spare, cache.kv
         return cache

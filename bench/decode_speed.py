@@ -1,0 +1,218 @@
+"""Decoding speed: sentences/s of beam search and greedy search (issue 6, benchmark b).
+
+    python -m bench.decode_speed --run runs/multi30k_en_de --parsing-run runs/ptb_sample_parsing
+    python -m bench.decode_speed                 # untrained models of the presets' sizes
+
+Translation: the multi30k_en_de model (a trained run directory with --run, else a randomly
+initialised model of the preset's size) on the first 1,000 lines of test_2016_flickr.en, with
+the task's defaults (beam 4, alpha 0.6, at most source + 50 tokens) and greedy search.
+Parsing: the ptb_sample_parsing model (--parsing-run, else random) at beam 21, alpha 0.3, at
+most source + 300 tokens, on sentences of the NLTK treebank sample (dev, test, then training
+sentences, up to --parsing-sentences). An untrained model almost never ends a hypothesis, so
+every search runs to the maximum length: its figures are a worst case, not what a trained model
+does; the JSON says which kind of model was measured.
+
+Sentences are sorted by length and decoded `--max-sentences` at a time (as `s2s generate`
+does); the clock covers search and turning ids back into text, not tokenising the sources.
+Full recompute (the decoder re-run over the whole prefix at every step) is quadratic in the
+output length, so it is timed on a subset (every k-th sentence of the sorted list), batch for
+batch interleaved with incremental decoding of the same subset; the JSON gives the subset, the
+ratio measured on it, and full recompute's rate on the whole set extrapolated from that ratio.
+"""
+from __future__ import annotations
+
+import os
+
+# libgomp's threads spin for about 300,000 iterations at every barrier before they sleep; on a
+# machine shared with other processes a spinning thread holds the core its partner needs, and
+# each of the hundreds of small parallel regions of an update can then wait a whole scheduler
+# time slice (measured: training 3.4x, beam search 12x slower on a busy 2-core machine). A short
+# spin keeps the benefit when the machine is idle. Set before torch is imported; overridable.
+os.environ.setdefault("GOMP_SPINCOUNT", "1000")
+
+import argparse
+import statistics
+import time
+from itertools import islice
+from pathlib import Path
+
+import torch
+
+from bench.common import machine, peak_rss_mib, table, write
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def load(preset: str, run: str | None, cache_dir: str):
+    """(task, model, decoding settings, description) for a run directory or an untrained model."""
+    from seq2seq_core.cli import load_for_inference
+    from seq2seq_core.config import load_config
+    from seq2seq_core.data import prepare
+    from seq2seq_core.evaluate import decode_settings
+    from seq2seq_core.registry import Registry
+    from seq2seq_core.train import build_model, build_task
+
+    registry = Registry.installed()
+    if run:
+        cfg, task, model = load_for_inference(run, registry, ["run.device=cpu"])
+        desc = {"model": "trained", "run": str(run)}
+        for name in ("checkpoint_average.pt",):
+            if (Path(run) / name).is_file():
+                desc["checkpoint"] = name
+        metrics = Path(run) / "metrics.jsonl"
+        if metrics.is_file():
+            import json
+
+            train = [json.loads(x) for x in metrics.read_text().splitlines() if '"kind": "train"' in x]
+            if train:
+                desc.update(updates=train[-1]["update"], train_nll=round(train[-1]["nll"], 3))
+    else:
+        cfg = load_config(preset, [f"data.cache_dir={cache_dir}"], registry=registry)
+        task = build_task(cfg, registry)
+        prepare(task, cfg.data, quiet=True)  # the tokenizer (cached)
+        torch.manual_seed(cfg.run.seed)
+        model = build_model(cfg, task).eval()
+        desc = {"model": "untrained (random initialisation): hypotheses run to the maximum length"}
+    desc.update(preset=preset, parameters=model.num_parameters(), layers=cfg.model.layers,
+                d_model=cfg.model.d_model, src_vocab=task.src_vocab_size, tgt_vocab=task.tgt_vocab_size)
+    return task, model, decode_settings(task, cfg.decode), desc
+
+
+def batches_of(task, sources: list[str], max_sentences: int) -> list[tuple[list[int], torch.Tensor]]:
+    """(sentence numbers, padded source ids + EOS) per batch, sorted by length as `translate` does."""
+    from seq2seq_core.vocab import EOS, PAD
+
+    ids = task.encode_source(sources)
+    order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
+    out = []
+    for start in range(0, len(order), max_sentences):
+        batch = order[start:start + max_sentences]
+        src = torch.full((len(batch), max(len(ids[i]) for i in batch) + 1), PAD, dtype=torch.long)
+        for row, i in enumerate(batch):
+            src[row, :len(ids[i]) + 1] = torch.tensor(list(ids[i]) + [EOS])
+        out.append((batch, src))
+    return out
+
+
+def decode_batch(model, task, sources, batch, beam: int, settings, incremental: bool) -> tuple[float, float, int]:
+    """Seconds (wall, and CPU of this process) to search one batch and turn its hypotheses into
+    text; the output tokens."""
+    from seq2seq_core.decoding import generate
+
+    rows, src = batch
+    t0, c0 = time.perf_counter(), time.process_time()
+    hyps = generate(model, src, beam=beam, alpha=settings.alpha, max_len_a=settings.max_len_a,
+                    max_len_b=settings.max_len_b, incremental=incremental)
+    for i, h in zip(rows, hyps):
+        task.postprocess(task.decode_target(h.tokens), sources[i])
+    return time.perf_counter() - t0, time.process_time() - c0, sum(len(h.tokens) for h in hyps)
+
+
+def rate(model, task, sources, batches, beam, settings) -> dict:
+    """Sentences/s over all batches; also the rate had the process had its threads' cores to
+    itself (sentences per CPU-second times threads), a figure the load of a shared machine
+    disturbs less."""
+    seconds = cpu = tokens = 0
+    for b in batches:
+        s, c, n = decode_batch(model, task, sources, b, beam, settings, incremental=True)
+        seconds, cpu, tokens = seconds + s, cpu + c, tokens + n
+    return {"sentences": len(sources), "seconds": round(seconds, 2), "sentences_per_s": round(len(sources) / seconds, 2),
+            "cpu_seconds": round(cpu, 2),
+            "sentences_per_s_own_cores": round(len(sources) * torch.get_num_threads() / cpu, 2),
+            "mean_output_tokens": round(tokens / len(sources), 2)}
+
+
+def versus_full(model, task, sources, beam, settings, subset: int, max_sentences: int) -> dict:
+    """Incremental against full recompute on every k-th sentence (by length), batch by batch."""
+    ids = task.encode_source(sources)
+    by_len = sorted(range(len(sources)), key=lambda i: len(ids[i]))
+    k = max(1, len(sources) // subset)
+    chosen = [sources[i] for i in by_len[::k][:subset]]
+    batches = batches_of(task, chosen, max_sentences)
+    inc = full = 0.0
+    for b in batches:
+        full += decode_batch(model, task, chosen, b, beam, settings, incremental=False)[0]
+        inc += decode_batch(model, task, chosen, b, beam, settings, incremental=True)[0]
+    return {"subset_sentences": len(chosen), "subset_every_kth_by_length": k, "incremental_s": round(inc, 2),
+            "full_recompute_s": round(full, 2), "speedup": round(full / inc, 2),
+            "full_recompute_sentences_per_s_subset": round(len(chosen) / full, 3)}
+
+
+def omp_env() -> dict:
+    return {k: os.environ.get(k) for k in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY", "OMP_NUM_THREADS")}
+
+
+def main(argv=None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--run", help="a trained multi30k_en_de run directory (else an untrained model)")
+    ap.add_argument("--parsing-run", help="a trained ptb_sample_parsing run directory (else untrained)")
+    ap.add_argument("--sentences", type=int, default=1000)
+    ap.add_argument("--parsing-sentences", type=int, default=1000)
+    ap.add_argument("--full-sentences", type=int, default=64, help="subset decoded with full recompute, beam 4")
+    ap.add_argument("--parsing-full-sentences", type=int, default=16, help="the same, beam 21")
+    ap.add_argument("--max-sentences", type=int, default=128, help="sentences decoded together")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--skip", nargs="*", default=[], choices=["translation", "parsing", "full"])
+    ap.add_argument("--cache-dir", default=str(REPO / ".cache" / "s2s"))
+    ap.add_argument("--name", default="decode_speed")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    from data_recipes import shared_data_dir
+
+    result = {"benchmark": "decoding speed (issue 6b)", "threads": args.threads, "max_sentences": args.max_sentences,
+              "omp_env": omp_env(), "clock": "search + ids to text, sources already tokenised", "load_avg_1m_start": machine()["load_avg_1m"]}
+    rows = []
+    if "translation" not in args.skip:
+        task, model, settings, desc = load("multi30k_en_de", args.run, args.cache_dir)
+        path = shared_data_dir() / "multi30k" / "test_2016_flickr.en"
+        sources = path.read_text(encoding="utf-8").splitlines()[:args.sentences]
+        refs = path.with_suffix(".de").read_text(encoding="utf-8").splitlines()[:args.sentences]
+        batches = batches_of(task, sources, args.max_sentences)
+        decode_batch(model, task, sources, (batches[0][0][:4], batches[0][1][:4]), 4, settings, True)  # warm-up
+        t = {"model": desc, "data": f"{path.name}, first {len(sources)} lines", "settings": vars(settings)}
+        t["mean_reference_tokens"] = round(sum(map(len, task.encode_target(refs))) / len(refs), 2)
+        t["beam4"] = rate(model, task, sources, batches, settings.beam, settings)
+        t["greedy"] = rate(model, task, sources, batches, 1, settings)
+        if "full" not in args.skip:
+            t["beam4_vs_full_recompute"] = versus_full(model, task, sources, settings.beam, settings,
+                                                       args.full_sentences, args.max_sentences)
+            t["beam4"]["full_recompute_sentences_per_s_extrapolated"] = round(
+                t["beam4"]["sentences_per_s"] / t["beam4_vs_full_recompute"]["speedup"], 3)
+        result["translation"] = t
+        rows += [{"task": "translation", "search": f"beam {settings.beam}", "sent/s": t["beam4"]["sentences_per_s"],
+                  "own cores": t["beam4"]["sentences_per_s_own_cores"], "out tokens": t["beam4"]["mean_output_tokens"],
+                  "vs full": t.get("beam4_vs_full_recompute", {}).get("speedup"), "model": desc["model"][:9]},
+                 {"task": "translation", "search": "greedy", "sent/s": t["greedy"]["sentences_per_s"],
+                  "own cores": t["greedy"]["sentences_per_s_own_cores"], "out tokens": t["greedy"]["mean_output_tokens"], "vs full": None, "model": desc["model"][:9]}]
+    if "parsing" not in args.skip:
+        task, model, settings, desc = load("ptb_sample_parsing", args.parsing_run, args.cache_dir)
+        pairs = list(islice((p for split in ("valid", "test", "train") for p in task.read_split(split)),
+                            args.parsing_sentences))
+        sources = [s for s, _ in pairs]
+        batches = batches_of(task, sources, args.max_sentences)
+        p = {"model": desc, "data": f"NLTK treebank sample: {len(sources)} sentences (dev, test, then training)",
+             "settings": vars(settings)}
+        p["mean_reference_tokens"] = round(sum(map(len, task.encode_target([t for _, t in pairs]))) / len(pairs), 2)
+        p[f"beam{settings.beam}"] = rate(model, task, sources, batches, settings.beam, settings)
+        if "full" not in args.skip:
+            p[f"beam{settings.beam}_vs_full_recompute"] = v = versus_full(
+                model, task, sources, settings.beam, settings, args.parsing_full_sentences, args.max_sentences)
+            p[f"beam{settings.beam}"]["full_recompute_sentences_per_s_extrapolated"] = round(
+                p[f"beam{settings.beam}"]["sentences_per_s"] / v["speedup"], 3)
+        result["parsing"] = p
+        b = p[f"beam{settings.beam}"]
+        rows.append({"task": "parsing", "search": f"beam {settings.beam}", "sent/s": b["sentences_per_s"],
+                     "own cores": b["sentences_per_s_own_cores"], "out tokens": b["mean_output_tokens"],
+                     "vs full": p.get(f"beam{settings.beam}_vs_full_recompute", {}).get("speedup"),
+                     "model": desc["model"][:9]})
+    result["targets"] = {"beam4_sentences_per_s_trained": 150, "beam4_incremental_vs_full": 5,
+                         "beam21_incremental_vs_full": 10}
+    result["peak_rss_mib"] = round(peak_rss_mib(), 1)
+    path = write(args.name, result)
+    print(table(rows))
+    print(f"wrote {path}")
+    return result
+
+
+if __name__ == "__main__":
+    main()
