@@ -92,7 +92,7 @@ def test_short_quickstart_beats_the_copy_baseline(tmp_path):
     out = subprocess.run([sys.executable, "-m", "seq2seq_core.cli", "quickstart", "-q",
                           f"run.dir={tmp_path / 'run'}", f"data.cache_dir={tmp_path / 'cache'}",
                           "optim.max_updates=250", "task.train_size=8000", "run.valid_interval=250",
-                          "run.save_interval=250"],
+                          "run.save_interval=250", "run.threads=1"],
                          capture_output=True, text=True, check=True).stdout
     result = json.loads(out.strip().splitlines()[-1])
     assert result["copy_baseline"]["bleu"] < 5

@@ -210,7 +210,7 @@ def test_multi30k_presets_read_the_shared_corpus(lang):
         pytest.skip(f"Multi30k not found in {shared_data_dir()} (set S2S_SHARED_DATA)")
     cfg = load_config(f"multi30k_en_{lang}", task_config_cls=TranslationConfig)
     peak = cfg.optim.lr_scale * cfg.model.d_model ** -0.5 * cfg.optim.warmup ** -0.5
-    assert peak == pytest.approx(1.5e-3, rel=0.05)
+    assert peak == pytest.approx(2.0e-3, rel=0.05)  # the preset comment states this figure
     task = TranslationTask(task_section(cfg))
     sizes = {split: sum(1 for _ in task.read_split(split)) for split in task.splits}
     assert sizes == {"train": 29000, "valid": 1014, "test": 1000}
