@@ -1,16 +1,18 @@
 """Decoding speed: sentences/s of beam search and greedy search (issue 6, benchmark b).
 
     python -m bench.decode_speed --run runs/multi30k_en_de --parsing-run runs/ptb_sample_parsing
-    python -m bench.decode_speed                 # untrained models of the presets' sizes
+    python -m bench.decode_speed                 # untrained models of the presets' sizes (fewer
+                                                 # parsing sentences then: they run to max length)
 
 Translation: the multi30k_en_de model (a trained run directory with --run, else a randomly
 initialised model of the preset's size) on the first 1,000 lines of test_2016_flickr.en, with
 the task's defaults (beam 4, alpha 0.6, at most source + 50 tokens) and greedy search.
 Parsing: the ptb_sample_parsing model (--parsing-run, else random) at beam 21, alpha 0.3, at
 most source + 300 tokens, on sentences of the NLTK treebank sample (dev, test, then training
-sentences, up to --parsing-sentences). An untrained model almost never ends a hypothesis, so
-every search runs to the maximum length: its figures are a worst case, not what a trained model
-does; the JSON says which kind of model was measured.
+sentences, up to --parsing-sentences). Speed follows output length, and an untrained model's
+lengths say nothing of a trained one's: over translation's 8,000 tokens it almost never ends a
+hypothesis (every search runs to the maximum length), over parsing's 59 it ends at once. The
+JSON says which kind of model was measured and gives mean output and reference lengths.
 
 Sentences are sorted by length and decoded `--max-sentences` at a time (as `s2s generate`
 does); the clock covers search and turning ids back into text, not tokenising the sources.
@@ -31,7 +33,7 @@ import os
 os.environ.setdefault("GOMP_SPINCOUNT", "1000")
 
 import argparse
-import statistics
+import json
 import time
 from itertools import islice
 from pathlib import Path
@@ -55,17 +57,22 @@ def load(preset: str, run: str | None, cache_dir: str):
     registry = Registry.installed()
     if run:
         cfg, task, model = load_for_inference(run, registry, ["run.device=cpu"])
+        path = Path(run)
+        run_dir = path if path.is_dir() else path.parent.parent if path.parent.name == "checkpoints" else path.parent
         desc = {"model": "trained", "run": str(run)}
-        for name in ("checkpoint_average.pt",):
-            if (Path(run) / name).is_file():
-                desc["checkpoint"] = name
-        metrics = Path(run) / "metrics.jsonl"
+        if path.is_file():
+            desc["checkpoint"] = path.name
+        elif (path / "checkpoint_average.pt").is_file():
+            desc["checkpoint"] = "checkpoint_average.pt"
+        metrics = run_dir / "metrics.jsonl"
         if metrics.is_file():
-            import json
-
-            train = [json.loads(x) for x in metrics.read_text().splitlines() if '"kind": "train"' in x]
+            records = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
+            train = [r for r in records if r.get("kind") == "train"]
             if train:
-                desc.update(updates=train[-1]["update"], train_nll=round(train[-1]["nll"], 3))
+                desc.update(updates_logged=train[-1]["update"], train_nll=round(train[-1]["nll"], 3))
+            valid = [r for r in records if r.get("kind") in ("valid", "test")]
+            if valid:
+                desc["last_evaluation"] = {k: v for k, v in valid[-1].items() if k != "elapsed"}
     else:
         cfg = load_config(preset, [f"data.cache_dir={cache_dir}"], registry=registry)
         task = build_task(cfg, registry)
@@ -147,64 +154,64 @@ def main(argv=None) -> dict:
     ap.add_argument("--run", help="a trained multi30k_en_de run directory (else an untrained model)")
     ap.add_argument("--parsing-run", help="a trained ptb_sample_parsing run directory (else untrained)")
     ap.add_argument("--sentences", type=int, default=1000)
-    ap.add_argument("--parsing-sentences", type=int, default=1000)
-    ap.add_argument("--full-sentences", type=int, default=64, help="subset decoded with full recompute, beam 4")
-    ap.add_argument("--parsing-full-sentences", type=int, default=16, help="the same, beam 21")
+    ap.add_argument("--parsing-sentences", type=int, help="default 1000, 128 for an untrained model")
+    ap.add_argument("--full-sentences", type=int,
+                    help="subset decoded with full recompute, beam 4: default 128, 16 for an untrained model")
+    ap.add_argument("--parsing-full-sentences", type=int, help="the same, beam 21: default 16, 2 untrained")
     ap.add_argument("--max-sentences", type=int, default=128, help="sentences decoded together")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--skip", nargs="*", default=[], choices=["translation", "parsing", "full"])
     ap.add_argument("--cache-dir", default=str(REPO / ".cache" / "s2s"))
     ap.add_argument("--name", default="decode_speed")
     args = ap.parse_args(argv)
+    # an untrained model searches to the maximum length (full recompute: quadratically longer)
+    pick = lambda value, trained, untrained, run: value if value is not None else trained if run else untrained  # noqa: E731
+    args.parsing_sentences = pick(args.parsing_sentences, 1000, 128, args.parsing_run)
+    args.full_sentences = pick(args.full_sentences, 128, 16, args.run)
+    args.parsing_full_sentences = pick(args.parsing_full_sentences, 16, 2, args.parsing_run)
     torch.set_num_threads(args.threads)
     from data_recipes import shared_data_dir
 
     result = {"benchmark": "decoding speed (issue 6b)", "threads": args.threads, "max_sentences": args.max_sentences,
-              "omp_env": omp_env(), "clock": "search + ids to text, sources already tokenised", "load_avg_1m_start": machine()["load_avg_1m"]}
+              "omp_env": omp_env(), "clock": "search + ids to text, sources already tokenised",
+              "load_avg_1m_start": machine()["load_avg_1m"]}
     rows = []
+
+    def measure(section: dict, name: str, task, model, settings, sources, beam: int, full_subset: int):
+        section[name] = r = rate(model, task, sources, batches_of(task, sources, args.max_sentences), beam, settings)
+        if full_subset and "full" not in args.skip:
+            section[f"{name}_vs_full_recompute"] = v = versus_full(model, task, sources, beam, settings, full_subset,
+                                                                   args.max_sentences)
+            r["full_recompute_sentences_per_s_extrapolated"] = round(r["sentences_per_s"] / v["speedup"], 3)
+        rows.append({"task": section["task"], "search": name, "sent/s": r["sentences_per_s"],
+                     "own cores": r["sentences_per_s_own_cores"], "out tokens": r["mean_output_tokens"],
+                     "ref tokens": section["mean_reference_tokens"],
+                     "vs full": section.get(f"{name}_vs_full_recompute", {}).get("speedup"),
+                     "model": section["model"]["model"][:9]})
+
     if "translation" not in args.skip:
         task, model, settings, desc = load("multi30k_en_de", args.run, args.cache_dir)
         path = shared_data_dir() / "multi30k" / "test_2016_flickr.en"
         sources = path.read_text(encoding="utf-8").splitlines()[:args.sentences]
         refs = path.with_suffix(".de").read_text(encoding="utf-8").splitlines()[:args.sentences]
-        batches = batches_of(task, sources, args.max_sentences)
-        decode_batch(model, task, sources, (batches[0][0][:4], batches[0][1][:4]), 4, settings, True)  # warm-up
-        t = {"model": desc, "data": f"{path.name}, first {len(sources)} lines", "settings": vars(settings)}
-        t["mean_reference_tokens"] = round(sum(map(len, task.encode_target(refs))) / len(refs), 2)
-        t["beam4"] = rate(model, task, sources, batches, settings.beam, settings)
-        t["greedy"] = rate(model, task, sources, batches, 1, settings)
-        if "full" not in args.skip:
-            t["beam4_vs_full_recompute"] = versus_full(model, task, sources, settings.beam, settings,
-                                                       args.full_sentences, args.max_sentences)
-            t["beam4"]["full_recompute_sentences_per_s_extrapolated"] = round(
-                t["beam4"]["sentences_per_s"] / t["beam4_vs_full_recompute"]["speedup"], 3)
-        result["translation"] = t
-        rows += [{"task": "translation", "search": f"beam {settings.beam}", "sent/s": t["beam4"]["sentences_per_s"],
-                  "own cores": t["beam4"]["sentences_per_s_own_cores"], "out tokens": t["beam4"]["mean_output_tokens"],
-                  "vs full": t.get("beam4_vs_full_recompute", {}).get("speedup"), "model": desc["model"][:9]},
-                 {"task": "translation", "search": "greedy", "sent/s": t["greedy"]["sentences_per_s"],
-                  "own cores": t["greedy"]["sentences_per_s_own_cores"], "out tokens": t["greedy"]["mean_output_tokens"], "vs full": None, "model": desc["model"][:9]}]
+        batch = batches_of(task, sources[:4], 4)[0]
+        decode_batch(model, task, sources[:4], batch, settings.beam, settings, True)  # warm-up
+        t = result["translation"] = {
+            "task": "translation", "model": desc, "data": f"{path.name}, first {len(sources)} lines",
+            "settings": vars(settings), "mean_reference_tokens": round(sum(map(len, task.encode_target(refs))) / len(refs), 2)}
+        measure(t, f"beam{settings.beam}", task, model, settings, sources, settings.beam, args.full_sentences)
+        measure(t, "greedy", task, model, settings, sources, 1, 0)
     if "parsing" not in args.skip:
         task, model, settings, desc = load("ptb_sample_parsing", args.parsing_run, args.cache_dir)
         pairs = list(islice((p for split in ("valid", "test", "train") for p in task.read_split(split)),
                             args.parsing_sentences))
         sources = [s for s, _ in pairs]
-        batches = batches_of(task, sources, args.max_sentences)
-        p = {"model": desc, "data": f"NLTK treebank sample: {len(sources)} sentences (dev, test, then training)",
-             "settings": vars(settings)}
-        p["mean_reference_tokens"] = round(sum(map(len, task.encode_target([t for _, t in pairs]))) / len(pairs), 2)
-        p[f"beam{settings.beam}"] = rate(model, task, sources, batches, settings.beam, settings)
-        if "full" not in args.skip:
-            p[f"beam{settings.beam}_vs_full_recompute"] = v = versus_full(
-                model, task, sources, settings.beam, settings, args.parsing_full_sentences, args.max_sentences)
-            p[f"beam{settings.beam}"]["full_recompute_sentences_per_s_extrapolated"] = round(
-                p[f"beam{settings.beam}"]["sentences_per_s"] / v["speedup"], 3)
-        result["parsing"] = p
-        b = p[f"beam{settings.beam}"]
-        rows.append({"task": "parsing", "search": f"beam {settings.beam}", "sent/s": b["sentences_per_s"],
-                     "own cores": b["sentences_per_s_own_cores"], "out tokens": b["mean_output_tokens"],
-                     "vs full": p.get(f"beam{settings.beam}_vs_full_recompute", {}).get("speedup"),
-                     "model": desc["model"][:9]})
+        p = result["parsing"] = {
+            "task": "parsing", "model": desc,
+            "data": f"NLTK treebank sample: {len(sources)} sentences (dev, test, then training)",
+            "settings": vars(settings),
+            "mean_reference_tokens": round(sum(map(len, task.encode_target([t for _, t in pairs]))) / len(pairs), 2)}
+        measure(p, f"beam{settings.beam}", task, model, settings, sources, settings.beam, args.parsing_full_sentences)
     result["targets"] = {"beam4_sentences_per_s_trained": 150, "beam4_incremental_vs_full": 5,
                          "beam21_incremental_vs_full": 10}
     result["peak_rss_mib"] = round(peak_rss_mib(), 1)
