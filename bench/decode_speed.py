@@ -123,7 +123,8 @@ def rate(model, task, sources, batches, beam, settings) -> dict:
     for b in batches:
         s, c, n = decode_batch(model, task, sources, b, beam, settings, incremental=True)
         seconds, cpu, tokens = seconds + s, cpu + c, tokens + n
-    return {"sentences": len(sources), "seconds": round(seconds, 2), "sentences_per_s": round(len(sources) / seconds, 2),
+    return {"sentences": len(sources), "seconds": round(seconds, 2),
+            "sentences_per_s": round(len(sources) / seconds, 2),
             "cpu_seconds": round(cpu, 2),
             "sentences_per_s_own_cores": round(len(sources) * torch.get_num_threads() / cpu, 2),
             "mean_output_tokens": round(tokens / len(sources), 2)}
@@ -165,7 +166,9 @@ def main(argv=None) -> dict:
     ap.add_argument("--name", default="decode_speed")
     args = ap.parse_args(argv)
     # an untrained model searches to the maximum length (full recompute: quadratically longer)
-    pick = lambda value, trained, untrained, run: value if value is not None else trained if run else untrained  # noqa: E731
+    def pick(value, trained, untrained, run):
+        return value if value is not None else trained if run else untrained
+
     args.parsing_sentences = pick(args.parsing_sentences, 1000, 128, args.parsing_run)
     args.full_sentences = pick(args.full_sentences, 128, 16, args.run)
     args.parsing_full_sentences = pick(args.parsing_full_sentences, 16, 2, args.parsing_run)
@@ -198,7 +201,8 @@ def main(argv=None) -> dict:
         decode_batch(model, task, sources[:4], batch, settings.beam, settings, True)  # warm-up
         t = result["translation"] = {
             "task": "translation", "model": desc, "data": f"{path.name}, first {len(sources)} lines",
-            "settings": vars(settings), "mean_reference_tokens": round(sum(map(len, task.encode_target(refs))) / len(refs), 2)}
+            "settings": vars(settings),
+            "mean_reference_tokens": round(sum(map(len, task.encode_target(refs))) / len(refs), 2)}
         measure(t, f"beam{settings.beam}", task, model, settings, sources, settings.beam, args.full_sentences)
         measure(t, "greedy", task, model, settings, sources, 1, 0)
     if "parsing" not in args.skip:

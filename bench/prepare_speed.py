@@ -115,13 +115,15 @@ def main(argv=None) -> dict:
             runs.append(run_child(data_dir, Path(tmp) / f"cache{i}"))
     runs.sort(key=lambda r: r["total_s"])
     r = runs[len(runs) // 2]
-    result = {"benchmark": "data preparation (issue 6c)", "omp_env": omp_env(), "pairs": args.pairs, "text_mib": round(text_mib, 1),
+    result = {"benchmark": "data preparation (issue 6c)", "omp_env": omp_env(), "pairs": args.pairs,
+              "text_mib": round(text_mib, 1),
               "vocab": r["vocab"], "train_pairs_kept": r["train_pairs"], "train_tokens": r["train_tokens"],
               "total_s": round(r["total_s"], 2), "tokenizer_s": round(r["tokenizer_s"], 2),
               "binarise_s": round(r["binarise_s"], 2), "pairs_per_s": round(args.pairs / r["total_s"]),
               "tokenizer_pairs_per_s": round(args.pairs / r["tokenizer_s"]),
               "binarise_pairs_per_s": round(args.pairs / r["binarise_s"]),
-              "peak_rss_mib": round(r["peak_rss_mib"], 1), "rss_after_imports_mib": round(r["rss_after_imports_mib"], 1),
+              "peak_rss_mib": round(r["peak_rss_mib"], 1),
+              "rss_after_imports_mib": round(r["rss_after_imports_mib"], 1),
               "target_s": 60, "repeats": [{k: v for k, v in x.items() if k.endswith("_s")} for x in runs]}
     path = write(args.name, result)
     print(table([{"pairs": args.pairs, "total s": result["total_s"], "tokenizer s": result["tokenizer_s"],

@@ -105,7 +105,8 @@ def main(argv=None) -> dict:
     base = rows[0]["peak_rss_mib"]
     for r in rows:
         r["peak_vs_smallest"] = round(r["peak_rss_mib"] / base, 4)
-    result = {"benchmark": "training peak RSS vs corpus size (issue 6d)", "omp_env": omp_env(), "preset": "multi30k_en_de",
+    result = {"benchmark": "training peak RSS vs corpus size (issue 6d)", "omp_env": omp_env(),
+              "preset": "multi30k_en_de",
               "target": "peak RSS with 1M pairs within 10% of 100k", "runs": rows,
               "within_10_percent": all(r["peak_vs_smallest"] <= 1.10 for r in rows)}
     path = write(args.name, result)

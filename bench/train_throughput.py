@@ -54,7 +54,7 @@ import numpy as np
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from bench.common import machine, mm_rate, peak_rss_mib, table, write
+from bench.common import mm_rate, peak_rss_mib, table, write
 
 REPO = Path(__file__).resolve().parent.parent
 FLOP_FORMULA = (
@@ -229,7 +229,8 @@ def main(argv=None) -> dict:
             not args.no_profile))
     result = {"benchmark": "training throughput (issue 6a)", "flop_formula": FLOP_FORMULA,
               "mfu_reference": "fp32 torch.mm of 1024x1024 matrices, same threads, probed before every update",
-              "omp_env": omp_env(), "mm_rate_gflops_start": round(mm_start / 1e9, 1), "peak_rss_mib": round(peak_rss_mib(), 1),
+              "omp_env": omp_env(), "mm_rate_gflops_start": round(mm_start / 1e9, 1),
+              "peak_rss_mib": round(peak_rss_mib(), 1),
               "targets": {"multi30k_en_de": 0.5, "wmt14_en_de_base": 0.6}, "presets": presets}
     path = write(args.name, result)
     rows = [{"preset": p["preset"], "variant": v, "tok/s": r["tgt_tokens_per_s"], "GFLOP/s": r["model_gflops_per_s"],
