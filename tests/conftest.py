@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import os
 
-import pytest
-import torch
+os.environ.setdefault("GOMP_SPINCOUNT", "1000")  # before torch: see seq2seq_core/cli.py
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
 
 torch.set_num_threads(1)  # tiny models: one thread beats two on a shared 2-core machine
 
