@@ -142,7 +142,9 @@ def cmd_score(args) -> int:
         else:
             raise ConfigError(f"{name!r} is neither a task ({', '.join(reg.names())}) nor a preset "
                               f"({', '.join(preset_names())})")
-        task = reg.get(cfg.task.name)(OmegaConf.create({k: v for k, v in cfg.task.items() if k != "name"}))
+        from .train import build_task
+
+        task = build_task(cfg, reg)
     else:
         task_cls = reg.get(name)
         task = task_cls(OmegaConf.structured(task_cls.Config))

@@ -11,6 +11,17 @@ import torch  # noqa: E402
 torch.set_num_threads(1)  # tiny models: one thread beats two on a shared 2-core machine
 
 
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tests use tiny models: one thread is as fast, and much faster on a shared, busy machine.
+
+    Restored after each test, since a training run sets its own `run.threads`."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture
 def registry():
     from seq2seq_core.registry import Registry

@@ -11,15 +11,6 @@ from seq2seq_core.model import Transformer
 from seq2seq_core.vocab import BOS, EOS, PAD
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """These models are tiny: one thread is as fast, and much faster on a shared, busy machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 class ToyModel(torch.nn.Module):
     """Stands in for the Transformer where search itself is tested: the next-token logits are a
     random table indexed by the sentence (its first token), the position and the sum of the

@@ -9,15 +9,6 @@ from seq2seq_core.vocab import BOS, EOS, PAD
 V = 23
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """These models are tiny: one thread is as fast, and much faster on a shared, busy machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def tiny(pre_norm=False, shared=True, src_vocab=V, **kw):
     torch.manual_seed(0)
     cfg = ModelConfig(layers=2, d_model=32, d_ff=64, heads=4, dropout=0.1, pre_norm=pre_norm,
