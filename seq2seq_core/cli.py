@@ -72,14 +72,15 @@ def cmd_train(args) -> int:
 def load_for_inference(path: str, registry, overrides=()):
     """(cfg, task, model) from a run directory or a checkpoint file inside one."""
     from . import checkpoint
+    from .config import load_config
     from .train import build_model, build_task, resolve_device
 
     p = Path(path)
     run_dir = p if p.is_dir() else p.parent.parent if p.parent.name == "checkpoints" else p.parent
     if not (run_dir / "config.yaml").is_file():
         raise FileNotFoundError(f"{run_dir} holds no config.yaml: not a run directory of `s2s train`")
-    saved = OmegaConf.load(run_dir / "config.yaml")
-    cfg = OmegaConf.merge(saved, OmegaConf.from_dotlist(list(overrides)))
+    # checked against today's schema: settings added since the run was trained take their defaults
+    cfg = load_config(run_dir / "config.yaml", list(overrides), registry=registry)
     task = build_task(cfg, registry)
     task.load_vocab(run_dir)
     if p.is_dir():

@@ -60,6 +60,16 @@ class DataConfig:
     cache_dir: str = ".cache/s2s"  # prepared data, keyed by the task section
 
 
+class Stop(str, Enum):
+    """Beam search's stopping rule (seq2seq_core.task.DecodeDefaults says what each means)."""
+
+    bound = "bound"
+    beam = "beam"
+
+    def __str__(self) -> str:
+        return self.value
+
+
 @dataclass
 class DecodeConfig:
     """Decoding; None means the task's default."""
@@ -68,6 +78,7 @@ class DecodeConfig:
     alpha: Optional[float] = None
     max_len_a: Optional[float] = None
     max_len_b: Optional[int] = None
+    stop: Optional[Stop] = None  # when beam search leaves a sentence: bound (exact) or beam (fairseq's)
     max_sentences: int = 128  # sentences decoded together
 
 

@@ -18,12 +18,18 @@ from typing import ClassVar, Iterator, Sequence
 
 @dataclass(frozen=True)
 class DecodeDefaults:
-    """A task's decoding settings; the maximum output length is max_len_a * |x| + max_len_b."""
+    """A task's decoding settings; the maximum output length is max_len_a * |x| + max_len_b.
+
+    stop: when beam search leaves a sentence. "bound" (exact): once no live hypothesis can
+    beat the best finished one, the paper's "terminate early when possible". "beam": once
+    `beam` hypotheses have ended, as fairseq does; can return a worse hypothesis, saves steps.
+    """
 
     beam: int = 4
     alpha: float = 0.6
     max_len_a: float = 1.0
     max_len_b: int = 50
+    stop: str = "bound"
 
 
 @dataclass

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from seq2seq_core.config import ModelConfig
-from seq2seq_core.decoding import generate, length_penalty
+from seq2seq_core.decoding import generate, length_penalty, top_k
 from seq2seq_core.model import Transformer
 from seq2seq_core.vocab import BOS, EOS, PAD
 
@@ -191,3 +191,32 @@ def test_trained_copy_model_copies():
     src = sources([3, 6, 5, 6, 2, 4], vocab, seed=7)
     hyps = generate(model, src, beam=4, alpha=0.6, max_len_a=1.0, max_len_b=5)
     assert [h.tokens for h in hyps] == [row[row.gt(EOS)].tolist() for row in src]
+
+
+@pytest.mark.parametrize("n,m,k", [(5, 8000, 8), (3, 32000, 8), (4, 8001, 1), (2, 100, 3), (6, 5000, 42)])
+def test_top_k_is_topk(n, m, k):
+    g = torch.Generator().manual_seed(m)
+    x = torch.randn(n, m, generator=g)
+    x[0, : m // 2] = -torch.inf  # a hypothesis slot that is not live yet
+    x[1, -1] = 100.0  # the best value in the tail past the last whole chunk
+    values, index = top_k(x, k)
+    expect_values, expect_index = x.topk(k, dim=1)
+    assert torch.equal(values, expect_values)
+    assert torch.equal(index, expect_index)  # no ties in random floats
+    ties = torch.zeros(2, 6400)
+    values, index = top_k(ties, 4)
+    assert torch.equal(values, torch.zeros(2, 4)) and index.unique(dim=1).size(1) == 4
+
+
+def test_stop_when_beam_hypotheses_ended():
+    """stop="beam" leaves a sentence once `beam` hypotheses have ended: fewer steps than the
+    exact bound, a score never above the exact search's (here lower for some sentences)."""
+    src = sources([4, 6, 2, 7, 3, 5, 5, 8], vocab=12, seed=3)
+    exact_model, beam_model = ToyModel(vocab=12, ends_at=8.0), ToyModel(vocab=12, ends_at=8.0)
+    exact = generate(exact_model, src, beam=2, alpha=0.6, max_len_a=1.0, max_len_b=30)
+    fast = generate(beam_model, src, beam=2, alpha=0.6, max_len_a=1.0, max_len_b=30, stop="beam")
+    assert beam_model.steps < exact_model.steps
+    assert all(f.score <= e.score + 1e-6 for f, e in zip(fast, exact))
+    assert 0 < sum(f.tokens == e.tokens for f, e in zip(fast, exact)) < len(src)
+    with pytest.raises(ValueError, match="stop must be"):
+        generate(ToyModel(), src, beam=3, alpha=0.6, max_len_a=1.0, max_len_b=8, stop="soon")

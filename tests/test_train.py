@@ -97,3 +97,25 @@ def test_short_quickstart_beats_the_copy_baseline(tmp_path):
     result = json.loads(out.strip().splitlines()[-1])
     assert result["copy_baseline"]["bleu"] < 5
     assert result["trained"]["bleu"] > 50, result
+
+
+def test_batches_searched_in_parallel_equal_one_after_another(registry, tiny):
+    """On a CPU with 2 threads, translate searches 2 batches at once, one thread each: the same
+    lines as one batch after the other, and the thread setting is given back."""
+    from seq2seq_core.data import prepare
+    from seq2seq_core.evaluate import decode_settings, translate
+    from seq2seq_core.train import build_model, build_task
+
+    cfg = _cfg(registry, tiny, "optim.max_updates=4")
+    train(cfg, registry, quiet=True)
+    task = build_task(cfg, registry)
+    prepare(task, cfg.data, quiet=True)
+    model = build_model(cfg, task)
+    model.load_state_dict(checkpoint.load(checkpoint.listed(cfg.run.dir)[-1])["model"])
+    sources = [s for s, _ in task.read_split("test")]
+    settings = decode_settings(task, cfg.decode)
+    serial = translate(model, task, sources, settings, "cpu", max_sentences=3)
+    torch.set_num_threads(2)
+    parallel = translate(model, task, sources, settings, "cpu", max_sentences=3)
+    assert torch.get_num_threads() == 2
+    assert parallel == serial and len(serial) == 20
