@@ -1,6 +1,7 @@
 """The translation vocabularies: exact round trips, specials at 0..3, save and load."""
 from __future__ import annotations
 
+import os
 from itertools import islice
 
 import pytest
@@ -45,6 +46,18 @@ def test_round_trip_on_every_dev_line(subwords, lang):
 
 
 @needs_multi30k
+@needs_multi30k
+def test_many_lines_encoded_on_threads_as_one_by_one(subwords, monkeypatch):
+    """Thousands of lines go to Python threads in slices: the same ids, in order, as the
+    library's sequential encoding of each line, and TOKENIZERS_PARALLELISM is given back."""
+    monkeypatch.setenv("TOKENIZERS_PARALLELISM", "true")
+    lines = _lines(MULTI30K / "test_2016_flickr.en") + _lines(MULTI30K / "test_2016_flickr.de")
+    lines = (lines * 3)[:5_500]  # two slices and a part
+    ids = subwords.encode(lines)
+    assert ids == [subwords.tokenizer.encode(line, add_special_tokens=False).ids for line in lines]
+    assert os.environ["TOKENIZERS_PARALLELISM"] == "true"
+
+
 def test_round_trip_on_awkward_text(subwords):
     ids = subwords.encode(AWKWARD)
     assert [subwords.decode(i) for i in ids] == AWKWARD
