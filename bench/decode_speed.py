@@ -6,19 +6,23 @@
 
 Translation: the multi30k_en_de model (a trained run directory with --run, else a randomly
 initialised model of the preset's size) on the first 1,000 lines of test_2016_flickr.en, with
-the task's defaults (beam 4, alpha 0.6, at most source + 50 tokens) and greedy search.
+the task's defaults (beam 4, alpha 0.6, at most source + 50 tokens, the exact stopping bound),
+the same with fairseq's stopping rule (decode.stop=beam) and greedy search; the test BLEU of
+each says what the faster ones cost.
 Parsing: the ptb_sample_parsing model (--parsing-run, else random) at beam 21, alpha 0.3, at
-most source + 300 tokens, on sentences of the NLTK treebank sample (dev, test, then training
+most source + 300 tokens (both stopping rules), on sentences of the NLTK treebank sample (dev, test, then training
 sentences, up to --parsing-sentences). Speed follows output length, and an untrained model's
 lengths say nothing of a trained one's: over translation's 8,000 tokens it almost never ends a
 hypothesis (every search runs to the maximum length), over parsing's 59 it ends at once. The
 JSON says which kind of model was measured and gives mean output and reference lengths.
 
-Sentences are sorted by length and decoded `--max-sentences` at a time (as `s2s generate`
-does); the clock covers search and turning ids back into text, not tokenising the sources.
-Full recompute (the decoder re-run over the whole prefix at every step) is quadratic in the
+Rates are those of `s2s generate`'s path (seq2seq_core.evaluate.translate: sentences sorted by
+length, `--max-sentences` at a time, on CPU `--threads` batches at once, one thread each); the
+clock covers tokenising, search and turning ids back into text; medians of `--repeats` runs,
+the variants interleaved. Full recompute (the decoder re-run over the whole prefix at every step) is quadratic in the
 output length, so it is timed on a subset (every k-th sentence of the sorted list), batch for
-batch interleaved with incremental decoding of the same subset; the JSON gives the subset, the
+batch interleaved with incremental decoding of the same subset, both through `generate` with
+`--threads` intra-op threads; the JSON gives the subset, the
 ratio measured on it, and full recompute's rate on the whole set extrapolated from that ratio.
 """
 from __future__ import annotations
@@ -34,13 +38,16 @@ os.environ.setdefault("GOMP_SPINCOUNT", "1000")
 
 import argparse
 import json
+import statistics
+import threading
 import time
+from dataclasses import replace
 from itertools import islice
 from pathlib import Path
 
 import torch
 
-from bench.common import machine, peak_rss_mib, table, write
+from bench.common import machine, mm_rate, peak_rss_mib, table, write
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -101,48 +108,95 @@ def batches_of(task, sources: list[str], max_sentences: int) -> list[tuple[list[
     return out
 
 
-def decode_batch(model, task, sources, batch, beam: int, settings, incremental: bool) -> tuple[float, float, int]:
-    """Seconds (wall, and CPU of this process) to search one batch and turn its hypotheses into
-    text; the output tokens."""
+def decode_batch(model, task, sources, batch, settings, incremental: bool) -> float:
+    """Seconds to search one batch (with the settings' beam; 1 is greedy) and turn its
+    hypotheses into text."""
     from seq2seq_core.decoding import generate
 
     rows, src = batch
-    t0, c0 = time.perf_counter(), time.process_time()
-    hyps = generate(model, src, beam=beam, alpha=settings.alpha, max_len_a=settings.max_len_a,
-                    max_len_b=settings.max_len_b, incremental=incremental)
+    t0 = time.perf_counter()
+    hyps = generate(model, src, beam=settings.beam, alpha=settings.alpha, max_len_a=settings.max_len_a,
+                    max_len_b=settings.max_len_b, incremental=incremental, stop=settings.stop)
     for i, h in zip(rows, hyps):
         task.postprocess(task.decode_target(h.tokens), sources[i])
-    return time.perf_counter() - t0, time.process_time() - c0, sum(len(h.tokens) for h in hyps)
+    return time.perf_counter() - t0
 
 
-def rate(model, task, sources, batches, beam, settings) -> dict:
-    """Sentences/s over all batches; also the rate had the process had its threads' cores to
-    itself (sentences per CPU-second times threads), a figure the load of a shared machine
-    disturbs less."""
-    seconds = cpu = tokens = 0
-    for b in batches:
-        s, c, n = decode_batch(model, task, sources, b, beam, settings, incremental=True)
-        seconds, cpu, tokens = seconds + s, cpu + c, tokens + n
-    return {"sentences": len(sources), "seconds": round(seconds, 2),
-            "sentences_per_s": round(len(sources) / seconds, 2),
-            "cpu_seconds": round(cpu, 2),
-            "sentences_per_s_own_cores": round(len(sources) * torch.get_num_threads() / cpu, 2),
-            "mean_output_tokens": round(tokens / len(sources), 2)}
+def rates(model, task, sources, variants: dict, repeats: int, max_sentences: int) -> dict:
+    """For each variant (name -> decoding settings): sentences/s of `translate` (what `s2s
+    generate` runs: tokenise, search batches of similar length, ids to text) over all sources,
+    the median of `repeats` runs, variants interleaved so that a change in the machine's load
+    touches them alike. Also the rate had the process had its threads' cores to itself
+    (sentences per CPU-second times threads), which a shared machine's load disturbs less."""
+    from seq2seq_core.evaluate import translate
+
+    runs = {name: [] for name in variants}
+    outputs, rows = {}, {}
+    counter, lock = [0], threading.Lock()
+    step = model.decode_step
+
+    def counted(tokens, cache):  # decoder rows evaluated (hypotheses x steps), for the FLOP count
+        with lock:
+            counter[0] += tokens.size(0)
+        return step(tokens, cache)
+
+    model.decode_step = counted
+    try:
+        for _ in range(repeats):
+            for name, settings in variants.items():
+                counter[0] = 0
+                t0, c0 = time.perf_counter(), time.process_time()
+                outputs[name] = translate(model, task, sources, settings, "cpu", max_sentences=max_sentences)
+                runs[name].append((time.perf_counter() - t0, time.process_time() - c0))
+                rows[name] = counter[0]
+    finally:
+        del model.decode_step
+    src_tokens = sum(len(ids) + 1 for ids in task.encode_source(sources))
+    result = {}
+    for name, settings in variants.items():
+        wall = statistics.median(w for w, _ in runs[name])
+        cpu = statistics.median(c for _, c in runs[name])
+        result[name] = {"settings": vars(settings), "sentences": len(sources), "repeats": repeats,
+                        "seconds_median": round(wall, 2), "seconds_all": [round(w, 2) for w, _ in runs[name]],
+                        "sentences_per_s": round(len(sources) / wall, 2), "cpu_seconds_median": round(cpu, 2),
+                        "sentences_per_s_own_cores": round(len(sources) * torch.get_num_threads() / cpu, 2),
+                        "mean_output_tokens": round(sum(map(len, task.encode_target(outputs[name]))) / len(sources), 2),
+                        "decoder_rows_per_sentence": round(rows[name] / len(sources), 2)}
+        gflop = search_flops(model, src_tokens, rows[name]) / len(sources) / 1e9
+        result[name].update(gflop_per_sentence=round(gflop, 4), model_gflops_per_s=round(gflop * len(sources) / wall, 1))
+    return result, outputs
 
 
-def versus_full(model, task, sources, beam, settings, subset: int, max_sentences: int) -> dict:
-    """Incremental against full recompute on every k-th sentence (by length), batch by batch."""
+def search_flops(model, src_tokens: int, decoder_rows: int) -> float:
+    """Matmul FLOPs of a search: the encoder and the encoder-decoder keys/values per source
+    token, N (4 d^2 + 2 d d_ff) + N 2 d^2, and per decoder row (one hypothesis, one step)
+    N (6 d^2 + 2 d d_ff) + d V, each times 2; attention scores and weighted values (4 d per
+    attended position and layer, under 1% at these lengths) count 0."""
+    N, d = len(model.decoder), model.d_model
+    d_ff, V = model.decoder[0].ffn[0].out_features, model.tgt_embed.num_embeddings
+    return 2 * (src_tokens * N * (6 * d * d + 2 * d * d_ff) + decoder_rows * (N * (6 * d * d + 2 * d * d_ff) + d * V))
+
+
+def versus_full(model, task, sources, settings, subset: int, max_sentences: int, repeats: int) -> dict:
+    """Incremental against full recompute on every k-th sentence (by length), batch by batch,
+    through `generate` with the process's threads; the median ratio of `repeats` rounds."""
     ids = task.encode_source(sources)
     by_len = sorted(range(len(sources)), key=lambda i: len(ids[i]))
     k = max(1, len(sources) // subset)
     chosen = [sources[i] for i in by_len[::k][:subset]]
     batches = batches_of(task, chosen, max_sentences)
-    inc = full = 0.0
-    for b in batches:
-        full += decode_batch(model, task, chosen, b, beam, settings, incremental=False)[0]
-        inc += decode_batch(model, task, chosen, b, beam, settings, incremental=True)[0]
-    return {"subset_sentences": len(chosen), "subset_every_kth_by_length": k, "incremental_s": round(inc, 2),
-            "full_recompute_s": round(full, 2), "speedup": round(full / inc, 2),
+    runs = []
+    for _ in range(repeats):
+        inc = full = 0.0
+        for b in batches:
+            full += decode_batch(model, task, chosen, b, settings, incremental=False)
+            inc += decode_batch(model, task, chosen, b, settings, incremental=True)
+        runs.append((inc, full))
+    inc, full = (statistics.median(r[i] for r in runs) for i in (0, 1))
+    return {"subset_sentences": len(chosen), "subset_every_kth_by_length": k, "repeats": repeats,
+            "incremental_s_median": round(inc, 2), "full_recompute_s_median": round(full, 2),
+            "speedup": round(statistics.median(f / i for i, f in runs), 2),
+            "speedups_all": [round(f / i, 2) for i, f in runs],
             "full_recompute_sentences_per_s_subset": round(len(chosen) / full, 3)}
 
 
@@ -161,6 +215,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--parsing-full-sentences", type=int, help="the same, beam 21: default 16, 2 untrained")
     ap.add_argument("--max-sentences", type=int, default=128, help="sentences decoded together")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=3, help="runs of each measurement; medians are reported")
     ap.add_argument("--skip", nargs="*", default=[], choices=["translation", "parsing", "full"])
     ap.add_argument("--cache-dir", default=str(REPO / ".cache" / "s2s"))
     ap.add_argument("--name", default="decode_speed")
@@ -176,35 +231,51 @@ def main(argv=None) -> dict:
     from data_recipes import shared_data_dir
 
     result = {"benchmark": "decoding speed (issue 6b)", "threads": args.threads, "max_sentences": args.max_sentences,
-              "omp_env": omp_env(), "clock": "search + ids to text, sources already tokenised",
-              "load_avg_1m_start": machine()["load_avg_1m"]}
+              "omp_env": omp_env(), "load_avg_1m_start": machine()["load_avg_1m"],
+              "clock": "rates: translate() as s2s generate runs it (tokenise, search, ids to text; on CPU "
+                       "run.threads batches at once, one thread each); full recompute ratio: generate() per batch"}
+    mm = mm_rate()
+    result["mm_rate_gflops"] = round(mm / 1e9, 1)
     rows = []
 
-    def measure(section: dict, name: str, task, model, settings, sources, beam: int, full_subset: int):
-        section[name] = r = rate(model, task, sources, batches_of(task, sources, args.max_sentences), beam, settings)
+    def measure(section: dict, task, model, settings, sources, full_subset: int, refs=None):
+        beam = f"beam{settings.beam}"
+        variants = {beam: settings, f"{beam}_stop_beam": replace(settings, stop="beam")}
+        if refs is not None:
+            variants["greedy"] = replace(settings, beam=1)
+        measured, outputs = rates(model, task, sources, variants, args.repeats, args.max_sentences)
+        section.update(measured)
+        for r in measured.values():  # the search's matmul FLOPs at the machine's fp32 torch.mm rate
+            r["mm_ceiling_sentences_per_s"] = round(mm / (r["gflop_per_sentence"] * 1e9), 1)
+            r["fraction_of_mm_ceiling"] = round(r["sentences_per_s"] / r["mm_ceiling_sentences_per_s"], 3)
+        if refs is not None:  # what the stopping rule costs in quality, if anything
+            for name in variants:
+                section[name]["test_score"] = round(task.score(outputs[name], refs).value, 2)
         if full_subset and "full" not in args.skip:
-            section[f"{name}_vs_full_recompute"] = v = versus_full(model, task, sources, beam, settings, full_subset,
-                                                                   args.max_sentences)
-            r["full_recompute_sentences_per_s_extrapolated"] = round(r["sentences_per_s"] / v["speedup"], 3)
-        rows.append({"task": section["task"], "search": name, "sent/s": r["sentences_per_s"],
-                     "own cores": r["sentences_per_s_own_cores"], "out tokens": r["mean_output_tokens"],
-                     "ref tokens": section["mean_reference_tokens"],
-                     "vs full": section.get(f"{name}_vs_full_recompute", {}).get("speedup"),
-                     "model": section["model"]["model"][:9]})
+            section[f"{beam}_vs_full_recompute"] = v = versus_full(model, task, sources, settings, full_subset,
+                                                                   args.max_sentences, args.repeats)
+            section[beam]["full_recompute_sentences_per_s_extrapolated"] = round(
+                section[beam]["sentences_per_s"] / v["speedup"], 3)
+        for name in variants:
+            r = section[name]
+            rows.append({"task": section["task"], "search": name, "sent/s": r["sentences_per_s"],
+                         "own cores": r["sentences_per_s_own_cores"], "out tokens": r["mean_output_tokens"],
+                         "ref tokens": section["mean_reference_tokens"], "score": r.get("test_score"),
+                         "vs full": section.get(f"{name}_vs_full_recompute", {}).get("speedup"),
+                         "ceiling": r["mm_ceiling_sentences_per_s"],
+                         "model": section["model"]["model"][:9]})
 
     if "translation" not in args.skip:
         task, model, settings, desc = load("multi30k_en_de", args.run, args.cache_dir)
         path = shared_data_dir() / "multi30k" / "test_2016_flickr.en"
         sources = path.read_text(encoding="utf-8").splitlines()[:args.sentences]
         refs = path.with_suffix(".de").read_text(encoding="utf-8").splitlines()[:args.sentences]
-        batch = batches_of(task, sources[:4], 4)[0]
-        decode_batch(model, task, sources[:4], batch, settings.beam, settings, True)  # warm-up
+        decode_batch(model, task, sources[:4], batches_of(task, sources[:4], 4)[0], settings, True)  # warm-up
         t = result["translation"] = {
             "task": "translation", "model": desc, "data": f"{path.name}, first {len(sources)} lines",
-            "settings": vars(settings),
-            "mean_reference_tokens": round(sum(map(len, task.encode_target(refs))) / len(refs), 2)}
-        measure(t, f"beam{settings.beam}", task, model, settings, sources, settings.beam, args.full_sentences)
-        measure(t, "greedy", task, model, settings, sources, 1, 0)
+            "mean_reference_tokens": round(sum(map(len, task.encode_target(refs))) / len(refs), 2),
+            "score": "sacreBLEU against the references"}
+        measure(t, task, model, settings, sources, args.full_sentences, refs)
     if "parsing" not in args.skip:
         task, model, settings, desc = load("ptb_sample_parsing", args.parsing_run, args.cache_dir)
         pairs = list(islice((p for split in ("valid", "test", "train") for p in task.read_split(split)),
@@ -213,11 +284,11 @@ def main(argv=None) -> dict:
         p = result["parsing"] = {
             "task": "parsing", "model": desc,
             "data": f"NLTK treebank sample: {len(sources)} sentences (dev, test, then training)",
-            "settings": vars(settings),
             "mean_reference_tokens": round(sum(map(len, task.encode_target([t for _, t in pairs]))) / len(pairs), 2)}
-        measure(p, f"beam{settings.beam}", task, model, settings, sources, settings.beam, args.parsing_full_sentences)
+        measure(p, task, model, settings, sources, args.parsing_full_sentences)
     result["targets"] = {"beam4_sentences_per_s_trained": 150, "beam4_incremental_vs_full": 5,
                          "beam21_incremental_vs_full": 10}
+    result["mm_rate_gflops_end"] = round(mm_rate() / 1e9, 1)
     result["peak_rss_mib"] = round(peak_rss_mib(), 1)
     path = write(args.name, result)
     print(table(rows))
