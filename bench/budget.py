@@ -89,9 +89,9 @@ def main() -> None:
             row.update(gold_scores(task, hyps, sources))
         results.append(row)
         print(json.dumps(row))
-    path = write(f"budget_{args.preset}", {"preset": args.preset, "overrides": args.overrides,
-                                           "note": args.note, "results": results})
-    print(f"wrote {path}")
+        path = write(f"budget_{args.preset}", {"preset": args.preset, "overrides": args.overrides,
+                                               "note": args.note, "results": results})  # after each budget
+        print(f"wrote {path}")
 
 
 if __name__ == "__main__":
