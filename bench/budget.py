@@ -28,7 +28,7 @@ from seq2seq_core.config import load_config  # noqa: E402
 from seq2seq_core.data import prepare  # noqa: E402
 from seq2seq_core.evaluate import decode_settings, translate  # noqa: E402
 from seq2seq_core.registry import Registry  # noqa: E402
-from seq2seq_core.train import train  # noqa: E402
+from seq2seq_core.train import read_metrics, train  # noqa: E402
 
 
 def right_branching(words: list[str], tags: list) -> str:
@@ -70,7 +70,7 @@ def main() -> None:
                                         "optim.max_updates=1000000", *args.overrides], registry=reg)
         t0 = time.time()
         train(cfg, reg, quiet=True)
-        records = [json.loads(line) for line in open(Path(run_dir) / "metrics.jsonl")]
+        records = read_metrics(run_dir)
         speeds = [r["tgt_tokens_per_s"] for r in records if r["kind"] == "train"]
         cfg_run, task, model = load_for_inference(run_dir, reg)
         sources, refs = prepare(task, cfg_run.data, quiet=True).texts("test")

@@ -37,7 +37,6 @@ import os
 os.environ.setdefault("GOMP_SPINCOUNT", "1000")
 
 import argparse
-import json
 import statistics
 import threading
 import time
@@ -59,7 +58,7 @@ def load(preset: str, run: str | None, cache_dir: str):
     from seq2seq_core.data import prepare
     from seq2seq_core.evaluate import decode_settings
     from seq2seq_core.registry import Registry
-    from seq2seq_core.train import build_model, build_task
+    from seq2seq_core.train import build_model, build_task, read_metrics
 
     registry = Registry.installed()
     if run:
@@ -71,9 +70,8 @@ def load(preset: str, run: str | None, cache_dir: str):
             desc["checkpoint"] = path.name
         elif (path / "checkpoint_average.pt").is_file():
             desc["checkpoint"] = "checkpoint_average.pt"
-        metrics = run_dir / "metrics.jsonl"
-        if metrics.is_file():
-            records = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
+        if (run_dir / "metrics.jsonl").is_file():
+            records = read_metrics(run_dir)
             train = [r for r in records if r.get("kind") == "train"]
             if train:
                 desc.update(updates_logged=train[-1]["update"], train_nll=round(train[-1]["nll"], 3))

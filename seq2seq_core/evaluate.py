@@ -83,6 +83,7 @@ def translate(model, task: Task, sources: Sequence[str], settings: DecodeDefault
                 if progress is not None:
                     progress.update(len(batch))
     finally:
-        torch.set_num_threads(threads)
+        if workers > 1:
+            torch.set_num_threads(threads)
         model.train(was_training)
     return out

@@ -7,26 +7,11 @@ display is needed.
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from .train import read_metrics
+
 NOT_METRICS = {"kind", "update", "elapsed", "loss", "nll", "ppl"}
-
-
-def read_metrics(run_dir: Path) -> list[dict]:
-    """The run's records, oldest first; a torn last line (a killed run) is passed over."""
-    path = Path(run_dir) / "metrics.jsonl"
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} does not exist: not a run directory of `s2s train`")
-    records = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(record, dict) and "update" in record:
-            records.append(record)
-    return records
 
 
 def _curves(records: list[dict], kind: str, key: str) -> tuple[list, list, list]:

@@ -267,15 +267,8 @@ class Trainer:
         path = self.run_dir / "metrics.jsonl"
         if self.rank != 0 or not path.is_file():
             return
-        kept = []
-        for line in path.read_text(encoding="utf-8").splitlines():
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(record, dict) and record.get("update", 0) <= self.update:
-                kept.append(line + "\n")
-        atomic_write_text(path, "".join(kept))
+        kept = [r for r in read_metrics(self.run_dir) if r["update"] <= self.update]
+        atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in kept))
 
     def _state(self) -> dict:
         return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
@@ -567,6 +560,22 @@ class Trainer:
         if self.tb is not None:
             self.tb.close()
             self.tb = None
+
+
+def read_metrics(run_dir: Path) -> list[dict]:
+    """The run's records, oldest first; a torn last line (a killed run) is passed over."""
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} does not exist: not a run directory of `s2s train`")
+    records = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(record, dict) and "update" in record:
+            records.append(record)
+    return records
 
 
 def all_finite_grads(model) -> torch.Tensor:
