@@ -92,18 +92,12 @@ def load(preset: str, run: str | None, cache_dir: str):
 
 def batches_of(task, sources: list[str], max_sentences: int) -> list[tuple[list[int], torch.Tensor]]:
     """(sentence numbers, padded source ids + EOS) per batch, sorted by length as `translate` does."""
-    from seq2seq_core.vocab import EOS, PAD
+    from seq2seq_core.evaluate import source_batch
 
     ids = task.encode_source(sources)
     order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
-    out = []
-    for start in range(0, len(order), max_sentences):
-        batch = order[start:start + max_sentences]
-        src = torch.full((len(batch), max(len(ids[i]) for i in batch) + 1), PAD, dtype=torch.long)
-        for row, i in enumerate(batch):
-            src[row, :len(ids[i]) + 1] = torch.tensor(list(ids[i]) + [EOS])
-        out.append((batch, src))
-    return out
+    batches = [order[start:start + max_sentences] for start in range(0, len(order), max_sentences)]
+    return [(batch, source_batch([ids[i] for i in batch])) for batch in batches]
 
 
 def decode_batch(model, task, sources, batch, settings, incremental: bool) -> float:

@@ -40,7 +40,7 @@ def top_k(x: Tensor, k: int, chunks: int = 64) -> tuple[Tensor, Tensor]:
     largest maxima: a value outside them would have those k maxima above it. The row is cut
     into `chunks` strided chunks (position j in chunk j mod chunks, so the chunk maxima are one
     vectorised reduction), and topk runs over the k best chunks and the m mod chunks last
-    positions only. On one CPU thread this takes 6 instead of 11 ms for 512 rows of 8,000.
+    positions only.
     """
     n, m = x.shape
     L = m // chunks

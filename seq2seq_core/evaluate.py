@@ -45,6 +45,14 @@ def valid_loss(model, split: Split, max_tokens: int, eps: float, device, autocas
     return {"loss": loss_sum / ntokens, "nll": nll_sum / ntokens, "ppl": float(np.exp(nll_sum / ntokens))}
 
 
+def source_batch(ids: Sequence[Sequence[int]]) -> torch.Tensor:
+    """Source rows as the model takes them: ids + EOS, right-padded with PAD, [B, S]."""
+    src = torch.full((len(ids), max(map(len, ids)) + 1), PAD, dtype=torch.long)
+    for row, seq in enumerate(ids):
+        src[row, :len(seq) + 1] = torch.tensor(list(seq) + [EOS])
+    return src
+
+
 @torch.no_grad()
 def translate(model, task: Task, sources: Sequence[str], settings: DecodeDefaults, device,
               max_sentences: int = 128, progress=None) -> list[str]:
@@ -52,8 +60,8 @@ def translate(model, task: Task, sources: Sequence[str], settings: DecodeDefault
 
     On a CPU with n > 1 intra-op threads, n batches are searched at once, each on one thread:
     a step's operations are small (a few hundred rows), and splitting each of them over threads
-    pays a synchronisation per operation that independent batches do not (1.3-1.5x measured,
-    bench/decode_speed.py). On a GPU batches go one after the other.
+    pays a synchronisation per operation that independent batches do not. On a GPU batches go
+    one after the other.
     """
     was_training = model.training
     model.eval()
@@ -62,10 +70,7 @@ def translate(model, task: Task, sources: Sequence[str], settings: DecodeDefault
     out: list[str] = [""] * len(ids)
 
     def search(batch: list[int]) -> list[str]:
-        width = max(len(ids[i]) for i in batch) + 1
-        src = torch.full((len(batch), width), PAD, dtype=torch.long)
-        for row, i in enumerate(batch):
-            src[row, :len(ids[i]) + 1] = torch.tensor(list(ids[i]) + [EOS])
+        src = source_batch([ids[i] for i in batch])
         hyps = generate(model, src.to(device), beam=settings.beam, alpha=settings.alpha,
                         max_len_a=settings.max_len_a, max_len_b=settings.max_len_b, stop=settings.stop)
         return [task.postprocess(task.decode_target(h.tokens), sources[i]) for i, h in zip(batch, hyps)]

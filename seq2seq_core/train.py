@@ -404,9 +404,12 @@ class Trainer:
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         self.scaler.unscale_(self.optimizer)
-        if cfg.optim.clip_norm > 0:
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.optim.clip_norm)
-        finite = torch.isfinite(loss_sum) & all_finite_grads(self.model).to(self.device)
+        grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+        if cfg.optim.clip_norm > 0:  # the total norm is non-finite iff a gradient is
+            norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.optim.clip_norm)
+        else:
+            norm = torch.nn.utils.get_total_norm(grads) if grads else torch.zeros((), device=self.device)
+        finite = torch.isfinite(loss_sum) & torch.isfinite(norm).to(self.device)
         if self.world > 1:
             finite = finite.float()
             dist.all_reduce(finite, op=dist.ReduceOp.MIN)  # one process's NaN skips the update everywhere
@@ -577,12 +580,6 @@ def read_metrics(run_dir: Path) -> list[dict]:
             records.append(record)
     return records
 
-
-def all_finite_grads(model) -> torch.Tensor:
-    grads = [p.grad for p in model.parameters() if p.grad is not None]
-    if not grads:
-        return torch.tensor(True)
-    return torch.stack([torch.isfinite(g).all() for g in grads]).all()
 
 
 def train(cfg, registry, quiet: bool = False) -> dict:

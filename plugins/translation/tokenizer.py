@@ -74,8 +74,8 @@ class Subwords:
 
     def encode(self, lines: Sequence[str]) -> list[list[int]]:
         """The ids of each line. Many lines are cut into slices that Python threads encode, one
-        per core, each slice sequentially (the library releases the GIL while it encodes): on 2
-        cores 1.4x faster than the library's own parallel batch, whose threads contend."""
+        per core, each slice sequentially (the library releases the GIL while it encodes): faster
+        on 2 cores than the library's own parallel batch, whose threads contend."""
         lines = list(lines)
         workers = min(len(os.sched_getaffinity(0)), len(lines) // SLICE)
         encode = lambda part: [e.ids for e in self.tokenizer.encode_batch_fast(part, add_special_tokens=False)]  # noqa: E731
