@@ -23,12 +23,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch  # noqa: E402
 
 from bench.common import peak_rss_mib, write  # noqa: E402
-from seq2seq_core.cli import load_for_inference  # noqa: E402
-from seq2seq_core.config import load_config  # noqa: E402
-from seq2seq_core.data import prepare  # noqa: E402
-from seq2seq_core.evaluate import decode_settings, translate  # noqa: E402
-from seq2seq_core.registry import Registry  # noqa: E402
-from seq2seq_core.train import read_metrics, train  # noqa: E402
+from s2s.core.cli import load_for_inference  # noqa: E402
+from s2s.core.config import load_config  # noqa: E402
+from s2s.core.data import prepare  # noqa: E402
+from s2s.core.evaluate import decode_settings, translate  # noqa: E402
+from s2s.core.registry import Registry  # noqa: E402
+from s2s.core.train import read_metrics, train  # noqa: E402
 
 
 def right_branching(words: list[str], tags: list) -> str:
@@ -42,8 +42,8 @@ def right_branching(words: list[str], tags: list) -> str:
 
 def gold_scores(task, hyps: list[str], sources: list[str]) -> dict:
     """Parsing only: EVALB against the real gold trees, and the right-branching baseline."""
-    from plugins.parsing.evalb import evalb
-    from plugins.parsing.linearise import punctuation_tags
+    from s2s.plugins.parsing.evalb import evalb
+    from s2s.plugins.parsing.linearise import punctuation_tags
 
     gold = list(task.references("test"))
     model = evalb(gold, hyps).summary

@@ -16,7 +16,7 @@ lengths say nothing of a trained one's: over translation's 8,000 tokens it almos
 hypothesis (every search runs to the maximum length), over parsing's 59 it ends at once. The
 JSON says which kind of model was measured and gives mean output and reference lengths.
 
-Rates are those of `s2s generate`'s path (seq2seq_core.evaluate.translate: sentences sorted by
+Rates are those of `s2s generate`'s path (s2s.core.evaluate.translate: sentences sorted by
 length, `--max-sentences` at a time, on CPU `--threads` batches at once, one thread each); the
 clock covers tokenising, search and turning ids back into text; medians of `--repeats` runs,
 the variants interleaved. Full recompute (the decoder re-run over the whole prefix at every step) is quadratic in the
@@ -53,12 +53,12 @@ REPO = Path(__file__).resolve().parent.parent
 
 def load(preset: str, run: str | None, cache_dir: str):
     """(task, model, decoding settings, description) for a run directory or an untrained model."""
-    from seq2seq_core.cli import load_for_inference
-    from seq2seq_core.config import load_config
-    from seq2seq_core.data import prepare
-    from seq2seq_core.evaluate import decode_settings
-    from seq2seq_core.registry import Registry
-    from seq2seq_core.train import build_model, build_task, read_metrics
+    from s2s.core.cli import load_for_inference
+    from s2s.core.config import load_config
+    from s2s.core.data import prepare
+    from s2s.core.evaluate import decode_settings
+    from s2s.core.registry import Registry
+    from s2s.core.train import build_model, build_task, read_metrics
 
     registry = Registry.installed()
     if run:
@@ -92,7 +92,7 @@ def load(preset: str, run: str | None, cache_dir: str):
 
 def batches_of(task, sources: list[str], max_sentences: int) -> list[tuple[list[int], torch.Tensor]]:
     """(sentence numbers, padded source ids + EOS) per batch, sorted by length as `translate` does."""
-    from seq2seq_core.evaluate import source_batch
+    from s2s.core.evaluate import source_batch
 
     ids = task.encode_source(sources)
     order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
@@ -103,7 +103,7 @@ def batches_of(task, sources: list[str], max_sentences: int) -> list[tuple[list[
 def decode_batch(model, task, sources, batch, settings, incremental: bool) -> float:
     """Seconds to search one batch (with the settings' beam; 1 is greedy) and turn its
     hypotheses into text."""
-    from seq2seq_core.decoding import generate
+    from s2s.core.decoding import generate
 
     rows, src = batch
     t0 = time.perf_counter()
@@ -120,7 +120,7 @@ def rates(model, task, sources, variants: dict, repeats: int, max_sentences: int
     the median of `repeats` runs, variants interleaved so that a change in the machine's load
     touches them alike. Also the rate had the process had its threads' cores to itself
     (sentences per CPU-second times threads), which a shared machine's load disturbs less."""
-    from seq2seq_core.evaluate import translate
+    from s2s.core.evaluate import translate
 
     runs = {name: [] for name in variants}
     outputs, rows = {}, {}
@@ -220,7 +220,7 @@ def main(argv=None) -> dict:
     args.full_sentences = pick(args.full_sentences, 128, 16, args.run)
     args.parsing_full_sentences = pick(args.parsing_full_sentences, 16, 2, args.parsing_run)
     torch.set_num_threads(args.threads)
-    from data_recipes import shared_data_dir
+    from s2s.data_recipes import shared_data_dir
 
     result = {"benchmark": "decoding speed (issue 6b)", "threads": args.threads, "max_sentences": args.max_sentences,
               "omp_env": omp_env(), "load_avg_1m_start": machine()["load_avg_1m"],

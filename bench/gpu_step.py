@@ -26,10 +26,10 @@ import torch
 from omegaconf import OmegaConf
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from seq2seq_core.config import ModelConfig, OptimConfig  # noqa: E402
-from seq2seq_core.model import Transformer  # noqa: E402
-from seq2seq_core.optim import adam, label_smoothed_loss, lrate  # noqa: E402
-from seq2seq_core.vocab import BOS, EOS  # noqa: E402
+from s2s.core.config import ModelConfig, OptimConfig  # noqa: E402
+from s2s.core.model import Transformer  # noqa: E402
+from s2s.core.optim import adam, label_smoothed_loss, lrate  # noqa: E402
+from s2s.core.vocab import BOS, EOS  # noqa: E402
 
 
 def bf16_mm_rate(n: int = 8192, seconds: float = 2.0) -> float:

@@ -6,7 +6,7 @@
 Multi30k's 29,000 training pairs are repeated to `--pairs` lines and written as plain text files
 to a temporary folder, next to Multi30k's own dev and test files; then the translation plugin
 (the multi30k_en_de preset's task section: byte-level BPE, 8,000 shared tokens) and
-`seq2seq_core.data.prepare` train the tokenizer and binarise every split, in a fresh process
+`s2s.core.data.prepare` train the tokenizer and binarise every split, in a fresh process
 whose peak RSS is the figure reported. Pairs/s counts training pairs over the whole `prepare`
 call (reading, tokenizer training, binarising, writing); the tokenizer's share is timed apart.
 """
@@ -38,7 +38,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 def make_corpus(directory: Path, pairs: int) -> None:
     """train.{en,de}: Multi30k's training pairs cycled to `pairs` lines; val and test as shipped."""
-    from data_recipes import shared_data_dir
+    from s2s.data_recipes import shared_data_dir
 
     m30k = shared_data_dir() / "multi30k"
     for lang in ("en", "de"):
@@ -52,10 +52,10 @@ def make_corpus(directory: Path, pairs: int) -> None:
 def child(data_dir: str, cache_dir: str) -> None:
     """Prepare in this (fresh) process; print timings and peak RSS as JSON."""
     from bench.common import peak_rss_mib
-    from seq2seq_core.config import load_config
-    from seq2seq_core.data import prepare
-    from seq2seq_core.registry import Registry
-    from seq2seq_core.train import build_task
+    from s2s.core.config import load_config
+    from s2s.core.data import prepare
+    from s2s.core.registry import Registry
+    from s2s.core.train import build_task
 
     registry = Registry.installed()
     cfg = load_config("multi30k_en_de", [f"task.data_dir={data_dir}", f"data.cache_dir={cache_dir}"],

@@ -39,10 +39,10 @@ REPO = Path(__file__).resolve().parent.parent
 def child(data_dir: str, cache_dir: str, run_dir: str, updates: int, threads: int) -> None:
     """Build the trainer on the prepared corpus and take `updates` updates; print RSS as JSON."""
     from bench.common import peak_rss_mib
-    from seq2seq_core.config import load_config
-    from seq2seq_core.data import epoch_batches
-    from seq2seq_core.registry import Registry
-    from seq2seq_core.train import Trainer
+    from s2s.core.config import load_config
+    from s2s.core.data import epoch_batches
+    from s2s.core.registry import Registry
+    from s2s.core.train import Trainer
 
     registry = Registry.installed()
     cfg = load_config("multi30k_en_de", [

@@ -89,9 +89,9 @@ PRESETS = {
 
 
 def build_trainer(name: str, max_tokens: int, threads: int, run_dir: str, cache_dir: str):
-    from seq2seq_core.config import load_config
-    from seq2seq_core.registry import Registry
-    from seq2seq_core.train import Trainer
+    from s2s.core.config import load_config
+    from s2s.core.registry import Registry
+    from s2s.core.train import Trainer
 
     registry = Registry.installed()
     preset, overrides = PRESETS[name]

@@ -30,7 +30,7 @@ from typing import Iterable, Iterator
 
 from nltk.tree import Tree
 
-from seq2seq_core.task import DataError
+from s2s.core.task import DataError
 
 from . import shared_data_dir
 

@@ -61,7 +61,7 @@ class DataConfig:
 
 
 class Stop(str, Enum):
-    """Beam search's stopping rule (seq2seq_core.task.DecodeDefaults says what each means)."""
+    """Beam search's stopping rule (s2s.core.task.DecodeDefaults says what each means)."""
 
     bound = "bound"
     beam = "beam"
@@ -129,12 +129,19 @@ class ConfigError(ValueError):
     """A config that cannot be used; the message names the key (and the nearest valid one)."""
 
 
-PRESET_DIR = Path(__file__).resolve().parent.parent / "tasks"
+def _preset_dir() -> Path:
+    """The presets travel inside the package as `s2s.tasks` (the repository's tasks/ folder)."""
+    import s2s.tasks
+
+    return Path(s2s.tasks.__file__).resolve().parent
+
+
+PRESET_DIR = _preset_dir()
 
 
 def _shared(sub: str = "") -> str:
     """`${shared:multi30k}` in a preset: the real-data folder (S2S_SHARED_DATA overrides it)."""
-    from data_recipes import shared_data_dir
+    from s2s.data_recipes import shared_data_dir
 
     return str(shared_data_dir() / sub)
 
@@ -196,7 +203,7 @@ def load_config(preset: str | Path | None, overrides: list[str] = (), task_confi
     """Merge preset YAML and `key=value` overrides over the defaults and validate everything.
 
     The task section is checked against the `Config` dataclass of the task that `task.name`
-    names, found through `registry` (a `seq2seq_core.registry.Registry`).
+    names, found through `registry` (a `s2s.core.registry.Registry`).
     """
     raw = OmegaConf.create()
     if preset is not None:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from seq2seq_core.vocab import BOS, EOS, PAD
+from s2s.core.vocab import BOS, EOS, PAD
 
 
 @dataclass
@@ -113,7 +113,7 @@ def generate(model, src: Tensor, beam: int, alpha: float, max_len_a: float, max_
     beam == 1 is greedy search; beam > 1 beam search. `incremental=False` recomputes the
     decoder over the whole prefix at each step (same results, slower). The model is put in eval
     mode for the search and given back in the mode it came in. `stop` is beam search's stopping
-    rule, "bound" or "beam" (see seq2seq_core.task.DecodeDefaults). Any model with the Transformer's
+    rule, "bound" or "beam" (see s2s.core.task.DecodeDefaults). Any model with the Transformer's
     encode / decode / init_cache / decode_step / reorder_cache and `max_positions` will do; when
     its init_cache takes `capacity` it is told the number of steps, and when its reorder_cache
     takes `keep`, sentences leave the batch as soon as their search is over.

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from seq2seq_core.vocab import PAD
+from s2s.core.vocab import PAD
 
 
 def sinusoids(n_positions: int, d_model: int) -> Tensor:

@@ -47,7 +47,7 @@ class Registry:
 
     def register(self, task_cls: type[Task], origin: str) -> None:
         if not (inspect.isclass(task_cls) and issubclass(task_cls, Task)):
-            raise RegistryError(f"{origin}: {task_cls!r} is not a subclass of seq2seq_core.Task")
+            raise RegistryError(f"{origin}: {task_cls!r} is not a subclass of s2s.core.Task")
         name = getattr(task_cls, "name", None)
         if not isinstance(name, str) or not name:
             raise RegistryError(f"{origin}: task class {task_cls.__name__} sets no `name`")

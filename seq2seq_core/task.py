@@ -2,9 +2,9 @@
 
 A task turns raw (source, target) pairs into ids and hypotheses back into text, and scores them.
 The engine owns the model, the data pipeline, training and decoding and never imports a task by
-name; a task imports only this module and `seq2seq_core.vocab`.
+name; a task imports only this module and `s2s.core.vocab`.
 
-Every vocabulary reserves the ids in `SPECIALS` (see `seq2seq_core.vocab`): 0 <pad>, 1 <s>,
+Every vocabulary reserves the ids in `SPECIALS` (see `s2s.core.vocab`): 0 <pad>, 1 <s>,
 2 </s>, 3 <unk>. Tokenizers trained with the `tokenizers` library get them by listing
 `SPECIALS` first among their special tokens.
 """

@@ -24,7 +24,7 @@ def one_thread():
 
 @pytest.fixture
 def registry():
-    from seq2seq_core.registry import Registry
+    from s2s.core.registry import Registry
 
     return Registry.installed()
 

@@ -3,8 +3,8 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from seq2seq_core.config import ConfigError, load_config, preset_names
-from seq2seq_core.model import Transformer
+from s2s.core.config import ConfigError, load_config, preset_names
+from s2s.core.model import Transformer
 
 
 @pytest.mark.parametrize("preset", preset_names())
@@ -17,7 +17,7 @@ def test_every_preset_loads_validates_and_builds(preset, registry):
 
 
 def test_every_preset_starts_with_the_command_that_runs_it():
-    from seq2seq_core.config import PRESET_DIR
+    from s2s.core.config import PRESET_DIR
 
     for path in PRESET_DIR.glob("*.yaml"):
         first = path.read_text().splitlines()[0]
@@ -48,7 +48,7 @@ def test_unknown_preset_lists_the_known_ones(registry):
 
 
 def test_unknown_task_lists_the_known_ones(registry, tmp_path):
-    from seq2seq_core.registry import RegistryError
+    from s2s.core.registry import RegistryError
 
     path = tmp_path / "p.yaml"
     path.write_text("task:\n  name: nosuchtask\n")
@@ -64,7 +64,7 @@ def test_yaml_path_preset(registry, tmp_path):
 
 
 def test_print_config_prints_merged_yaml(capsys):
-    from seq2seq_core.cli import main
+    from s2s.core.cli import main
 
     assert main(["train", "demo", "model.layers=5", "--print-config"]) == 0
     printed = OmegaConf.create(capsys.readouterr().out)

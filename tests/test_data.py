@@ -3,10 +3,10 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from seq2seq_core.config import DataConfig
-from seq2seq_core.data import epoch_batches, prepare, token_batches
-from seq2seq_core.task import DataError
-from seq2seq_core.vocab import BOS, EOS, PAD
+from s2s.core.config import DataConfig
+from s2s.core.data import epoch_batches, prepare, token_batches
+from s2s.core.task import DataError
+from s2s.core.vocab import BOS, EOS, PAD
 
 
 def test_batches_respect_max_tokens_and_cover_every_pair_once():
@@ -23,7 +23,7 @@ def test_batches_respect_max_tokens_and_cover_every_pair_once():
 
 
 def test_ranks_get_disjoint_equal_shares(tmp_path):
-    from seq2seq_core.data import Split
+    from s2s.core.data import Split
 
     lens = np.random.default_rng(1).integers(1, 30, 999)
     off = np.concatenate([[0], np.cumsum(lens)])

@@ -5,10 +5,10 @@ import math
 import pytest
 import torch
 
-from seq2seq_core.config import ModelConfig
-from seq2seq_core.decoding import generate, length_penalty, top_k
-from seq2seq_core.model import Transformer
-from seq2seq_core.vocab import BOS, EOS, PAD
+from s2s.core.config import ModelConfig
+from s2s.core.decoding import generate, length_penalty, top_k
+from s2s.core.model import Transformer
+from s2s.core.vocab import BOS, EOS, PAD
 
 
 class ToyModel(torch.nn.Module):

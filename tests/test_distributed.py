@@ -10,7 +10,7 @@ two lists, so that every update of every run covers exactly the same sentence pa
   B, update_freq 2:  [R_0[0], R_1[0], R_0[1], R_1[1], ...]  (two consecutive batches per update)
 
 Dropout is off (each process draws its own masks). The 2-process run is launched as users do,
-`torchrun --standalone --nproc_per_node 2 -m seq2seq_core.cli train ...`, on gloo. After several
+`torchrun --standalone --nproc_per_node 2 -m s2s.core.cli train ...`, on gloo. After several
 updates at a large learning rate, parameters and Adam's first moment (a linear function of the
 gradients, so it also catches a wrong normalisation, which Adam's step alone would hide) agree
 to 1e-5 relative; the per-update losses logged agree too.
@@ -23,11 +23,11 @@ import sys
 import numpy as np
 import torch
 
-import seq2seq_core.train as train_mod
-from seq2seq_core import checkpoint, data
-from seq2seq_core.config import load_config
-from seq2seq_core.optim import label_smoothed_loss
-from seq2seq_core.train import Trainer, train
+import s2s.core.train as train_mod
+from s2s.core import checkpoint, data
+from s2s.core.config import load_config
+from s2s.core.optim import label_smoothed_loss
+from s2s.core.train import Trainer, train
 
 UPDATES = 6
 
@@ -88,7 +88,7 @@ def test_two_processes_equal_one_with_twice_the_batch_and_with_update_freq_2(reg
 
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                           "-m", "seq2seq_core.cli", "train", "-q", "demo", *_overrides(tmp_path, cache, "two")],
+                           "-m", "s2s.core.cli", "train", "-q", "demo", *_overrides(tmp_path, cache, "two")],
                           env=env, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr[-3000:]
 

@@ -8,12 +8,12 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from seq2seq_core import checkpoint
-from seq2seq_core.config import ModelConfig, load_config
-from seq2seq_core.decoding import generate
-from seq2seq_core.model import Transformer
-from seq2seq_core.train import train
-from seq2seq_core.vocab import EOS
+from s2s.core import checkpoint
+from s2s.core.config import ModelConfig, load_config
+from s2s.core.decoding import generate
+from s2s.core.model import Transformer
+from s2s.core.train import train
+from s2s.core.vocab import EOS
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
 

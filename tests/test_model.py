@@ -2,9 +2,9 @@
 import pytest
 import torch
 
-from seq2seq_core.config import ModelConfig
-from seq2seq_core.model import Transformer
-from seq2seq_core.vocab import BOS, EOS, PAD
+from s2s.core.config import ModelConfig
+from s2s.core.model import Transformer
+from s2s.core.vocab import BOS, EOS, PAD
 
 V = 23
 

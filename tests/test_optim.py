@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from seq2seq_core.optim import label_smoothed_loss, lrate
+from s2s.core.optim import label_smoothed_loss, lrate
 
 
 def test_schedule_known_values():

@@ -6,10 +6,10 @@ import json
 import pytest
 from omegaconf import OmegaConf
 
-from data_recipes import shared_data_dir
-from plugins.parsing import ParsingTask
-from plugins.parsing.evalb import SHORT_FIELDS, evalb, evalb_files, read_tree
-from seq2seq_core.task import DataError
+from s2s.data_recipes import shared_data_dir
+from s2s.plugins.parsing import ParsingTask
+from s2s.plugins.parsing.evalb import SHORT_FIELDS, evalb, evalb_files, read_tree
+from s2s.core.task import DataError
 
 CASES = shared_data_dir() / "evalb_cases"
 pytestmark = pytest.mark.skipif(not (CASES / "expected.json").is_file(),
@@ -75,7 +75,7 @@ def test_task_score_reports_evalb_figures(case):
 
 
 def test_cli_score_prints_one_json_object(capsys):
-    from seq2seq_core.cli import main
+    from s2s.core.cli import main
 
     rc = main(["score", "parsing", "--ref", str(CASES / "gold.txt"), "--hyp", str(CASES / "test_mixed.txt"), "--json"])
     out = json.loads(capsys.readouterr().out)

@@ -6,11 +6,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
-from data_recipes import shared_data_dir
-from data_recipes.treebank import read_trees, to_string
-from plugins.parsing import ParsingTask
-from plugins.parsing.evalb import DELETE_LABELS, evalb, read_tree
-from plugins.parsing.linearise import PLACEHOLDER, delinearise, linearise, punctuation_tags
+from s2s.data_recipes import shared_data_dir
+from s2s.data_recipes.treebank import read_trees, to_string
+from s2s.plugins.parsing import ParsingTask
+from s2s.plugins.parsing.evalb import DELETE_LABELS, evalb, read_tree
+from s2s.plugins.parsing.linearise import PLACEHOLDER, delinearise, linearise, punctuation_tags
 
 SAMPLE = shared_data_dir() / "nltk_data" / "corpora" / "treebank.zip"
 needs_sample = pytest.mark.skipif(not SAMPLE.is_file(), reason=f"NLTK treebank sample not found at {SAMPLE}")
@@ -18,7 +18,7 @@ needs_sample = pytest.mark.skipif(not SAMPLE.is_file(), reason=f"NLTK treebank s
 
 @pytest.fixture(scope="module")
 def sample():
-    from data_recipes.treebank import sample_trees
+    from s2s.data_recipes.treebank import sample_trees
 
     return [t for split in ("train", "valid", "test") for t in sample_trees(None, split)]
 
@@ -59,7 +59,7 @@ def test_punctuation_is_tagged_as_the_treebank_tags_it(sample):
 def test_example():
     tree = read_trees(["( (S (NP (DT The) (NN dog)) (VP (VBZ barks)) (. .)))"], "x")
     tree = next(iter(tree))
-    from data_recipes.treebank import preprocess
+    from s2s.data_recipes.treebank import preprocess
     tree = preprocess(tree)
     assert " ".join(linearise(tree)) == "(S (NP XX XX )NP (VP XX )VP XX )S"
     assert " ".join(linearise(tree, "tags")) == "(S (NP DT NN )NP (VP VBZ )VP . )S"

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from data_recipes import shared_data_dir
-from data_recipes.treebank import Preprocessing, ReadStats, line_trees, preprocess, read_trees, to_string
-from plugins.parsing import ParsingConfig, ParsingTask
-from seq2seq_core.task import DataError
+from s2s.data_recipes import shared_data_dir
+from s2s.data_recipes.treebank import Preprocessing, ReadStats, line_trees, preprocess, read_trees, to_string
+from s2s.plugins.parsing import ParsingConfig, ParsingTask
+from s2s.core.task import DataError
 
 # A tree as LDC99T42 writes it: blank outer bracket, function tags, co-indices, empty elements.
 MRG_TREE = """\
@@ -172,7 +172,7 @@ SAMPLE = shared_data_dir() / "nltk_data" / "corpora" / "treebank.zip"
 @pytest.mark.skipif(not SAMPLE.is_file(), reason=f"NLTK treebank sample not found at {SAMPLE}")
 def test_sample_preprocessing_reproduces_the_evalb_gold_trees():
     """gold.txt of evalb_cases is the NLTK sample stripped as parsing papers strip it."""
-    from data_recipes.treebank import sample_reader
+    from s2s.data_recipes.treebank import sample_reader
 
     cases = shared_data_dir() / "evalb_cases"
     reader, files = sample_reader(None), {}
@@ -187,7 +187,7 @@ def test_sample_preprocessing_reproduces_the_evalb_gold_trees():
 
 @pytest.mark.skipif(not SAMPLE.is_file(), reason=f"NLTK treebank sample not found at {SAMPLE}")
 def test_sample_split_by_file():
-    from data_recipes.treebank import sample_files
+    from s2s.data_recipes.treebank import sample_files
 
     assert sample_files("valid") == [f"wsj_{i:04d}.mrg" for i in range(180, 190)]
     task = task_for(corpus="nltk_sample", nltk_data=str(SAMPLE.parent.parent))
@@ -195,7 +195,7 @@ def test_sample_split_by_file():
 
 
 def test_presets():
-    from seq2seq_core.config import load_config
+    from s2s.core.config import load_config
 
     for name, vocab in (("wsj_parsing", 16000), ("wsj_parsing_semisup", 32000), ("ptb_sample_parsing", 16000)):
         cfg = load_config(name, ["task.wsj_root=/ldc"], task_config_cls=ParsingConfig)
@@ -211,7 +211,7 @@ def test_presets():
 
 def test_s2s_train_wsj_parsing_end_to_end(tmp_path, tiny, capsys):
     """`s2s train wsj_parsing` prepares and trains on an LDC-layout directory."""
-    from seq2seq_core.cli import main
+    from s2s.core.cli import main
 
     root = write_ldc(tmp_path / "LDC99T42", trees_per_file=3)
     rc = main(["train", "wsj_parsing", f"task.wsj_root={root}", *tiny(

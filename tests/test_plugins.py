@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from seq2seq_core.config import load_config
-from seq2seq_core.registry import Registry, RegistryError
-from seq2seq_core.train import train
+from s2s.core.config import load_config
+from s2s.core.registry import Registry, RegistryError
+from s2s.core.train import train
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 
@@ -67,7 +67,7 @@ def test_readme_plugin_trains_a_few_steps(plugin_file, tiny):
 
 def test_s2s_tasks_lists_every_task_with_its_origin(plugin_file):
     path, _ = plugin_file
-    out = subprocess.run([sys.executable, "-m", "seq2seq_core.cli", "tasks", "--plugin", str(path)],
+    out = subprocess.run([sys.executable, "-m", "s2s.core.cli", "tasks", "--plugin", str(path)],
                          capture_output=True, text=True, check=True).stdout
     for name in ("demo", "translation", "parsing", "chars"):
         assert re.search(rf"^{name}\s", out, re.M), out

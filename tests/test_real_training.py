@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from data_recipes import shared_data_dir
-from seq2seq_core.config import load_config
-from seq2seq_core.train import train
+from s2s.data_recipes import shared_data_dir
+from s2s.core.config import load_config
+from s2s.core.train import train
 
 MULTI30K = shared_data_dir() / "multi30k"
 needs_data = pytest.mark.skipif(not MULTI30K.is_dir(), reason=f"no real data at {shared_data_dir()}")

@@ -1,7 +1,7 @@
 """Runs that stop and go on: SIGKILL and resume, damaged checkpoints, non-finite updates,
 time-based checkpoints, the checks made before training, and watching a run.
 
-The SIGKILL tests start real `python -m seq2seq_core.cli train` processes (one, or two gloo
+The SIGKILL tests start real `python -m s2s.core.cli train` processes (one, or two gloo
 processes given the environment torchrun gives its workers), kill them with SIGKILL once
 metrics.jsonl shows update KILL_AT, re-run the same command, and require the checkpoint of the
 last update to equal, bit for bit, that of a run never stopped. Dropout is on and validation
@@ -22,11 +22,11 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-import seq2seq_core.train as train_mod
-from seq2seq_core import checkpoint
-from seq2seq_core.cli import main
-from seq2seq_core.config import ConfigError, load_config
-from seq2seq_core.train import TrainingError, train
+import s2s.core.train as train_mod
+from s2s.core import checkpoint
+from s2s.core.cli import main
+from s2s.core.config import ConfigError, load_config
+from s2s.core.train import TrainingError, train
 
 UPDATES, KILL_AT = 100, 30
 
@@ -47,7 +47,7 @@ def _free_port() -> int:
 
 def _launch(run_dir, cache, world, log_name):
     """`s2s train` in `world` processes, each with the variables torchrun sets for its workers."""
-    cmd = [sys.executable, "-m", "seq2seq_core.cli", "train", "-q", "demo", *_overrides(run_dir, cache)]
+    cmd = [sys.executable, "-m", "s2s.core.cli", "train", "-q", "demo", *_overrides(run_dir, cache)]
     port = _free_port()
     procs = []
     for rank in range(world):
@@ -99,8 +99,8 @@ def _kill_after(procs, run_dir, log_name, k):
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory):
     """The demo data, prepared once for every run of this module."""
-    from seq2seq_core.data import prepare
-    from seq2seq_core.registry import Registry
+    from s2s.core.data import prepare
+    from s2s.core.registry import Registry
 
     path = tmp_path_factory.mktemp("cache")
     registry = Registry.installed()

@@ -6,9 +6,9 @@ import sys
 import pytest
 import torch
 
-from seq2seq_core import checkpoint
-from seq2seq_core.config import load_config
-from seq2seq_core.train import TrainingError, train
+from s2s.core import checkpoint
+from s2s.core.config import load_config
+from s2s.core.train import TrainingError, train
 
 
 def _cfg(registry, tiny, *extra):
@@ -42,7 +42,7 @@ def test_average_is_the_elementwise_mean(registry, tiny, tmp_path):
     for k in avg:
         expect = (states[0][k].double() + states[1][k].double() + states[2][k].double()) / 3
         assert torch.equal(avg[k], expect.to(avg[k].dtype)), k
-    from seq2seq_core.cli import main
+    from s2s.core.cli import main
 
     assert main(["average", str(tmp_path / "run"), "--last", "2", "--output", str(tmp_path / "a2.pt")]) == 0
     two = checkpoint.load(tmp_path / "a2.pt")["model"]
@@ -72,24 +72,24 @@ def test_generate_and_score_from_the_command_line(registry, tiny, tmp_path):
     train(cfg, registry, quiet=True)
     src = tmp_path / "src.txt"
     src.write_text("the cat sees a dog\nevery small bird follows the old man\n")
-    out = subprocess.run([sys.executable, "-m", "seq2seq_core.cli", "generate", cfg.run.dir, "--input", str(src),
+    out = subprocess.run([sys.executable, "-m", "s2s.core.cli", "generate", cfg.run.dir, "--input", str(src),
                           "--beam", "2", "-q"], capture_output=True, text=True, check=True).stdout
     assert len(out.splitlines()) == 2
     hyp = tmp_path / "hyp.txt"
     hyp.write_text(out)
-    scored = subprocess.run([sys.executable, "-m", "seq2seq_core.cli", "score", "demo", "--ref", str(src),
+    scored = subprocess.run([sys.executable, "-m", "s2s.core.cli", "score", "demo", "--ref", str(src),
                              "--hyp", str(src), "--json"], capture_output=True, text=True, check=True).stdout
     assert json.loads(scored)["bleu"] == 100.0
     short = tmp_path / "short.txt"
     short.write_text("x\n")
-    bad = subprocess.run([sys.executable, "-m", "seq2seq_core.cli", "score", "demo", "--ref", str(hyp),
+    bad = subprocess.run([sys.executable, "-m", "s2s.core.cli", "score", "demo", "--ref", str(hyp),
                           "--hyp", str(short)], capture_output=True, text=True)
     assert bad.returncode == 2 and "short.txt has 1 lines" in bad.stderr
 
 
 def test_short_quickstart_beats_the_copy_baseline(tmp_path):
     """The quickstart, shortened: held-out BLEU far above copying the input."""
-    out = subprocess.run([sys.executable, "-m", "seq2seq_core.cli", "quickstart", "-q",
+    out = subprocess.run([sys.executable, "-m", "s2s.core.cli", "quickstart", "-q",
                           f"run.dir={tmp_path / 'run'}", f"data.cache_dir={tmp_path / 'cache'}",
                           "optim.max_updates=250", "task.train_size=8000", "run.valid_interval=250",
                           "run.save_interval=250", "run.threads=1"],
@@ -102,9 +102,9 @@ def test_short_quickstart_beats_the_copy_baseline(tmp_path):
 def test_batches_searched_in_parallel_equal_one_after_another(registry, tiny):
     """On a CPU with 2 threads, translate searches 2 batches at once, one thread each: the same
     lines as one batch after the other, and the thread setting is given back."""
-    from seq2seq_core.data import prepare
-    from seq2seq_core.evaluate import decode_settings, translate
-    from seq2seq_core.train import build_model, build_task
+    from s2s.core.data import prepare
+    from s2s.core.evaluate import decode_settings, translate
+    from s2s.core.train import build_model, build_task
 
     cfg = _cfg(registry, tiny, "optim.max_updates=4")
     train(cfg, registry, quiet=True)

@@ -8,11 +8,11 @@ import pytest
 import sacrebleu
 from omegaconf import OmegaConf
 
-from data_recipes import shared_data_dir
-from plugins.translation import TranslationConfig, TranslationTask
-from plugins.translation import metrics
-from plugins.translation.moses import split_compounds, tokenize
-from seq2seq_core.task import DataError
+from s2s.data_recipes import shared_data_dir
+from s2s.plugins.translation import TranslationConfig, TranslationTask
+from s2s.plugins.translation import metrics
+from s2s.plugins.translation.moses import split_compounds, tokenize
+from s2s.core.task import DataError
 
 MULTI30K = shared_data_dir() / "multi30k"
 
@@ -134,7 +134,7 @@ def test_score_needs_no_vocabulary():
 def test_s2s_score_prints_both_bleu_figures(references, tmp_path, capsys):
     import json
 
-    from seq2seq_core.cli import main
+    from s2s.core.cli import main
 
     ref, hyp = tmp_path / "ref.de", tmp_path / "hyp.de"
     ref.write_text("\n".join(references) + "\n", encoding="utf-8")

@@ -7,10 +7,10 @@ import logging
 import pytest
 from omegaconf import OmegaConf
 
-from data_recipes import parallel_text, shared_data_dir, wmt14
-from plugins.translation import TranslationConfig, TranslationTask
-from seq2seq_core.config import load_config, task_section
-from seq2seq_core.task import DataError
+from s2s.data_recipes import parallel_text, shared_data_dir, wmt14
+from s2s.plugins.translation import TranslationConfig, TranslationTask
+from s2s.core.config import load_config, task_section
+from s2s.core.task import DataError
 
 HUB_SPLITS = {"train": 300, "validation": 20, "test": 30}
 

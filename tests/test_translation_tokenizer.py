@@ -7,10 +7,10 @@ from itertools import islice
 import pytest
 from omegaconf import OmegaConf
 
-from data_recipes import shared_data_dir
-from plugins.translation import TranslationConfig, TranslationTask
-from plugins.translation.tokenizer import CONTINUATION, Subwords
-from seq2seq_core.vocab import SPECIALS, UNK
+from s2s.data_recipes import shared_data_dir
+from s2s.plugins.translation import TranslationConfig, TranslationTask
+from s2s.plugins.translation.tokenizer import CONTINUATION, Subwords
+from s2s.core.vocab import SPECIALS, UNK
 
 MULTI30K = shared_data_dir() / "multi30k"
 needs_multi30k = pytest.mark.skipif(not (MULTI30K / "val.en").is_file(),
@@ -132,7 +132,7 @@ def test_task_separate_vocabularies(tmp_path):
 
 
 def test_load_names_the_missing_file(tmp_path):
-    from seq2seq_core.task import DataError
+    from s2s.core.task import DataError
 
     with pytest.raises(DataError, match="tokenizer.json"):
         _task().load_vocab(tmp_path)

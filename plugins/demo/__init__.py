@@ -11,8 +11,8 @@ from pathlib import Path
 
 from sacrebleu.metrics import BLEU
 
-from seq2seq_core.task import DecodeDefaults, Score, Task, TaskConfig
-from seq2seq_core.vocab import WordTokenizer
+from s2s.core.task import DecodeDefaults, Score, Task, TaskConfig
+from s2s.core.vocab import WordTokenizer
 
 from . import grammar
 

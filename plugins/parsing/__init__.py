@@ -5,7 +5,7 @@ target: its tree linearised depth first ("(S (NP XX XX )NP (VP XX )VP XX )S"), s
 output: a tree over exactly the source words, rebuilt (and repaired if need be) by postprocess
 metric: labelled-bracket F1 exactly as EVALB computes it with COLLINS.prm, see evalb.py
 
-Trees come from data_recipes.treebank: the user's WSJ (LDC99T42; 02-21 / 22 / 23), the NLTK
+Trees come from s2s.data_recipes.treebank: the user's WSJ (LDC99T42; 02-21 / 22 / 23), the NLTK
 10% sample with a fixed split by file, or one-tree-per-line files; the semi-supervised setting
 adds silver trees to the training split.
 
@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from seq2seq_core.task import DataError, DecodeDefaults, Score, Task, TaskConfig
-from seq2seq_core.vocab import SPECIALS, WordTokenizer
+from s2s.core.task import DataError, DecodeDefaults, Score, Task, TaskConfig
+from s2s.core.vocab import SPECIALS, WordTokenizer
 
 from .evalb import evalb
 from .linearise import SCHEMES, delinearise, linearise
@@ -88,7 +88,7 @@ class ParsingTask(Task):
     # -- data ---------------------------------------------------------------------------------
     def trees(self, split: str) -> Iterator:
         """The preprocessed nltk.Trees of `split` (train includes the silver trees)."""
-        from data_recipes import treebank
+        from s2s.data_recipes import treebank
 
         if split not in self.splits:
             raise DataError(f"unknown split {split!r}; the parsing task has {', '.join(self.splits)}")
@@ -119,7 +119,7 @@ class ParsingTask(Task):
 
     def references(self, split: str) -> Iterator[str]:
         """The gold trees of `split`, one line each, in the form `s2s score --ref` reads."""
-        from data_recipes.treebank import to_string
+        from s2s.data_recipes.treebank import to_string
 
         return map(to_string, self.trees(split))
 

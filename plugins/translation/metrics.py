@@ -13,7 +13,7 @@ from typing import Sequence
 
 from sacrebleu.metrics import BLEU, CHRF
 
-from seq2seq_core.task import DataError
+from s2s.core.task import DataError
 
 from . import moses
 

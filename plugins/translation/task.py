@@ -13,8 +13,8 @@ from itertools import islice
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
-from seq2seq_core.config import ConfigError
-from seq2seq_core.task import DataError, DecodeDefaults, Score, Task, TaskConfig
+from s2s.core.config import ConfigError
+from s2s.core.task import DataError, DecodeDefaults, Score, Task, TaskConfig
 
 from . import metrics
 from .tokenizer import MODELS, Subwords
@@ -69,11 +69,11 @@ class TranslationTask(Task):
     def read_split(self, split: str) -> Iterator[tuple[str, str]]:
         cfg = self.cfg
         if cfg.source == "wmt14":
-            from data_recipes import wmt14
+            from s2s.data_recipes import wmt14
 
             return wmt14.read_split(split, cfg.src_lang, cfg.tgt_lang, cfg.hub_name, cfg.hub_config,
                                     cfg.local_dir, cfg.drop_empty)
-        from data_recipes import parallel_text
+        from s2s.data_recipes import parallel_text
 
         prefixes = {"train": cfg.train_prefix, "valid": cfg.valid_prefix, "test": cfg.test_prefix}
         if not prefixes.get(split):

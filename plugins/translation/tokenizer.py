@@ -12,7 +12,7 @@ which byte-level text never contains, and every byte gets a continuation piece, 
 back to <unk>. A pre-token longer than `MAX_WORD` characters (never natural text; word-piece
 matching is quadratic in it) is the one thing still encoded as <unk>.
 
-The ids of `seq2seq_core.vocab.SPECIALS` are 0..3. Those tokens are not matched in text: "<s>"
+The ids of `s2s.core.vocab.SPECIALS` are 0..3. Those tokens are not matched in text: "<s>"
 in a sentence is three ordinary characters.
 """
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Iterable, Sequence
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from seq2seq_core.vocab import SPECIALS, UNK, atomic_write_text
+from s2s.core.vocab import SPECIALS, UNK, atomic_write_text
 
 MODELS = ("bpe", "wordpiece")
 CONTINUATION = "\uff03\uff03"  # "＃＃"
