@@ -8,13 +8,11 @@ import pytest
 import sacrebleu
 from omegaconf import OmegaConf
 
-from s2s.data_recipes import shared_data_dir
+from conftest import MULTI30K, corpus
 from s2s.plugins.translation import TranslationConfig, TranslationTask
 from s2s.plugins.translation import metrics
 from s2s.plugins.translation.moses import split_compounds, tokenize
 from s2s.core.task import DataError
-
-MULTI30K = shared_data_dir() / "multi30k"
 
 
 def _task(**kw):
@@ -40,10 +38,7 @@ def _edits(refs: list[str]) -> dict[str, list[str]]:
 
 @pytest.fixture(scope="module")
 def references() -> list[str]:
-    path = MULTI30K / "test_2016_flickr.de"
-    if not path.is_file():
-        pytest.skip(f"Multi30k not found in {MULTI30K} (set S2S_SHARED_DATA)")
-    return path.read_text(encoding="utf-8").splitlines()[:400]  # 400 of 1,000 lines: faster, as telling
+    return corpus(MULTI30K / "test_2016_flickr.de").read_text(encoding="utf-8").splitlines()[:400]  # 400 of 1,000 lines: faster, as telling
 
 
 def test_bleu_and_chrf_equal_sacrebleu_on_hypothesis_files(references, tmp_path):
