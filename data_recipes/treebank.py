@@ -24,6 +24,7 @@ give every tree the root bracket EVALB expects (`TOP`, which EVALB ignores).
 """
 from __future__ import annotations
 
+import io
 import os
 import re
 from dataclasses import dataclass, field
@@ -314,8 +315,9 @@ def fetch_sample(download_dir: str | Path | None = None) -> Path:
 
     downloader = Downloader(server_index_url=os.environ.get("S2S_NLTK_INDEX_URL") or None)
     directory = str(Path(download_dir).expanduser()) if download_dir else downloader.download_dir
-    try:
-        ok = downloader.download("treebank", download_dir=directory, quiet=True, raise_on_error=True)
+    try:  # nltk prints its errors too; the DataError below carries them
+        ok = downloader.download("treebank", download_dir=directory, quiet=True, raise_on_error=True,
+                                 print_error_to=io.StringIO())
     except Exception as e:  # offline, a refused or broken index or archive: nltk raises many kinds
         raise DataError(f"nltk.download('treebank') into {directory} failed: "
                         f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
