@@ -140,3 +140,25 @@ def test_s2s_score_prints_both_bleu_figures(references, tmp_path, capsys):
     assert out["bleu"] == pytest.approx(sacrebleu.corpus_bleu(hyps, [references]).score, abs=0.01)
     assert out["bleu_tok"] == pytest.approx(metrics.bleu_tok(hyps, references, "de").score, abs=0.01)
     assert "chrf" in out and out["signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")
+
+
+def test_s2s_score_takes_overrides_for_french_rules(tmp_path, capsys):
+    """`s2s score translation task.tgt_lang=fr` tokenises with the French Moses rules."""
+    import json
+
+    from s2s.core.cli import main
+
+    refs = ["Il s'agit d'un homme que l'on voit aujourd'hui.", "Une femme et l'enfant jouent."]
+    hyps = ["Il s'agit d'un homme qu'on voit aujourd'hui.", "Une femme et l'enfant jouent."]
+    ref, hyp = tmp_path / "ref.fr", tmp_path / "hyp.fr"
+    ref.write_text("\n".join(refs) + "\n", encoding="utf-8")
+    hyp.write_text("\n".join(hyps) + "\n", encoding="utf-8")
+    figures = {}
+    for lang in ("de", "fr"):
+        assert main(["score", "translation", f"task.tgt_lang={lang}", "--ref", str(ref), "--hyp", str(hyp),
+                     "--json"]) == 0
+        figures[lang] = json.loads(capsys.readouterr().out)["bleu_tok"]
+        assert figures[lang] == pytest.approx(metrics.bleu_tok(hyps, refs, lang).score, abs=0.01)
+    assert figures["fr"] != figures["de"]  # "qu'on": French rules keep the apostrophe on "qu'"
+    assert main(["score", "translation", "task.tgt_lagn=fr", "--ref", str(ref), "--hyp", str(hyp)]) == 2
+    assert "task.tgt_lang" in capsys.readouterr().err
