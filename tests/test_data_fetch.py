@@ -167,8 +167,11 @@ def nltk_index(server, monkeypatch, tmp_path):
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
 def test_the_treebank_sample_is_downloaded_into_nltk_data(nltk_index, server):
-    trees = list(treebank.sample_trees(None, "test"))
-    assert len(trees) == 118 and (nltk_index / "corpora" / "treebank.zip").is_file()
+    from s2s.plugins.parsing import ParsingConfig, ParsingTask
+
+    cfg = load_config("ptb_sample_parsing", task_config_cls=ParsingConfig)
+    assert len(list(ParsingTask(task_section(cfg)).read_split("test"))) == 118  # the preset, as is
+    assert (nltk_index / "corpora" / "treebank.zip").is_file()
     assert "/index.xml" in server.requests and "/treebank.zip" in server.requests
     asked = len(server.requests)
     assert len(list(treebank.sample_trees(None, "valid"))) == 127
