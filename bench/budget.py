@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 
-from bench.common import peak_rss_mib, write  # noqa: E402
+from bench.common import corpus_overrides, peak_rss_mib, write  # noqa: E402
 from s2s.core.cli import load_for_inference  # noqa: E402
 from s2s.core.config import load_config  # noqa: E402
 from s2s.core.data import prepare  # noqa: E402
@@ -66,7 +66,8 @@ def main() -> None:
     reg = Registry.installed()
     results = []
     for minutes in sorted(args.minutes):
-        cfg = load_config(args.preset, [f"run.dir={run_dir}", f"run.max_minutes={minutes}", "run.quiet=true",
+        cfg = load_config(args.preset, [*corpus_overrides(args.preset), f"run.dir={run_dir}",
+                                        f"run.max_minutes={minutes}", "run.quiet=true",
                                         "optim.max_updates=1000000", *args.overrides], registry=reg)
         t0 = time.time()
         train(cfg, reg, quiet=True)

@@ -17,6 +17,19 @@ from pathlib import Path
 import torch
 
 RESULTS = Path(__file__).resolve().parent / "results"
+# The real corpora beside the project, in the layout `python -m s2s.data_recipes ... --dir DIR`
+# writes; benchmarks read them there (no download) and fall back on the presets' fetched copies.
+SHARED = Path(os.environ.get("S2S_SHARED_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data")
+MULTI30K = SHARED / "multi30k"
+
+
+def corpus_overrides(preset: str) -> list[str]:
+    """Overrides that point a Multi30k or treebank-sample preset at the shared copy, when there is one."""
+    if preset.startswith("multi30k") and MULTI30K.is_dir():
+        return [f"task.data_dir={MULTI30K}"]
+    if preset == "ptb_sample_parsing" and (SHARED / "nltk_data").is_dir():
+        return [f"task.nltk_data={SHARED / 'nltk_data'}"]
+    return []
 
 
 def machine() -> dict:

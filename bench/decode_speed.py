@@ -46,7 +46,7 @@ from pathlib import Path
 
 import torch
 
-from bench.common import machine, mm_rate, peak_rss_mib, table, write
+from bench.common import MULTI30K, corpus_overrides, machine, mm_rate, peak_rss_mib, table, write
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -79,7 +79,7 @@ def load(preset: str, run: str | None, cache_dir: str):
             if valid:
                 desc["last_evaluation"] = {k: v for k, v in valid[-1].items() if k != "elapsed"}
     else:
-        cfg = load_config(preset, [f"data.cache_dir={cache_dir}"], registry=registry)
+        cfg = load_config(preset, [*corpus_overrides(preset), f"data.cache_dir={cache_dir}"], registry=registry)
         task = build_task(cfg, registry)
         prepare(task, cfg.data, quiet=True)  # the tokenizer (cached)
         torch.manual_seed(cfg.run.seed)
@@ -220,8 +220,6 @@ def main(argv=None) -> dict:
     args.full_sentences = pick(args.full_sentences, 128, 16, args.run)
     args.parsing_full_sentences = pick(args.parsing_full_sentences, 16, 2, args.parsing_run)
     torch.set_num_threads(args.threads)
-    from s2s.data_recipes import shared_data_dir
-
     result = {"benchmark": "decoding speed (issue 6b)", "threads": args.threads, "max_sentences": args.max_sentences,
               "omp_env": omp_env(), "load_avg_1m_start": machine()["load_avg_1m"],
               "clock": "rates: translate() as s2s generate runs it (tokenise, search, ids to text; on CPU "
@@ -259,7 +257,7 @@ def main(argv=None) -> dict:
 
     if "translation" not in args.skip:
         task, model, settings, desc = load("multi30k_en_de", args.run, args.cache_dir)
-        path = shared_data_dir() / "multi30k" / "test_2016_flickr.en"
+        path = MULTI30K / "test_2016_flickr.en"
         sources = path.read_text(encoding="utf-8").splitlines()[:args.sentences]
         refs = path.with_suffix(".de").read_text(encoding="utf-8").splitlines()[:args.sentences]
         decode_batch(model, task, sources[:4], batches_of(task, sources[:4], 4)[0], settings, True)  # warm-up

@@ -31,22 +31,19 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.common import table, write
+from bench.common import MULTI30K, table, write
 
 REPO = Path(__file__).resolve().parent.parent
 
 
 def make_corpus(directory: Path, pairs: int) -> None:
     """train.{en,de}: Multi30k's training pairs cycled to `pairs` lines; val and test as shipped."""
-    from s2s.data_recipes import shared_data_dir
-
-    m30k = shared_data_dir() / "multi30k"
     for lang in ("en", "de"):
-        lines = (m30k / f"train.{lang}").read_text(encoding="utf-8").splitlines(keepends=True)
+        lines = (MULTI30K / f"train.{lang}").read_text(encoding="utf-8").splitlines(keepends=True)
         with open(directory / f"train.{lang}", "w", encoding="utf-8") as f:
             f.writelines(itertools.islice(itertools.cycle(lines), pairs))
         for split in ("val", "test_2016_flickr"):
-            shutil.copy(m30k / f"{split}.{lang}", directory / f"{split}.{lang}")
+            shutil.copy(MULTI30K / f"{split}.{lang}", directory / f"{split}.{lang}")
 
 
 def child(data_dir: str, cache_dir: str) -> None:

@@ -54,7 +54,7 @@ import numpy as np
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from bench.common import mm_rate, peak_rss_mib, table, write
+from bench.common import MULTI30K, corpus_overrides, mm_rate, peak_rss_mib, table, write
 
 REPO = Path(__file__).resolve().parent.parent
 FLOP_FORMULA = (
@@ -81,9 +81,9 @@ def mm_probe() -> float:
 
 PRESETS = {
     # name: (preset, overrides)
-    "multi30k_en_de": ("multi30k_en_de", []),
+    "multi30k_en_de": ("multi30k_en_de", corpus_overrides("multi30k_en_de")),
     "wmt14_en_de_base": ("wmt14_en_de_base", [
-        "task.source=text", "task.data_dir=${shared:multi30k}", "task.train_prefix=train",
+        "task.source=text", f"task.data_dir={MULTI30K}", "task.train_prefix=train",
         "task.valid_prefix=val", "task.test_prefix=test_2016_flickr"]),
 }
 

@@ -1,17 +1,18 @@
 """How each data set is obtained and turned into (source, target) pairs.
 
-A recipe knows files and formats, nothing about models. Real corpora shipped beside the project
-(../shared/data) are found through `shared_data_dir`, which the S2S_SHARED_DATA environment
-variable overrides; presets refer to them as `${shared:multi30k}`.
+A recipe knows files and formats, nothing about models. Corpora that can be fetched are
+downloaded once into the user's data cache (`data_home`) and read from there afterwards;
+`python -m s2s.data_recipes` fetches them ahead of time (for a machine that will be offline).
 """
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
-
-def shared_data_dir() -> Path:
-    env = os.environ.get("S2S_SHARED_DATA")
-    return Path(env) if env else (PROJECT_ROOT.parent / "shared" / "data")
+def data_home() -> Path:
+    """Where fetched corpora live: $S2S_DATA_HOME, else $XDG_CACHE_HOME/s2s, else ~/.cache/s2s."""
+    if os.environ.get("S2S_DATA_HOME"):
+        return Path(os.environ["S2S_DATA_HOME"]).expanduser()
+    cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(cache) / "s2s"

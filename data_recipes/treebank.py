@@ -6,7 +6,8 @@ Three sources, each yielding `nltk.Tree`s:
   `<root>/parsed/mrg/wsj/00 .. 24/wsj_NNNN.mrg`; files are found and opened with nltk's
   `BracketParseCorpusReader`. The standard split: sections 02-21 train, 22 dev, 23 test.
 * `sample_trees`: the NLTK 10% sample (`nltk.corpus.treebank`, files wsj_0001 .. wsj_0199)
-  under a given nltk_data directory, with this fixed split by file:
+  from a given nltk_data directory, or from the user's nltk_data, where it is fetched once with
+  `nltk.download("treebank")` when absent; with this fixed split by file:
   wsj_0001-0179 train (3,669 trees), wsj_0180-0189 valid (127), wsj_0190-0199 test (118).
 * `line_trees`: a file with one bracketed tree per line (e.g. silver trees, or gold.txt files
   in the form EVALB reads).
@@ -23,6 +24,8 @@ give every tree the root bracket EVALB expects (`TOP`, which EVALB ignores).
 """
 from __future__ import annotations
 
+import io
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,8 +34,6 @@ from typing import Iterable, Iterator
 from nltk.tree import Tree
 
 from s2s.core.task import DataError
-
-from . import shared_data_dir
 
 WSJ_SPLIT = {"train": "02-21", "valid": "22", "test": "23"}
 SAMPLE_SPLIT = {"train": (1, 179), "valid": (180, 189), "test": (190, 199)}
@@ -302,23 +303,60 @@ def _allow(directory: Path) -> None:
         nltk.data.path.append(str(directory))
 
 
+SAMPLE_RESOURCE = "corpora/treebank/combined/"
+FETCH_COMMAND = "python -m s2s.data_recipes treebank"
+
+
+def fetch_sample(download_dir: str | Path | None = None) -> Path:
+    """`nltk.download("treebank")` into `download_dir` (default: NLTK's choice, the user's
+    nltk_data); returns the directory it went to. S2S_NLTK_INDEX_URL replaces NLTK's data index
+    (a mirror, or a local server in the tests)."""
+    from nltk.downloader import Downloader
+
+    downloader = Downloader(server_index_url=os.environ.get("S2S_NLTK_INDEX_URL") or None)
+    directory = str(Path(download_dir).expanduser()) if download_dir else downloader.download_dir
+    try:  # nltk prints its errors too; the DataError below carries them
+        ok = downloader.download("treebank", download_dir=directory, quiet=True, raise_on_error=True,
+                                 print_error_to=io.StringIO())
+    except Exception as e:  # offline, a refused or broken index or archive: nltk raises many kinds
+        raise DataError(f"nltk.download('treebank') into {directory} failed: "
+                        f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+    if not ok:
+        raise DataError(f"nltk.download('treebank') into {directory} failed")
+    return Path(directory)
+
+
 def sample_reader(nltk_data: str | Path | None = None):
     """`nltk.corpus.treebank` (a BracketParseCorpusReader) read from `nltk_data`.
 
-    The directory is put first on nltk.data.path, and the reader is built on it explicitly,
-    so an NLTK_DATA in the user's environment cannot substitute another copy.
+    Given a directory, the sample is read from there and nowhere else (an NLTK_DATA in the
+    user's environment cannot substitute another copy). Without one it is looked up where NLTK
+    looks (nltk.data.path: the user's nltk_data, NLTK_DATA) and, when absent, downloaded there
+    once with `fetch_sample`.
     """
     import nltk
     from nltk.corpus.reader import BracketParseCorpusReader
 
-    directory = str(Path(nltk_data).expanduser() if nltk_data else shared_data_dir() / "nltk_data")
-    if directory not in nltk.data.path:
-        nltk.data.path.insert(0, directory)
-    try:
-        root = nltk.data.find("corpora/treebank/combined/", paths=[directory])
-    except LookupError:
-        raise DataError(f"{directory}: the NLTK Penn Treebank sample (corpora/treebank.zip) "
-                        "is not there; set task.nltk_data to the directory holding it") from None
+    if nltk_data:
+        directory = str(Path(nltk_data).expanduser())
+        _allow(directory)
+        try:
+            root = nltk.data.find(SAMPLE_RESOURCE, paths=[directory])
+        except LookupError:
+            raise DataError(f"{directory}: the NLTK Penn Treebank sample (corpora/treebank.zip) is not "
+                            "there; set task.nltk_data to the directory holding corpora/treebank.zip, or "
+                            f"leave it empty to fetch it (`{FETCH_COMMAND}`)") from None
+    else:
+        try:
+            root = nltk.data.find(SAMPLE_RESOURCE)
+        except LookupError:
+            try:
+                _allow(fetch_sample())
+                root = nltk.data.find(SAMPLE_RESOURCE)
+            except (DataError, LookupError) as e:
+                raise DataError(f"the NLTK Penn Treebank sample is not in nltk_data and could not be "
+                                f"fetched ({e}); run `{FETCH_COMMAND}` where there is network access, "
+                                "or set task.nltk_data to a directory holding corpora/treebank.zip") from None
     return BracketParseCorpusReader(root, r"wsj_.*\.mrg", tagset="wsj", encoding="ascii")
 
 

@@ -97,9 +97,8 @@ def load_for_inference(path: str, registry, overrides=()):
 
 
 def cmd_generate(args) -> int:
-    from tqdm import tqdm
-
     from .evaluate import decode_settings, translate
+    from .progress import progress
 
     reg = _registry(args)
     overrides = list(args.overrides)
@@ -110,7 +109,7 @@ def cmd_generate(args) -> int:
     stream = open(args.input, encoding="utf-8") if args.input else sys.stdin
     sources = [line.rstrip("\n") for line in stream]
     device = next(model.parameters()).device
-    with tqdm(total=len(sources), desc="generate", unit=" sent", disable=args.quiet, file=sys.stderr) as bar:
+    with progress(args.quiet, total=len(sources), desc="generate", unit=" sent") as bar:
         hyps = translate(model, task, sources, decode_settings(task, cfg.decode), device,
                          cfg.decode.max_sentences, progress=bar)
     out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
@@ -135,20 +134,18 @@ def read_lines(path: str) -> list[str]:
 def cmd_score(args) -> int:
     from .config import ConfigError, load_config, preset_names
 
+    from .train import build_task
+
     reg = _registry(args)
     name = args.task
-    if name not in reg.names():
-        if name in preset_names():
-            cfg = load_config(name, [], registry=reg)
-        else:
-            raise ConfigError(f"{name!r} is neither a task ({', '.join(reg.names())}) nor a preset "
-                              f"({', '.join(preset_names())})")
-        from .train import build_task
-
-        task = build_task(cfg, reg)
+    if name in reg.names():  # the task's defaults, with the overrides (e.g. task.tgt_lang=fr)
+        cfg = load_config(None, [f"task.name={name}", *args.overrides], registry=reg)
+    elif name in preset_names():
+        cfg = load_config(name, args.overrides, registry=reg)
     else:
-        task_cls = reg.get(name)
-        task = task_cls(OmegaConf.structured(task_cls.Config))
+        raise ConfigError(f"{name!r} is neither a task ({', '.join(reg.names())}) nor a preset "
+                          f"({', '.join(preset_names())})")
+    task = build_task(cfg, reg)
     refs, hyps = read_lines(args.ref), read_lines(args.hyp)
     srcs = read_lines(args.src) if args.src else None
     if len(refs) != len(hyps):
@@ -247,6 +244,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("score", parents=[common], help="score hypotheses with a task's metric")
     s.add_argument("task", help="a task name (translation, parsing, ...) or a preset name")
+    s.add_argument("overrides", nargs="*", metavar="key=value", help="e.g. task.tgt_lang=fr (French rules)")
     s.add_argument("--ref", required=True)
     s.add_argument("--hyp", required=True)
     s.add_argument("--src")

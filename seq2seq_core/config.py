@@ -7,7 +7,6 @@ the nearest valid one. Each component receives only its own section.
 from __future__ import annotations
 
 import difflib
-import warnings
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -137,19 +136,6 @@ def _preset_dir() -> Path:
 
 
 PRESET_DIR = _preset_dir()
-
-
-def _shared(sub: str = "") -> str:
-    """`${shared:multi30k}` in a preset: the real-data folder (S2S_SHARED_DATA overrides it)."""
-    from s2s.data_recipes import shared_data_dir
-
-    return str(shared_data_dir() / sub)
-
-
-if not OmegaConf.has_resolver("shared"):
-    with warnings.catch_warnings():  # omegaconf 2.4 renames the call; both register the same
-        warnings.simplefilter("ignore", UserWarning)
-        OmegaConf.register_new_resolver("shared", _shared)
 
 
 def preset_names() -> list[str]:

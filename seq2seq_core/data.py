@@ -184,7 +184,7 @@ def _collector_paused():
 
 def prepare(task: Task, data_cfg, quiet: bool = False) -> Prepared:
     """Vocabulary plus binarised splits for `task`, from the cache when already prepared."""
-    from tqdm import tqdm
+    from .progress import progress
 
     root = Path(data_cfg.cache_dir)
     directory = root / f"{task.name}-{cache_key(task, data_cfg)}"
@@ -200,7 +200,7 @@ def prepare(task: Task, data_cfg, quiet: bool = False) -> Prepared:
                 task.build_vocab(task.read_split("train"))
                 task.save_vocab(tmp)
                 for split in task.splits:
-                    with tqdm(desc=f"binarise {split}", unit=" pairs", disable=quiet, leave=False) as bar:
+                    with progress(quiet, desc=f"binarise {split}", unit=" pairs", leave=False) as bar:
                         stats[split] = _binarise(task, split, tmp, data_cfg, keep_text=split != "train",
                                                  progress=bar)
                     log.info("%s: %d pairs kept, %d filtered by length", split, stats[split]["pairs"],

@@ -494,13 +494,13 @@ class Trainer:
 
     def run(self) -> dict:
         cfg = self.cfg
-        from tqdm import tqdm
+        from .progress import progress
 
         self.model.train()
         stream = self._batches()
         t_log, tokens_since = time.time(), 0
-        bar = tqdm(total=cfg.optim.max_updates, initial=self.update, desc="train", unit=" upd",
-                   disable=self.quiet or self.rank != 0, dynamic_ncols=True)
+        bar = progress(self.quiet or self.rank != 0, total=cfg.optim.max_updates, initial=self.update,
+                       desc="train", unit=" upd", dynamic_ncols=True)
         last = self.update >= cfg.optim.max_updates or self._out_of_time()
         while not last:
             out = self.train_step([next(stream) for _ in range(cfg.optim.update_freq)])

@@ -1,7 +1,14 @@
-"""Shared fixtures: real data locations, a registry, a tiny config maker."""
+"""Shared fixtures: real data locations, a registry, a tiny config maker.
+
+Real corpora are read from ../shared/data beside the project (S2S_SHARED_DATA overrides it), in
+the layout `python -m s2s.data_recipes multi30k treebank --dir DIR` writes; tests pass that
+location explicitly (`task.data_dir=...`), so they never download. A test whose corpus is not
+there is skipped through `corpus`, and the run ends with one line saying how to get them.
+"""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 os.environ.setdefault("GOMP_SPINCOUNT", "1000")  # before torch: see seq2seq_core/cli.py
 
@@ -9,6 +16,32 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 torch.set_num_threads(1)  # tiny models: one thread beats two on a shared 2-core machine
+
+SHARED = Path(os.environ.get("S2S_SHARED_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data")
+MULTI30K = SHARED / "multi30k"
+NLTK_DATA = SHARED / "nltk_data"
+_NO_CORPUS = "real corpus not found: "
+
+
+def needs(path: Path):
+    """A skipif marker for tests that read `path` (under the shared data)."""
+    return pytest.mark.skipif(not path.exists(), reason=f"{_NO_CORPUS}{path}")
+
+
+def corpus(path: Path) -> Path:
+    """`path` (under the shared data), or skip the calling test."""
+    if not path.exists():
+        pytest.skip(f"{_NO_CORPUS}{path}")
+    return path
+
+
+def pytest_terminal_summary(terminalreporter):
+    missing = [r for r in terminalreporter.stats.get("skipped", [])
+               if isinstance(r.longrepr, tuple) and _NO_CORPUS in str(r.longrepr[2])]
+    if missing:
+        terminalreporter.write_line(
+            f"{len(missing)} tests skipped: no real corpora in {SHARED}; get them with "
+            "`python -m s2s.data_recipes multi30k treebank --dir DIR` and set S2S_SHARED_DATA=DIR")
 
 
 @pytest.fixture(autouse=True)

@@ -1,27 +1,18 @@
-"""EVALB conformance: every figure EVALB (COLLINS.prm) printed for shared/data/evalb_cases."""
+"""EVALB conformance: every figure EVALB (COLLINS.prm) printed for tests/data/evalb_cases."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
 
-from s2s.data_recipes import shared_data_dir
 from s2s.plugins.parsing import ParsingTask
 from s2s.plugins.parsing.evalb import SHORT_FIELDS, evalb, evalb_files, read_tree
 from s2s.core.task import DataError
 
-CASES = shared_data_dir() / "evalb_cases"
-pytestmark = pytest.mark.skipif(not (CASES / "expected.json").is_file(),
-                                reason=f"EVALB conformance cases not found in {CASES} "
-                                       "(set S2S_SHARED_DATA to the shared data directory)")
-
-
-def _expected() -> dict:
-    return json.loads((CASES / "expected.json").read_text()) if (CASES / "expected.json").is_file() else {"cases": {}}
-
-
-EXPECTED = _expected()
+CASES = Path(__file__).resolve().parent / "data" / "evalb_cases"  # public test files, in the repository
+EXPECTED = json.loads((CASES / "expected.json").read_text())
 
 
 def _lines(name: str) -> list[str]:

@@ -6,21 +6,20 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
-from s2s.data_recipes import shared_data_dir
+from conftest import NLTK_DATA, needs
 from s2s.data_recipes.treebank import read_trees, to_string
 from s2s.plugins.parsing import ParsingTask
 from s2s.plugins.parsing.evalb import DELETE_LABELS, evalb, read_tree
 from s2s.plugins.parsing.linearise import PLACEHOLDER, delinearise, linearise, punctuation_tags
 
-SAMPLE = shared_data_dir() / "nltk_data" / "corpora" / "treebank.zip"
-needs_sample = pytest.mark.skipif(not SAMPLE.is_file(), reason=f"NLTK treebank sample not found at {SAMPLE}")
+needs_sample = needs(NLTK_DATA)
 
 
 @pytest.fixture(scope="module")
 def sample():
     from s2s.data_recipes.treebank import sample_trees
 
-    return [t for split in ("train", "valid", "test") for t in sample_trees(None, split)]
+    return [t for split in ("train", "valid", "test") for t in sample_trees(NLTK_DATA, split)]
 
 
 def _placeholder_tags(tree):

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from s2s.data_recipes import shared_data_dir
+from conftest import NLTK_DATA, needs
 from s2s.data_recipes.treebank import Preprocessing, ReadStats, line_trees, preprocess, read_trees, to_string
 from s2s.plugins.parsing import ParsingConfig, ParsingTask
 from s2s.core.task import DataError
@@ -166,16 +166,13 @@ def test_vocabulary_caps_and_round_trip(tmp_path):
     assert 3 in other.encode_source([src])[0]  # the rare section noun is <unk>
 
 
-SAMPLE = shared_data_dir() / "nltk_data" / "corpora" / "treebank.zip"
-
-
-@pytest.mark.skipif(not SAMPLE.is_file(), reason=f"NLTK treebank sample not found at {SAMPLE}")
+@needs(NLTK_DATA)
 def test_sample_preprocessing_reproduces_the_evalb_gold_trees():
     """gold.txt of evalb_cases is the NLTK sample stripped as parsing papers strip it."""
     from s2s.data_recipes.treebank import sample_reader
 
-    cases = shared_data_dir() / "evalb_cases"
-    reader, files = sample_reader(None), {}
+    cases = Path(__file__).resolve().parent / "data" / "evalb_cases"
+    reader, files = sample_reader(NLTK_DATA), {}
     gold = (cases / "gold.txt").read_text().splitlines()
     sources = (cases / "gold_sources.txt").read_text().split()
     for line, source in zip(gold, sources):
@@ -185,12 +182,12 @@ def test_sample_preprocessing_reproduces_the_evalb_gold_trees():
         assert to_string(preprocess(files[fid][int(k)])) == line
 
 
-@pytest.mark.skipif(not SAMPLE.is_file(), reason=f"NLTK treebank sample not found at {SAMPLE}")
+@needs(NLTK_DATA)
 def test_sample_split_by_file():
     from s2s.data_recipes.treebank import sample_files
 
     assert sample_files("valid") == [f"wsj_{i:04d}.mrg" for i in range(180, 190)]
-    task = task_for(corpus="nltk_sample", nltk_data=str(SAMPLE.parent.parent))
+    task = task_for(corpus="nltk_sample", nltk_data=str(NLTK_DATA))
     assert len(list(task.read_split("test"))) == 118
 
 

@@ -9,12 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from s2s.data_recipes import shared_data_dir
+from conftest import MULTI30K, NLTK_DATA, needs
 from s2s.core.config import load_config
 from s2s.core.train import train
-
-MULTI30K = shared_data_dir() / "multi30k"
-needs_data = pytest.mark.skipif(not MULTI30K.is_dir(), reason=f"no real data at {shared_data_dir()}")
 
 
 def _losses(run_dir) -> list[float]:
@@ -28,7 +25,7 @@ def _falls(losses: list[float], by: float) -> bool:
     return sum(tail) / len(tail) < losses[0] - by
 
 
-@needs_data
+@needs(MULTI30K)
 def test_multi30k_slice_loss_falls(registry, tiny, tmp_path):
     data = tmp_path / "m30k"
     data.mkdir()
@@ -46,9 +43,10 @@ def test_multi30k_slice_loss_falls(registry, tiny, tmp_path):
     assert set(result["test"]) >= {"bleu", "bleu_tok", "chrf"}
 
 
-@pytest.mark.skipif(not (shared_data_dir() / "nltk_data").is_dir(), reason="no NLTK treebank sample")
+@needs(NLTK_DATA)
 def test_treebank_sample_loss_falls(registry, tiny):
     cfg = load_config("ptb_sample_parsing", tiny(
+        f"task.nltk_data={NLTK_DATA}",
         "model.d_model=64", "model.d_ff=128", "data.max_tokens=2500", "optim.max_updates=60",
         "optim.warmup=20", "optim.lr_scale=1.0", "run.log_interval=2", "run.valid_interval=60",
         "run.save_interval=60", "run.valid_max_sentences=4", "run.average_last=0", "run.threads=0",

@@ -8,13 +8,11 @@ import pytest
 import sacrebleu
 from omegaconf import OmegaConf
 
-from s2s.data_recipes import shared_data_dir
+from conftest import MULTI30K, corpus
 from s2s.plugins.translation import TranslationConfig, TranslationTask
 from s2s.plugins.translation import metrics
 from s2s.plugins.translation.moses import split_compounds, tokenize
 from s2s.core.task import DataError
-
-MULTI30K = shared_data_dir() / "multi30k"
 
 
 def _task(**kw):
@@ -40,10 +38,7 @@ def _edits(refs: list[str]) -> dict[str, list[str]]:
 
 @pytest.fixture(scope="module")
 def references() -> list[str]:
-    path = MULTI30K / "test_2016_flickr.de"
-    if not path.is_file():
-        pytest.skip(f"Multi30k not found in {MULTI30K} (set S2S_SHARED_DATA)")
-    return path.read_text(encoding="utf-8").splitlines()[:400]  # 400 of 1,000 lines: faster, as telling
+    return corpus(MULTI30K / "test_2016_flickr.de").read_text(encoding="utf-8").splitlines()[:400]  # 400 of 1,000 lines: faster, as telling
 
 
 def test_bleu_and_chrf_equal_sacrebleu_on_hypothesis_files(references, tmp_path):
@@ -145,3 +140,25 @@ def test_s2s_score_prints_both_bleu_figures(references, tmp_path, capsys):
     assert out["bleu"] == pytest.approx(sacrebleu.corpus_bleu(hyps, [references]).score, abs=0.01)
     assert out["bleu_tok"] == pytest.approx(metrics.bleu_tok(hyps, references, "de").score, abs=0.01)
     assert "chrf" in out and out["signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")
+
+
+def test_s2s_score_takes_overrides_for_french_rules(tmp_path, capsys):
+    """`s2s score translation task.tgt_lang=fr` tokenises with the French Moses rules."""
+    import json
+
+    from s2s.core.cli import main
+
+    refs = ["Il s'agit d'un homme que l'on voit aujourd'hui.", "Une femme et l'enfant jouent."]
+    hyps = ["Il s'agit d'un homme qu'on voit aujourd'hui.", "Une femme et l'enfant jouent."]
+    ref, hyp = tmp_path / "ref.fr", tmp_path / "hyp.fr"
+    ref.write_text("\n".join(refs) + "\n", encoding="utf-8")
+    hyp.write_text("\n".join(hyps) + "\n", encoding="utf-8")
+    figures = {}
+    for lang in ("de", "fr"):
+        assert main(["score", "translation", f"task.tgt_lang={lang}", "--ref", str(ref), "--hyp", str(hyp),
+                     "--json"]) == 0
+        figures[lang] = json.loads(capsys.readouterr().out)["bleu_tok"]
+        assert figures[lang] == pytest.approx(metrics.bleu_tok(hyps, refs, lang).score, abs=0.01)
+    assert figures["fr"] != figures["de"]  # "qu'on": French rules keep the apostrophe on "qu'"
+    assert main(["score", "translation", "task.tgt_lagn=fr", "--ref", str(ref), "--hyp", str(hyp)]) == 2
+    assert "task.tgt_lang" in capsys.readouterr().err

@@ -7,7 +7,8 @@ import logging
 import pytest
 from omegaconf import OmegaConf
 
-from s2s.data_recipes import parallel_text, shared_data_dir, wmt14
+from conftest import MULTI30K, corpus
+from s2s.data_recipes import parallel_text, wmt14
 from s2s.plugins.translation import TranslationConfig, TranslationTask
 from s2s.core.config import load_config, task_section
 from s2s.core.task import DataError
@@ -206,9 +207,7 @@ def test_wmt14_presets_carry_the_papers_settings(name, size, dropout, updates, a
 
 @pytest.mark.parametrize("lang", ["de", "fr"])
 def test_multi30k_presets_read_the_shared_corpus(lang):
-    if not (shared_data_dir() / "multi30k" / "val.en").is_file():
-        pytest.skip(f"Multi30k not found in {shared_data_dir()} (set S2S_SHARED_DATA)")
-    cfg = load_config(f"multi30k_en_{lang}", task_config_cls=TranslationConfig)
+    cfg = load_config(f"multi30k_en_{lang}", [f"task.data_dir={corpus(MULTI30K)}"], task_config_cls=TranslationConfig)
     peak = cfg.optim.lr_scale * cfg.model.d_model ** -0.5 * cfg.optim.warmup ** -0.5
     assert peak == pytest.approx(2.0e-3, rel=0.05)  # the preset comment states this figure
     task = TranslationTask(task_section(cfg))

@@ -7,14 +7,12 @@ from itertools import islice
 import pytest
 from omegaconf import OmegaConf
 
-from s2s.data_recipes import shared_data_dir
+from conftest import MULTI30K, corpus, needs
 from s2s.plugins.translation import TranslationConfig, TranslationTask
 from s2s.plugins.translation.tokenizer import CONTINUATION, Subwords
 from s2s.core.vocab import SPECIALS, UNK
 
-MULTI30K = shared_data_dir() / "multi30k"
-needs_multi30k = pytest.mark.skipif(not (MULTI30K / "val.en").is_file(),
-                                    reason=f"Multi30k not found in {MULTI30K} (set S2S_SHARED_DATA)")
+needs_multi30k = needs(MULTI30K)
 AWKWARD = ["", " ", "  two  spaces  and edges ", "\ttab\tand trailing\t", "a##b ##c ＃＃d",
            "<s> <unk> </s><pad>", "日本語のテキスト 😀 ÿĀĠ Ġ", "x" * 150, "Straßenbahn-Haltestelle, 3.000 € (ca.)!",
            "l'été « cité »"]
@@ -28,8 +26,7 @@ def _lines(path):
 @pytest.fixture(scope="module", params=["bpe", "wordpiece"])
 def subwords(request):
     """A small vocabulary trained on 2,000 lines of each language, so the dev sets hold unseen words."""
-    if not (MULTI30K / "train.en").is_file():
-        pytest.skip(f"Multi30k not found in {MULTI30K} (set S2S_SHARED_DATA)")
+    corpus(MULTI30K)
     lines = [line for lang in ("en", "de", "fr") for line in islice(_lines(MULTI30K / f"train.{lang}"), 2000)]
     return Subwords.train((lines[i:i + 500] for i in range(0, len(lines), 500)), 2000, request.param)
 

@@ -49,7 +49,8 @@ class ParsingConfig(TaskConfig):
     wsj_train: str = "02-21"
     wsj_valid: str = "22"
     wsj_test: str = "23"
-    # nltk_sample: the nltk_data directory holding corpora/treebank.zip ("" = shared data dir)
+    # nltk_sample: the nltk_data directory holding corpora/treebank.zip ("" = the user's
+    # nltk_data, where nltk.download("treebank") fetches it once when absent)
     nltk_data: str = ""
     # lines: one bracketed tree per line
     train_file: str = ""

@@ -22,7 +22,7 @@ Gold line i is scored against test line i:
 
 PYEVALB (Flyaway's Python EVALB) is used for the corpus summary (`PYEVALB.summary.summary`,
 whose formulas agree with EVALB); everything it gets wrong for COLLINS.prm is done here
-instead. What differs from PYEVALB (1-5 and most of 6-7 are pinned by shared/data/evalb_cases):
+instead. What differs from PYEVALB (1-5 and most of 6-7 are pinned by tests/data/evalb_cases):
 
 1. nothing is deleted: PYEVALB counts -NONE- and , : `` '' . as words, and brackets over them;
 2. TOP is an ordinary bracket in PYEVALB, and labels are not cut (NP-SBJ != NP), ADVP != PRT;

@@ -1,7 +1,8 @@
 """The translation task: any parallel corpus, WMT14 EN-DE / EN-FR as the paper trained them.
 
 Data come from a recipe (`source`): "wmt14" reads the hub's WMT14 (or a local copy in its schema)
-through `datasets`; "text" reads `{data_dir}/{prefix}.{lang}` files. One subword vocabulary is
+through `datasets`; "text" reads `{data_dir}/{prefix}.{lang}` files; "multi30k" reads the same
+files of Multi30k, fetched once into the user's cache (or a local copy in `data_dir`). One subword vocabulary is
 shared by source and target by default (the paper ties all embeddings then); detokenisation is
 exact, so hypotheses are scored as plain text.
 """
@@ -19,16 +20,17 @@ from s2s.core.task import DataError, DecodeDefaults, Score, Task, TaskConfig
 from . import metrics
 from .tokenizer import MODELS, Subwords
 
-SOURCES = ("text", "wmt14")
+SOURCES = ("text", "wmt14", "multi30k")
 _BATCH = 1000
 
 
 @dataclass
 class TranslationConfig(TaskConfig):
-    source: str = "text"  # text | wmt14
+    source: str = "text"  # text | wmt14 | multi30k
     src_lang: str = "en"
     tgt_lang: str = "de"
-    # source=text: {data_dir}/{prefix}.{lang}, plain or .gz; an empty test_prefix means no test split
+    # source=text: {data_dir}/{prefix}.{lang}, plain or .gz; an empty test_prefix means no test split;
+    # source=multi30k: the same files, fetched into ~/.cache/s2s/multi30k unless data_dir names a copy
     data_dir: str = ""
     train_prefix: str = "train"
     valid_prefix: str = "valid"
@@ -78,9 +80,14 @@ class TranslationTask(Task):
         prefixes = {"train": cfg.train_prefix, "valid": cfg.valid_prefix, "test": cfg.test_prefix}
         if not prefixes.get(split):
             raise DataError(f"task {self.name!r} has no {split!r} split (set task.{split}_prefix)")
-        if not cfg.data_dir:
+        data_dir = cfg.data_dir
+        if cfg.source == "multi30k" and not data_dir:
+            from s2s.data_recipes import multi30k
+
+            data_dir = multi30k.fetch(splits=[prefixes[split]], langs=[cfg.src_lang, cfg.tgt_lang])
+        if not data_dir:
             raise DataError("task.data_dir is not set: the folder of the {prefix}.{lang} files")
-        return parallel_text.read_split(cfg.data_dir, prefixes[split], cfg.src_lang, cfg.tgt_lang,
+        return parallel_text.read_split(data_dir, prefixes[split], cfg.src_lang, cfg.tgt_lang,
                                         cfg.drop_empty)
 
     # -- vocabulary -------------------------------------------------------------------------

@@ -1,0 +1,61 @@
+"""Downloading one gzipped text file into place: verified first, then renamed atomically.
+
+The file is fetched with urllib, decompressed while it streams, hashed (sha256 of the text) and
+its lines counted, into a temporary file beside the destination; only a file that passes its
+checks is renamed to its final name, so a file that exists is a verified one and an interrupted
+download leaves nothing behind that a later run would trust. Every failure is one `DataError`
+line naming the URL.
+"""
+from __future__ import annotations
+
+import gzip
+import hashlib
+import http.client
+import os
+import tempfile
+import urllib.error
+import urllib.request
+import zlib
+from pathlib import Path
+
+from s2s.core.task import DataError
+
+TIMEOUT_S = 60
+_CHUNK = 1 << 20
+
+
+def fetch_gzip(url: str, dest: Path, sha256: str | None = None, lines: int | None = None) -> Path:
+    """Download gzipped `url`, decompressed, to `dest`, checking the text's sha256 and/or line count."""
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".part", dir=dest.parent)
+    try:
+        digest, count = hashlib.sha256(), 0
+        with os.fdopen(fd, "wb") as out:
+            try:
+                with urllib.request.urlopen(url, timeout=TIMEOUT_S) as response, \
+                        gzip.GzipFile(fileobj=response) as text:
+                    while chunk := text.read(_CHUNK):
+                        digest.update(chunk)
+                        count += chunk.count(b"\n")
+                        out.write(chunk)
+            except urllib.error.HTTPError as e:
+                raise DataError(f"{url}: HTTP error {e.code} ({e.reason})") from None
+            except urllib.error.URLError as e:
+                raise DataError(f"{url}: cannot connect ({e.reason})") from None
+            except (EOFError, gzip.BadGzipFile, zlib.error) as e:
+                raise DataError(f"{url}: truncated or corrupt gzip data ({e})") from None
+            except (OSError, http.client.HTTPException) as e:
+                raise DataError(f"{url}: download failed ({type(e).__name__}: {e})") from None
+            out.flush()
+            os.fsync(out.fileno())
+        if sha256 is not None and digest.hexdigest() != sha256:
+            raise DataError(f"{url}: checksum mismatch: sha256 of the text is {digest.hexdigest()}, "
+                            f"expected {sha256}")
+        if lines is not None and count != lines:
+            raise DataError(f"{url}: {count} lines, expected {lines}")
+        os.replace(tmp, dest)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return dest
