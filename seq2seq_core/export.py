@@ -71,7 +71,7 @@ def export(run_dir: str, to: str, output: str, registry, quantization: str | Non
     if to == "safetensors":
         save_safetensors(model, cfg, task, out)
     elif to == "ctranslate2":
-        to_ctranslate2(model, cfg, task, out, quantization)
+        to_ctranslate2(model, task, out, quantization)
     else:
         to_huggingface(model, cfg, task, out)
     return out
@@ -126,20 +126,22 @@ def tokens_of(tokenizer) -> list[str]:
 
 
 def _numpy(t: torch.Tensor):
-    return t.detach().float().contiguous().numpy()
+    """A float32 copy: the converter may change the arrays it is given, the model must not change."""
+    return t.detach().float().numpy().copy()
 
 
 # -- CTranslate2 -----------------------------------------------------------------------------
-def to_ctranslate2(model: Transformer, cfg, task, out: Path, quantization: str | None = None) -> None:
-    """A CTranslate2 Transformer model (model.bin, config.json, vocabularies) in `out`."""
+def to_ctranslate2(model: Transformer, task, out: Path, quantization: str | None = None) -> None:
+    """A CTranslate2 Transformer model (model.bin, config.json, vocabularies) in `out`, with the
+    task's own vocabulary files beside them (to turn text into the tokens)."""
     try:
         import ctranslate2
         from ctranslate2.specs import common_spec, transformer_spec
     except ImportError:
         raise ExportError("--to ctranslate2 needs the ctranslate2 package: pip install 's2s[export]'") from None
-    m = cfg.model
-    spec = transformer_spec.TransformerSpec.from_config(m.layers, m.heads, pre_norm=m.pre_norm,
-                                                        activation=common_spec.Activation.RELU)
+    pre_norm = model.encoder[0].res1.pre_norm
+    spec = transformer_spec.TransformerSpec.from_config(len(model.encoder), model.encoder[0].self_attn.h,
+                                                        pre_norm=pre_norm, activation=common_spec.Activation.RELU)
     spec.config.add_source_eos = True  # the engine ends every source with EOS
     spec.config.decoder_start_token = SPECIALS[BOS]
     spec.config.layer_norm_epsilon = model.encoder[0].res1.norm.eps
@@ -149,7 +151,7 @@ def to_ctranslate2(model: Transformer, cfg, task, out: Path, quantization: str |
         embeddings.weight = _numpy(emb.weight)
         stack.scale_embeddings = True  # x sqrt(d_model)
         stack.position_encodings.encodings = _numpy(model.pe)  # our interleaved table, as it is
-        if m.pre_norm:
+        if pre_norm:
             _ct2_norm(stack.layer_norm, final)
         for layer_spec, layer in zip(stack.layer, layers):
             _ct2_attention(layer_spec.self_attention, layer.self_attn, layer.res1.norm, self_attention=True)

@@ -18,7 +18,7 @@ from s2s.core.config import load_config
 from s2s.core.data import prepare
 from s2s.core.decoding import generate
 from s2s.core.evaluate import decode_settings, source_batch
-from s2s.core.export import load_safetensors, translate_ctranslate2, translate_huggingface
+from s2s.core.export import load_safetensors, to_ctranslate2, translate_ctranslate2, translate_huggingface
 from s2s.core.train import train
 from s2s.data_recipes import shared_data_dir
 
@@ -99,6 +99,9 @@ def test_ctranslate2_greedy_equals_generate(registry, tiny, tmp_path):
                  str(tmp_path / "hyp.txt"), "--beam", "1", "-q"]) == 0
     lines = (tmp_path / "hyp.txt").read_text().splitlines()
     assert lines == [task.postprocess(task.decode_target(h), s) for h, s in zip(theirs, sources)]
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    to_ctranslate2(model, task, tmp_path / "again", quantization="int8")  # the converter works on copies
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
     int8 = translate_ctranslate2(ctranslate2.Translator(str(tmp_path / "ct2_int8")), task, sources, settings)
     assert len(int8) == len(sources)
     assert (tmp_path / "ct2_int8" / "model.bin").stat().st_size < 0.6 * (tmp_path / "ct2" / "model.bin").stat().st_size
