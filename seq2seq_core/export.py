@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import json
 import shutil
-from dataclasses import asdict
 from pathlib import Path
 from typing import Sequence
 
@@ -61,6 +60,8 @@ def export(run_dir: str, to: str, output: str, registry, quantization: str | Non
     if quantization is not None and quantization not in QUANTIZATIONS:
         raise ExportError(f"unknown quantization {quantization!r}: choose one of {', '.join(QUANTIZATIONS)}")
     out = Path(output)
+    if out.exists() and not out.is_dir():
+        raise ExportError(f"{out} is a file, not a folder to export into")
     if out.exists() and any(out.iterdir()) and not force:
         raise ExportError(f"{out} exists and is not empty (use --force to replace it)")
     cfg, task, model = load_for_inference(run_dir, registry, ["run.device=cpu"])
@@ -201,8 +202,9 @@ def translate_ctranslate2(translator, task, sources: Sequence[str], settings, be
     settings.beam; `max_positions`: the model's, which also bounds the length. One batch decodes to its longest sentence's limit; greedy search is
     prefix-consistent, so cutting each sentence at its own limit gives what a search with that
     limit gives."""
-    src_tokens = tokens_of(task.tokenizers()[0])
-    tgt_ids = {t: i for i, t in enumerate(tokens_of(task.tokenizers()[1]))}
+    src, tgt = _tokenizers(task)
+    src_tokens = tokens_of(src)
+    tgt_ids = {t: i for i, t in enumerate(tokens_of(tgt))}
     ids = task.encode_source(list(sources))
     order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
     out: list[list[int]] = [[] for _ in ids]
@@ -257,7 +259,7 @@ def to_huggingface(model: Transformer, cfg, task, out: Path) -> None:
         raise ExportError(f"MarianMT weights do not match: missing {left}, unexpected {unexpected}")
     hf.generation_config = GenerationConfig(
         decoder_start_token_id=BOS, bos_token_id=BOS, eos_token_id=EOS, pad_token_id=PAD,
-        num_beams=1, do_sample=False, suppress_tokens=[PAD, BOS])
+        num_beams=1, do_sample=False, suppress_tokens=[PAD, BOS], max_length=m.max_positions)
     hf.save_pretrained(str(out))
     src, tgt = _tokenizers(task)
     hf_tokenizer(src, source=True).save_pretrained(str(out))
@@ -346,7 +348,7 @@ def translate_huggingface(hf_model, task, sources: Sequence[str], settings, max_
             src[row, :len(ids[i]) + 1] = torch.tensor(ids[i] + [EOS])
         with torch.inference_mode():
             gen = hf_model.generate(input_ids=src, attention_mask=src.ne(PAD), num_beams=1, do_sample=False,
-                                    max_new_tokens=max(limits) + 1, min_new_tokens=0)
+                                    max_length=max(limits) + 2, min_length=0)  # the start token counts
         for i, limit, row in zip(batch, limits, gen.tolist()):
             hyp = row[1:]
             hyp = hyp[:hyp.index(EOS)] if EOS in hyp else hyp

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import importlib.util
 import json
-from dataclasses import replace
 
 import pytest
 import torch
 
+from s2s.core import checkpoint
 from s2s.core.cli import load_for_inference, main
 from s2s.core.config import load_config
 from s2s.core.data import prepare
@@ -37,6 +37,18 @@ def _train_demo(registry, tiny, *extra):
     return cfg.run.dir
 
 
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory):
+    """One tiny demo run for the exporters (averaged checkpoint, a small position table)."""
+    from s2s.core.registry import Registry
+
+    tmp = tmp_path_factory.mktemp("demo")
+    tiny = lambda *extra: ["model.layers=1", "model.d_model=32", "model.d_ff=64", "model.heads=2",  # noqa: E731
+                           f"run.dir={tmp / 'run'}", f"data.cache_dir={tmp / 'cache'}", "run.log_interval=5",
+                           "run.quiet=true", "run.threads=1", *extra]
+    return _train_demo(Registry.installed(), tiny, "run.average_last=2", "model.max_positions=64")
+
+
 def _greedy(run_dir, registry, n=None):
     """(task, model, settings, test sources, s2s's greedy ids) as `s2s generate --beam 1` decodes."""
     cfg, task, model = load_for_inference(run_dir, registry, ["run.device=cpu", "decode.beam=1"])
@@ -52,8 +64,8 @@ def _export(run_dir, to, out, *extra):
     assert main(["export", str(run_dir), "--to", to, "--output", str(out), "-q", *extra]) == 0
 
 
-def test_safetensors_round_trip(registry, tiny, tmp_path):
-    run_dir = _train_demo(registry, tiny, "run.average_last=2")
+def test_safetensors_round_trip(registry, demo_run, tmp_path):
+    run_dir = demo_run
     _export(run_dir, "safetensors", tmp_path / "st")
     assert sorted(p.name for p in (tmp_path / "st").iterdir()) == ["config.json", "model.safetensors", "vocab.json"]
     meta = json.loads((tmp_path / "st" / "config.json").read_text())
@@ -63,10 +75,12 @@ def test_safetensors_round_trip(registry, tiny, tmp_path):
     src, tgt = torch.randint(4, meta["src_vocab_size"], (3, 7)), torch.randint(4, meta["tgt_vocab_size"], (3, 5))
     assert torch.equal(back(src, tgt), model(src, tgt))
     assert back.out.weight is back.tgt_embed.weight is back.src_embed.weight  # still tied
+    latest = checkpoint.load_latest(run_dir)[0]["model"]["tgt_embed.weight"]
+    assert not torch.equal(latest, back.tgt_embed.weight)  # the average of the last two, not the newest
 
 
-def test_export_errors_are_one_line(registry, tiny, tmp_path, capsys):
-    run_dir = _train_demo(registry, tiny, "optim.max_updates=4")
+def test_export_errors_are_one_line(demo_run, tmp_path, capsys):
+    run_dir = demo_run
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "x").write_text("x")
     cases = [(["safetensors", "--output", str(tmp_path / "full")], "is not empty"),
@@ -76,15 +90,17 @@ def test_export_errors_are_one_line(registry, tiny, tmp_path, capsys):
         assert main(["export", str(run_dir), "--to", *args, "-q"]) == 2
         err = capsys.readouterr().err
         assert message in err and len(err.strip().splitlines()) == 1, err
+    assert main(["export", str(run_dir), "--to", "safetensors", "--output", str(tmp_path / "full" / "x")]) == 2
+    assert "is a file" in capsys.readouterr().err
     assert main(["export", str(tmp_path), "--to", "safetensors", "--output", str(tmp_path / "o")]) == 2
     assert "not a run directory" in capsys.readouterr().err
 
 
 @needs_ct2
-def test_ctranslate2_greedy_equals_generate(registry, tiny, tmp_path):
+def test_ctranslate2_greedy_equals_generate(registry, demo_run, tmp_path):
     import ctranslate2
 
-    run_dir = _train_demo(registry, tiny, "model.max_positions=64")  # a small position table (kept in fp32)
+    run_dir = demo_run
     _export(run_dir, "ctranslate2", tmp_path / "ct2")
     _export(run_dir, "ctranslate2", tmp_path / "ct2_int8", "--quantization", "int8")
     task, model, settings, sources, ours = _greedy(run_dir, registry)
@@ -104,6 +120,7 @@ def test_ctranslate2_greedy_equals_generate(registry, tiny, tmp_path):
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
     int8 = translate_ctranslate2(ctranslate2.Translator(str(tmp_path / "ct2_int8")), task, sources, settings)
     assert len(int8) == len(sources)
+    # the position table (64 rows) stays fp32
     assert (tmp_path / "ct2_int8" / "model.bin").stat().st_size < 0.6 * (tmp_path / "ct2" / "model.bin").stat().st_size
 
 
@@ -122,10 +139,10 @@ def test_ctranslate2_pre_norm(registry, tiny, tmp_path, capsys):
 
 
 @needs_hf
-def test_huggingface_greedy_equals_generate(registry, tiny, tmp_path):
+def test_huggingface_greedy_equals_generate(registry, demo_run, tmp_path):
     from transformers import AutoTokenizer, MarianMTModel
 
-    run_dir = _train_demo(registry, tiny)
+    run_dir = demo_run
     _export(run_dir, "huggingface", tmp_path / "hf")
     task, model, settings, sources, ours = _greedy(run_dir, registry)
     hf = MarianMTModel.from_pretrained(str(tmp_path / "hf")).eval()
