@@ -30,6 +30,7 @@ length penalty and stopping rule, so beam outputs may differ.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 from typing import Sequence
@@ -66,15 +67,22 @@ def export(run_dir: str, to: str, output: str, registry, quantization: str | Non
         raise ExportError(f"{out} exists and is not empty (use --force to replace it)")
     cfg, task, model = load_for_inference(run_dir, registry, ["run.device=cpu"])
     model.float().eval()
-    if out.exists():
-        shutil.rmtree(out)
-    out.mkdir(parents=True)
-    if to == "safetensors":
-        save_safetensors(model, cfg, task, out)
-    elif to == "ctranslate2":
-        to_ctranslate2(model, task, out, quantization)
-    else:
-        to_huggingface(model, cfg, task, out)
+    # written beside `output` and renamed at the end: a failed export leaves `output` as it was
+    tmp = out.with_name(f".{out.name}.tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        if to == "safetensors":
+            save_safetensors(model, cfg, task, tmp)
+        elif to == "ctranslate2":
+            to_ctranslate2(model, task, tmp, quantization)
+        else:
+            to_huggingface(model, cfg, task, tmp)
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(tmp, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     return out
 
 

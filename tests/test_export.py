@@ -134,8 +134,10 @@ def test_ctranslate2_pre_norm(registry, tiny, tmp_path, capsys):
     task, model, settings, sources, ours = _greedy(run_dir, registry)
     assert translate_ctranslate2(ctranslate2.Translator(str(tmp_path / "ct2")), task, sources, settings) == ours
     if importlib.util.find_spec("transformers") is not None:
-        assert main(["export", str(run_dir), "--to", "huggingface", "--output", str(tmp_path / "hf")]) == 2
+        assert main(["export", str(run_dir), "--to", "huggingface", "--output", str(tmp_path / "ct2"), "--force"]) == 2
         assert "pre_norm=true has no MarianMT form" in capsys.readouterr().err
+        assert (tmp_path / "ct2" / "model.bin").is_file()  # a failed export leaves the folder as it was
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["cache", "ct2", "run"]  # no temporary folder left
 
 
 @needs_hf
