@@ -3,6 +3,8 @@
     python -m bench.decode_speed --run runs/multi30k_en_de --parsing-run runs/ptb_sample_parsing
     python -m bench.decode_speed                 # untrained models of the presets' sizes (fewer
                                                  # parsing sentences then: they run to max length)
+    python -m bench.decode_speed --run runs/multi30k_en_de --skip parsing full --name decode_speed_ctranslate2
+                                                 # translation and s2s against CTranslate2 only (~3 min)
 
 Translation: the multi30k_en_de model (a trained run directory with --run, else a randomly
 initialised model of the preset's size) on the first 1,000 lines of test_2016_flickr.en, with
