@@ -3,6 +3,8 @@
     python -m bench.decode_speed --run runs/multi30k_en_de --parsing-run runs/ptb_sample_parsing
     python -m bench.decode_speed                 # untrained models of the presets' sizes (fewer
                                                  # parsing sentences then: they run to max length)
+    python -m bench.decode_speed --run runs/multi30k_en_de --skip parsing full --name decode_speed_ctranslate2
+                                                 # translation and s2s against CTranslate2 only (~3 min)
 
 Translation: the multi30k_en_de model (a trained run directory with --run, else a randomly
 initialised model of the preset's size) on the first 1,000 lines of test_2016_flickr.en, with
@@ -24,6 +26,14 @@ output length, so it is timed on a subset (every k-th sentence of the sorted lis
 batch interleaved with incremental decoding of the same subset, both through `generate` with
 `--threads` intra-op threads; the JSON gives the subset, the
 ratio measured on it, and full recompute's rate on the whole set extrapolated from that ratio.
+
+CTranslate2 (when installed; `--skip ctranslate2` leaves it out): the same translation model
+exported by `s2s export --to ctranslate2` in fp32 and int8, greedy and at the task's beam, on the
+same sentences, each run interleaved with s2s's own greedy and beam runs; the clock covers the
+same steps (tokenise, search, ids to text), with a Translator of one replica on `--threads`
+intra-op threads. Greedy fp32 gives s2s's tokens exactly (the JSON counts the sentences whose
+output differs); beam search scores with CTranslate2's own length penalty and stopping rule.
+The JSON gives each variant's rate, its speed-up over s2s at the same search, and its test BLEU.
 """
 from __future__ import annotations
 
@@ -37,6 +47,7 @@ import os
 os.environ.setdefault("GOMP_SPINCOUNT", "1000")
 
 import argparse
+import importlib.util
 import statistics
 import threading
 import time
@@ -192,6 +203,55 @@ def versus_full(model, task, sources, settings, subset: int, max_sentences: int,
             "full_recompute_sentences_per_s_subset": round(len(chosen) / full, 3)}
 
 
+def versus_ctranslate2(model, task, sources, refs, settings, threads: int, repeats: int, max_sentences: int) -> dict:
+    """s2s against its CTranslate2 export (fp32, int8), greedy and at the task's beam: sentences/s
+    (medians of `repeats` rounds, the variants interleaved within each round) and test BLEU."""
+    import tempfile
+
+    import ctranslate2
+
+    from s2s.core.evaluate import translate
+    from s2s.core.export import to_ctranslate2, translate_ctranslate2
+
+    greedy = replace(settings, beam=1)
+    with tempfile.TemporaryDirectory(prefix="s2s-ct2-") as tmp:
+        translators = {}
+        for q in ("float32", "int8"):
+            to_ctranslate2(model, task, Path(tmp) / q, quantization=None if q == "float32" else q)
+            translators[q] = ctranslate2.Translator(str(Path(tmp) / q), device="cpu", inter_threads=1,
+                                                    intra_threads=threads)
+
+        def ct2(q, s):
+            ids = translate_ctranslate2(translators[q], task, sources, s, max_batch_size=max_sentences,
+                                        max_positions=model.max_positions)
+            return [task.postprocess(task.decode_target(h), src) for h, src in zip(ids, sources)]
+
+        variants = {}
+        for name, s in ((f"beam{settings.beam}", settings), ("greedy", greedy)):
+            variants[f"s2s_{name}"] = lambda s=s: translate(model, task, sources, s, "cpu", max_sentences=max_sentences)
+            for q in translators:
+                variants[f"ct2_{q}_{name}"] = lambda q=q, s=s: ct2(q, s)
+        runs = {name: [] for name in variants}
+        outputs = {}
+        for _ in range(repeats):
+            for name, run in variants.items():
+                t0 = time.perf_counter()
+                outputs[name] = run()
+                runs[name].append(time.perf_counter() - t0)
+    result = {"translator": f"ctranslate2 {ctranslate2.__version__}, cpu, inter_threads 1, intra_threads {threads}",
+              "sentences": len(sources), "repeats": repeats}
+    for name in variants:
+        wall = statistics.median(runs[name])
+        result[name] = {"seconds_median": round(wall, 2), "seconds_all": [round(w, 2) for w in runs[name]],
+                        "sentences_per_s": round(len(sources) / wall, 2),
+                        "test_bleu": round(task.score(outputs[name], refs).value, 2)}
+        if name.startswith("ct2_"):
+            ours = f"s2s_{name.split('_', 2)[2]}"
+            result[name]["speedup_vs_s2s"] = round(result[name]["sentences_per_s"] / result[ours]["sentences_per_s"], 2)
+            result[name]["sentences_differing_from_s2s"] = sum(a != b for a, b in zip(outputs[name], outputs[ours]))
+    return result
+
+
 def omp_env() -> dict:
     return {k: os.environ.get(k) for k in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY", "OMP_NUM_THREADS")}
 
@@ -208,7 +268,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--max-sentences", type=int, default=128, help="sentences decoded together")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=3, help="runs of each measurement; medians are reported")
-    ap.add_argument("--skip", nargs="*", default=[], choices=["translation", "parsing", "full"])
+    ap.add_argument("--skip", nargs="*", default=[], choices=["translation", "parsing", "full", "ctranslate2"])
     ap.add_argument("--cache-dir", default=str(REPO / ".cache" / "s2s"))
     ap.add_argument("--name", default="decode_speed")
     args = ap.parse_args(argv)
@@ -226,7 +286,7 @@ def main(argv=None) -> dict:
                        "run.threads batches at once, one thread each); full recompute ratio: generate() per batch"}
     mm = mm_rate()
     result["mm_rate_gflops"] = round(mm / 1e9, 1)
-    rows = []
+    rows, ct2_rows = [], []
 
     def measure(section: dict, task, model, settings, sources, full_subset: int, refs=None):
         beam = f"beam{settings.beam}"
@@ -266,6 +326,12 @@ def main(argv=None) -> dict:
             "mean_reference_tokens": round(sum(map(len, task.encode_target(refs))) / len(refs), 2),
             "score": "sacreBLEU against the references"}
         measure(t, task, model, settings, sources, args.full_sentences, refs)
+        if "ctranslate2" not in args.skip and importlib.util.find_spec("ctranslate2") is not None:
+            t["versus_ctranslate2"] = v = versus_ctranslate2(model, task, sources, refs, settings, args.threads,
+                                                             args.repeats, args.max_sentences)
+            ct2_rows.extend({"search": name, "sent/s": r["sentences_per_s"], "bleu": r["test_bleu"],
+                             "vs s2s": r.get("speedup_vs_s2s"), "outputs differing": r.get("sentences_differing_from_s2s")}
+                            for name, r in v.items() if isinstance(r, dict))
     if "parsing" not in args.skip:
         task, model, settings, desc = load("ptb_sample_parsing", args.parsing_run, args.cache_dir)
         pairs = list(islice((p for split in ("valid", "test", "train") for p in task.read_split(split)),
@@ -282,6 +348,8 @@ def main(argv=None) -> dict:
     result["peak_rss_mib"] = round(peak_rss_mib(), 1)
     path = write(args.name, result)
     print(table(rows))
+    if ct2_rows:
+        print(table(ct2_rows))
     print(f"wrote {path}")
     return result
 

@@ -1,4 +1,4 @@
-"""The `s2s` command: tasks, prepare, train, generate, score, average, plot, quickstart."""
+"""The `s2s` command: tasks, prepare, train, generate, score, average, export, plot, quickstart."""
 from __future__ import annotations
 
 import argparse
@@ -173,6 +173,14 @@ def cmd_average(args) -> int:
     return 0
 
 
+def cmd_export(args) -> int:
+    from .export import export
+
+    out = export(args.run_dir, args.to, args.output, _registry(args), args.quantization, args.force)
+    print(f"exported {args.run_dir} as {args.to} into {out}")
+    return 0
+
+
 def cmd_plot(args) -> int:
     from .plot import plot_run
 
@@ -256,6 +264,15 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--last", type=int, help="average the last K checkpoints of the run directory")
     s.add_argument("--output", help="default: RUN_DIR/checkpoint_average.pt")
     s.set_defaults(func=cmd_average)
+
+    s = sub.add_parser("export", parents=[common], help="write a trained model for CTranslate2, Hugging Face or safetensors",
+                       description="Export the model `s2s generate RUN_DIR` uses (the averaged checkpoint if any).")
+    s.add_argument("run_dir", help="a run directory of `s2s train`")
+    s.add_argument("--to", required=True, choices=["ctranslate2", "huggingface", "safetensors"])
+    s.add_argument("--output", required=True, help="the folder to write")
+    s.add_argument("--quantization", help="ctranslate2 only: int8, int8_float32, int16, float16, bfloat16, ...")
+    s.add_argument("--force", action="store_true", help="replace a non-empty --output")
+    s.set_defaults(func=cmd_export)
 
     s = sub.add_parser("plot", parents=[common], help="draw a run's learning curves as PNG files",
                        description="Loss, learning rate and dev metric against updates and training time, "

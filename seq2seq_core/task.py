@@ -103,6 +103,11 @@ class Task:
         """True when source and target use one vocabulary (then all embeddings are tied)."""
         return False
 
+    def tokenizers(self):
+        """The source and target vocabularies as `tokenizers.Tokenizer` objects (one object twice
+        when shared), id for id: what `s2s export` gives CTranslate2 and Hugging Face. Optional."""
+        raise NotImplementedError(f"task {self.name!r} does not give its tokenizers (Task.tokenizers)")
+
     # -- ids <-> text -----------------------------------------------------------------------
     def encode_source(self, lines: Sequence[str]) -> list[list[int]]:
         """Ids of each source line, without <s> or </s> (the engine adds those)."""

@@ -53,6 +53,15 @@ class WordTokenizer:
     def decode(self, ids: Sequence[int]) -> str:
         return " ".join(self.itos[i] for i in ids if i >= len(SPECIALS) or i == UNK)
 
+    def to_tokenizers(self):
+        """The same vocabulary as a `tokenizers.Tokenizer` (word level, split on whitespace), for export."""
+        from tokenizers import Tokenizer, models, pre_tokenizers
+
+        tokenizer = Tokenizer(models.WordLevel(self.stoi, unk_token=SPECIALS[UNK]))
+        tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+        tokenizer.add_special_tokens(SPECIALS)
+        return tokenizer
+
     def save(self, path: Path) -> None:
         atomic_write_text(path, json.dumps(self.itos, ensure_ascii=False))
 

@@ -69,6 +69,10 @@ class DemoTask(Task):
     def load_vocab(self, directory: Path):
         self.vocab = WordTokenizer.load(Path(directory) / "vocab.json")
 
+    def tokenizers(self):
+        tokenizer = self.vocab.to_tokenizers()
+        return tokenizer, tokenizer
+
     src_vocab_size = tgt_vocab_size = property(lambda self: len(self.vocab))
     shared_vocab = True
 

@@ -141,6 +141,9 @@ class ParsingTask(Task):
         self.src_vocab = WordTokenizer.load(Path(directory) / "src_vocab.json")
         self.tgt_vocab = WordTokenizer.load(Path(directory) / "tgt_vocab.json")
 
+    def tokenizers(self):
+        return self.src_vocab.to_tokenizers(), self.tgt_vocab.to_tokenizers()
+
     @property
     def src_vocab_size(self) -> int:
         return len(self.src_vocab)

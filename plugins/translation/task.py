@@ -120,6 +120,9 @@ class TranslationTask(Task):
         loaded = [Subwords.load(p) for p in files]
         self.src, self.tgt = loaded if len(loaded) == 2 else loaded * 2
 
+    def tokenizers(self):
+        return self._vocab("src").tokenizer, self._vocab("tgt").tokenizer
+
     @property
     def src_vocab_size(self) -> int:
         return len(self._vocab("src"))
