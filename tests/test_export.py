@@ -20,13 +20,12 @@ from s2s.core.decoding import generate
 from s2s.core.evaluate import decode_settings, source_batch
 from s2s.core.export import load_safetensors, to_ctranslate2, translate_ctranslate2, translate_huggingface
 from s2s.core.train import train
-from s2s.data_recipes import shared_data_dir
+from conftest import MULTI30K, needs
 
 needs_ct2 = pytest.mark.skipif(importlib.util.find_spec("ctranslate2") is None,
                                reason="ctranslate2 is not installed (pip install -e '.[export]')")
 needs_hf = pytest.mark.skipif(importlib.util.find_spec("transformers") is None,
                               reason="transformers is not installed (pip install -e '.[export]')")
-MULTI30K = shared_data_dir() / "multi30k"
 
 
 def _train_demo(registry, tiny, *extra):
@@ -194,7 +193,7 @@ def test_separate_subword_vocabularies(registry, tiny, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not MULTI30K.is_dir(), reason=f"no Multi30k at {MULTI30K}")
+@needs(MULTI30K)
 @needs_ct2
 @needs_hf
 def test_multi30k_exports_equal_generate(registry, tiny, tmp_path):
