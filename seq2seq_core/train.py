@@ -37,7 +37,7 @@ import torch.distributed as dist
 from omegaconf import OmegaConf
 
 from . import checkpoint
-from .config import task_section
+from .config import ConfigError, task_section
 from .data import epoch_batches, prepare, token_batches
 from .evaluate import decode_settings, translate
 from .model import Transformer
@@ -70,7 +70,12 @@ def autocast_for(device: torch.device, precision: str):
 
 
 def build_task(cfg, registry) -> Task:
-    return registry.get(cfg.task.name)(task_section(cfg))
+    """The task of cfg.task.name; a ValueError of its constructor is about its config section."""
+    task_cls = registry.get(cfg.task.name)
+    try:
+        return task_cls(task_section(cfg))
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
 
 
 def build_model(cfg, task: Task) -> Transformer:
