@@ -58,13 +58,13 @@ def cmd_prepare(args) -> int:
 
 
 def cmd_train(args) -> int:
-    from .train import train
-
     reg = _registry(args)
-    cfg = _config(args, reg)
+    cfg = _config(args, reg)  # a bad setting fails here, before torch is even imported
     if args.print_config:
         print(OmegaConf.to_yaml(cfg), end="")
         return 0
+    from .train import train
+
     result = train(cfg, reg, quiet=args.quiet)
     print(json.dumps(result))
     return 0
@@ -374,16 +374,19 @@ MEMORY_SETTINGS = {"train": "data.max_tokens (or the model's size)", "quickstart
 
 def explain(e: BaseException, command: str) -> tuple[str, int]:
     """The one-line message and exit code for an error: 2 for a known failure, 1 otherwise."""
-    from .checkpoint import CheckpointError
     from .config import ConfigError
     from .registry import RegistryError
     from .task import DataError
-    from .train import TrainingError
+
+    known = [ConfigError, RegistryError, DataError, UsageError]
+    for module, name in (("train", "TrainingError"), ("checkpoint", "CheckpointError")):
+        if f"{__package__}.{module}" in sys.modules:  # (not imported: not what was raised)
+            known.append(getattr(sys.modules[f"{__package__}.{module}"], name))
 
     def first(x) -> str:
         return (str(x).strip().splitlines() or [type(x).__name__])[0]
 
-    if isinstance(e, (ConfigError, RegistryError, DataError, TrainingError, CheckpointError, UsageError)):
+    if isinstance(e, tuple(known)):
         return first(e), 2
     if isinstance(e, MemoryError) or type(e).__name__ == "OutOfMemoryError":
         return f"out of memory ({first(e)[:100]}): lower {MEMORY_SETTINGS.get(command, 'the batch size')}", 2

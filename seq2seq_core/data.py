@@ -244,6 +244,7 @@ def prepare(task: Task, data_cfg, quiet: bool = False) -> Prepared:
             task.load_vocab(directory)
             return Prepared(directory, {s: Split.load(directory, s) for s in task.splits})
         log.warning("prepared data %s is rebuilt: %s", directory, why)
+    created = not root.exists()
     try:
         root.mkdir(parents=True, exist_ok=True)
         _remove_orphans(root)
@@ -262,6 +263,8 @@ def prepare(task: Task, data_cfg, quiet: bool = False) -> Prepared:
                         f"{e.strerror or e}{f' ({e.filename})' if e.filename else ''}") from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+        if created and not directory.exists() and not any(root.iterdir()):
+            root.rmdir()  # a failed first preparation leaves no trace
     return Prepared(directory, {s: Split.load(directory, s) for s in task.splits})
 
 
