@@ -252,7 +252,11 @@ def _finite(prefix: str, node) -> None:
 
 def validate(cfg: DictConfig) -> None:
     """Every range and relation of the engine's settings; one line naming key, value and rule."""
-    _finite("", OmegaConf.to_container(cfg, resolve=False))
+    try:
+        _finite("", OmegaConf.to_container(cfg, resolve=True))
+    except OmegaConfBaseException as e:  # an interpolation that does not resolve
+        key = getattr(e, "full_key", None) or "?"
+        raise ConfigError(f"bad value for '{key}': {str(getattr(e, 'msg', e)).splitlines()[0]}") from None
     for key, (ok, allowed) in RULES.items():
         value = OmegaConf.select(cfg, key)
         if value is not None and not ok(value):
@@ -283,13 +287,16 @@ def load_config(preset: str | Path | None, overrides: list[str] = (), task_confi
         try:
             raw = OmegaConf.load(path)
         except Exception as e:  # yaml errors carry the line
-            raise ConfigError(f"cannot read preset {path}: {e}") from None
+            mark = getattr(e, "problem_mark", None)
+            where = f"{path}, line {mark.line + 1}" if mark is not None else str(path)
+            what = getattr(e, "problem", None) or (str(e).splitlines() or [type(e).__name__])[0]
+            raise ConfigError(f"cannot read preset {where}: {what}") from None
         if not isinstance(raw, DictConfig):
             raise ConfigError(f"preset {path} must be a mapping of sections")
     try:
         cli = OmegaConf.from_dotlist(list(overrides))
     except Exception as e:
-        raise ConfigError(f"bad override in {list(overrides)}: {e}") from None
+        raise ConfigError(f"bad override in {list(overrides)}: {str(e).splitlines()[0]}") from None
     raw = OmegaConf.merge(raw, cli)
     data = OmegaConf.to_container(raw, resolve=False)
 
@@ -306,6 +313,8 @@ def load_config(preset: str | Path | None, overrides: list[str] = (), task_confi
     name = task_data.pop("name", None)
     if name is None:
         raise ConfigError("the config names no task: set 'task.name' (see `s2s tasks`)")
+    if not isinstance(name, str):
+        raise ConfigError(f"task.name={name!r}: must be a task name (see `s2s tasks`)")
     if task_config_cls is None:
         task_config_cls = registry.get(name).Config
     task_schema = OmegaConf.structured(task_config_cls)
