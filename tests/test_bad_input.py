@@ -466,3 +466,37 @@ def test_damaged_and_stale_cache_are_rebuilt(world):
     assert result.returncode == 0 and "manifest" in result.stderr.decode()
     assert not orphan.exists()
     assert s2s("prepare", str(preset), cwd=world["root"]).stderr.decode().count("rebuilt") == 0
+
+
+def test_unforeseen_error_is_one_line_and_v_shows_the_traceback(world):
+    plugin = world["root"] / "boom_plugin.py"
+    plugin.write_text("from s2s.core.task import Task\n\n\nclass Boom(Task):\n    name = 'boom'\n\n"
+                      "    def read_split(self, split):\n        return iter([('a', 'b')])\n\n"
+                      "    def build_vocab(self, pairs):\n        return 1 / 0\n")
+    preset = world["root"] / "boom.yaml"
+    preset.write_text(f"task: {{name: boom}}\ndata: {{cache_dir: {json.dumps(str(world['root'] / 'cache_boom'))}}}\n")
+    before = snapshot(plugin, preset)
+    message = fails(s2s("prepare", str(preset), "--plugin", str(plugin), cwd=world["root"]), before,
+                    "internal error: ZeroDivisionError", "-v", code=1)
+    assert message.startswith("s2s prepare: error: internal error")
+    verbose = s2s("prepare", str(preset), "--plugin", str(plugin), "-v", cwd=world["root"])
+    assert verbose.returncode == 1 and "Traceback" in verbose.stderr.decode()
+
+
+def test_out_of_memory_names_the_setting():
+    from s2s.core.cli import explain
+
+    assert explain(MemoryError(), "train") == ("out of memory (MemoryError): lower data.max_tokens "
+                                               "(or the model's size)", 2)
+    assert "decode.max_sentences" in explain(MemoryError("CUDA out of memory"), "generate")[0]
+
+
+def test_tree_of_depth_100000(tmp_path):
+    from s2s.data_recipes import treebank
+
+    depth = 100_000
+    path = tmp_path / "deep.txt"
+    path.write_text("(TOP " + "(S-SBJ " * depth + "(NN x)" + ")" * (depth + 1) + "\n", encoding="utf-8")
+    (tree,) = treebank.line_trees(path)  # read, preprocessed (function tags stripped), rebuilt
+    text = treebank.to_string(tree)
+    assert text.count("(S ") == depth and text.count("(TOP ") == 1 and text.endswith("(NN x)" + ")" * (depth + 1))
