@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -158,8 +159,10 @@ def cmd_generate(args) -> int:
     raw = textio.raw_lines(args.input) if args.input else (
         line[:-1] if line.endswith(b"\n") else line for line in sys.stdin.buffer)
     block = cfg.decode.max_sentences * max(1, torch.get_num_threads())  # what one translate call shares out
-    tmp = Path(args.output).with_name(f".{Path(args.output).name}.tmp{os.getpid()}") if args.output else None
-    out = open(tmp, "w", encoding="utf-8") if tmp else sys.stdout
+    # a regular file appears complete at the end; a device or a pipe is written as it goes
+    regular = args.output and (Path(args.output).is_file() or not Path(args.output).exists())
+    tmp = Path(args.output).with_name(f".{Path(args.output).name}.tmp{os.getpid()}") if regular else None
+    out = open(tmp or args.output, "w", encoding="utf-8") if args.output else sys.stdout
     number = bad = 0
     try:
         with tqdm(desc="generate", unit=" sent", disable=args.quiet, file=sys.stderr) as bar:
@@ -170,19 +173,24 @@ def cmd_generate(args) -> int:
                     lines.append(_source_line(raw_line, name, number, task, model.max_positions))
                 good = [i for i, line in enumerate(lines) if line is not None]
                 hyps = translate(model, task, [lines[i] for i in good], settings, device,
-                                 cfg.decode.max_sentences, progress=bar) if good else []
+                                 cfg.decode.max_sentences, progress=bar)
                 result = [""] * len(lines)
                 for i, h in zip(good, hyps):
                     result[i] = h.replace("\r", " ").replace("\n", " ")
                 bad += len(lines) - len(good)
                 out.write("".join(h + "\n" for h in result))
                 out.flush()
+        if args.output:
+            out.close()
         if tmp:
-            out.close()
             os.replace(tmp, args.output)
+    except OSError as e:  # a full disk, a closed pipe (reading errors are DataErrors)
+        raise UsageError(f"cannot write {args.output or '<stdout>'}: {e.strerror or e}") from None
     finally:
+        if args.output:
+            with contextlib.suppress(OSError):
+                out.close()
         if tmp and tmp.exists():
-            out.close()
             tmp.unlink()
     if bad:
         log.warning("%s: %d of %d line(s) could not be decoded and got an empty output line", name, bad, number)

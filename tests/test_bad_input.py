@@ -327,6 +327,24 @@ def test_generate_output_is_a_directory(world, src):
               cwd=world["root"]), snapshot(world["run"], src, world["corpus"]), str(world["corpus"]))
 
 
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full (a disk that is always full)")
+def test_generate_disk_full(world, src):
+    import stat
+
+    fails(s2s("generate", str(world["run"]), "--input", str(src), "--output", "/dev/full", cwd=world["root"]),
+          snapshot(world["run"], src), "cannot write /dev/full", "No space left")
+    assert stat.S_ISCHR(os.stat("/dev/full").st_mode)  # written to, not replaced
+
+
+def test_generate_empty_input(world):
+    empty = world["root"] / "empty_src.txt"
+    empty.write_bytes(b"")
+    out = world["root"] / "empty_src.out"
+    result = s2s("generate", str(world["run"]), "--input", str(empty), "--output", str(out), cwd=world["root"])
+    assert result.returncode == 0 and "Traceback" not in result.stderr.decode()
+    assert out.read_bytes() == b""
+
+
 def test_generate_bad_beam(world, src):
     fails(s2s("generate", str(world["run"]), "--input", str(src), "--beam", "0", cwd=world["root"]),
           snapshot(world["run"], src), "decode.beam")
