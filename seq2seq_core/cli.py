@@ -215,13 +215,8 @@ def _source_line(raw: bytes, name: str, number: int, task, max_positions: int) -
     return line
 
 
-def read_lines(path: str) -> list[str]:
-    from . import textio
-
-    return textio.read_lines(path)
-
-
 def cmd_score(args) -> int:
+    from . import textio
     from .config import ConfigError, load_config, preset_names
     from .task import DataError
 
@@ -239,8 +234,8 @@ def cmd_score(args) -> int:
     else:
         task_cls = reg.get(name)
         task = task_cls(OmegaConf.structured(task_cls.Config))
-    refs, hyps = read_lines(args.ref), read_lines(args.hyp)
-    srcs = read_lines(args.src) if args.src else None
+    refs, hyps = textio.read_lines(args.ref), textio.read_lines(args.hyp)  # lines end at "\n" only
+    srcs = textio.read_lines(args.src) if args.src else None
     if len(refs) != len(hyps):
         raise DataError(f"{args.hyp} has {len(hyps)} lines but {args.ref} has {len(refs)}: "
                          "a partial score is no score")
