@@ -1,18 +1,19 @@
 """Plain parallel text: one file per language per split, `{prefix}.{lang}` (plain or gzipped).
 
-Line i of the source file translates line i of the target file. Files are read as bytes and
-decoded line by line, so a bad byte is reported with its file and line; the line counts of the
+Line i of the source file translates line i of the target file. Files are read through
+`s2s.core.textio` (lines end at "\n" only; a bad byte is reported with its file and line); the line counts of the
 two files are compared before the first pair is yielded, so a misaligned corpus fails before any
 work is done. Surrounding whitespace is stripped; pairs with an empty side are dropped and
 counted (or kept, when `drop_empty` is off).
 """
 from __future__ import annotations
 
-import gzip
 import logging
+import zlib
 from pathlib import Path
-from typing import BinaryIO, Iterator
+from typing import Iterator
 
+from s2s.core import textio
 from s2s.core.task import DataError
 
 log = logging.getLogger(__name__)
@@ -29,33 +30,17 @@ def find_file(data_dir: str | Path, prefix: str, lang: str) -> Path:
     raise DataError(f"file {plain} does not exist (nor {plain.name}.gz)")
 
 
-def _open(path: Path) -> BinaryIO:
-    return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
-
-
 def count_lines(path: Path) -> int:
     """Lines in `path` (a last line without a newline counts), read in 1 MiB chunks."""
     lines, last = 0, b"\n"
-    try:
-        with _open(path) as f:
+    with textio.open_binary(path) as f:
+        try:
             while chunk := f.read(_CHUNK):
                 lines += chunk.count(b"\n")
                 last = chunk[-1:]
-    except (OSError, EOFError) as e:  # gzip.BadGzipFile is an OSError
-        raise DataError(f"{path}: cannot read ({e})") from None
+        except (OSError, EOFError, zlib.error) as e:  # gzip.BadGzipFile is an OSError
+            raise DataError(f"{path}: cannot read ({e}): a damaged or truncated file?") from None
     return lines + (last != b"\n")
-
-
-def _lines(path: Path) -> Iterator[str]:
-    with _open(path) as f:
-        for number, raw in enumerate(f, 1):
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as e:
-                raise DataError(f"{path}, line {number}: invalid UTF-8 (byte {e.start + 1})") from None
-            if number == 1:
-                line = line.removeprefix("\ufeff")
-            yield line
 
 
 def read_parallel(src: str | Path, tgt: str | Path, drop_empty: bool = True) -> Iterator[tuple[str, str]]:
@@ -78,7 +63,7 @@ def read_parallel(src: str | Path, tgt: str | Path, drop_empty: bool = True) -> 
 
 def _pairs(src: Path, tgt: Path, drop_empty: bool) -> Iterator[tuple[str, str]]:
     dropped = 0
-    for s, t in zip(_lines(src), _lines(tgt)):
+    for s, t in zip(textio.iter_lines(src), textio.iter_lines(tgt)):
         s, t = s.strip(), t.strip()
         if drop_empty and not (s and t):
             dropped += 1

@@ -33,6 +33,7 @@ from typing import Iterable, Iterator
 
 from nltk.tree import Tree
 
+from s2s.core import textio
 from s2s.core.task import DataError
 
 WSJ_SPLIT = {"train": "02-21", "valid": "22", "test": "23"}
@@ -105,13 +106,32 @@ def _build(tokens: list[tuple[str, int]]) -> tuple:
     return root
 
 
+def _rebuild(root, children, rebuild, leaf=lambda x: isinstance(x, str)):
+    """`rebuild(node, results of its children)` bottom-up, without recursion (trees may be deep):
+    leaves (words) are passed to `rebuild` as they are."""
+    stack = [(root, iter(children(root)), [])]
+    while True:
+        node, todo, done = stack[-1]
+        for child in todo:
+            if leaf(child):
+                done.append(child)
+            else:
+                stack.append((child, iter(children(child)), []))
+                break
+        else:
+            stack.pop()
+            value = rebuild(node, done)
+            if not stack:
+                return value
+            stack[-1][2].append(value)
+
+
 def _to_nltk(node) -> Tree:
-    label, children = node
-    return Tree(label, [c if isinstance(c, str) else _to_nltk(c) for c in children])
+    return _rebuild(node, lambda n: n[1], lambda n, kids: Tree(n[0], kids))
 
 
 def _from_nltk(tree: Tree) -> tuple:
-    return tree.label(), [c if isinstance(c, str) else _from_nltk(c) for c in tree]
+    return _rebuild(tree, list, lambda t, kids: (t.label(), kids))
 
 
 def split_trees(lines: Iterable[str]) -> Iterator[tuple[int, tuple | _Malformed]]:
@@ -187,18 +207,15 @@ def _is_preterminal(node) -> bool:
 
 
 def _remove_empty(node):
-    label, children = node
-    if _is_preterminal(node):
-        return None if label == EMPTY_TAG else node
-    kids = [k for k in map(_remove_empty, children) if k is not None]
-    return (label, kids) if kids else None
+    def keep(n, kids):
+        kids = [k for k in kids if k is not None]
+        return None if not kids or (n[0] == EMPTY_TAG and _is_preterminal(n)) else (n[0], kids)
+
+    return _rebuild(node, lambda n: n[1], keep)
 
 
 def _strip(node):
-    label, children = node
-    if _is_preterminal(node):
-        return strip_label(label), children
-    return strip_label(label), [_strip(c) for c in children]
+    return _rebuild(node, lambda n: n[1], lambda n, kids: (strip_label(n[0]), kids))
 
 
 def _preprocess(tree, prep: Preprocessing):
@@ -291,7 +308,8 @@ def wsj_trees(root: str | Path, section_spec: str, prep: Preprocessing | None = 
                 stream.close()
         except (OSError, UnicodeDecodeError) as e:
             raise DataError(f"{name}: cannot read: {e}") from None
-        yield from _trees(text.splitlines(), name, prep, skip_malformed, stats)
+        textio.note_input(name)
+        yield from _trees(textio.split_lines(text), name, prep, skip_malformed, stats)
 
 
 def _allow(directory: Path) -> None:
@@ -379,7 +397,9 @@ def sample_trees(nltk_data: str | Path | None, split: str,
         if fid not in present:
             raise DataError(f"{name}: missing from the NLTK treebank sample")
         text = reader.open(fid).read()
-        yield from _trees(text.splitlines(), name, prep, skip_malformed, stats)
+        archive = getattr(reader.root, "zipfile", None)  # the sample usually stays in its .zip
+        textio.note_input(archive.filename if archive is not None else name)
+        yield from _trees(textio.split_lines(text), name, prep, skip_malformed, stats)
 
 
 def line_trees(path: str | Path, prep: Preprocessing | None = Preprocessing(),
@@ -389,12 +409,23 @@ def line_trees(path: str | Path, prep: Preprocessing | None = Preprocessing(),
     path = Path(path).expanduser()
     if not path.is_file():
         raise DataError(f"{path}: no such tree file")
-    with open(path, encoding="utf-8") as f:
-        yield from _trees(f, str(path), prep, skip_malformed, stats)
+    yield from _trees(textio.iter_lines(path), str(path), prep, skip_malformed, stats)
 
 
 def to_string(tree: Tree) -> str:
-    """One line, "(TOP (S (NP (DT The) (NN dog)) ...))", the form EVALB reads."""
+    """One line, "(TOP (S (NP (DT The) (NN dog)) ...))", the form EVALB reads (any depth)."""
     if isinstance(tree, str):
         return tree
-    return "(" + " ".join([tree.label()] + [to_string(c) for c in tree]) + ")"
+    parts = ["(", tree.label()]
+    stack = [iter(tree)]
+    while stack:
+        child = next(stack[-1], None)
+        if child is None:
+            stack.pop()
+            parts.append(")")
+        elif isinstance(child, str):
+            parts += [" ", child]
+        else:
+            parts += [" (", child.label()]
+            stack.append(iter(child))
+    return "".join(parts)

@@ -117,13 +117,13 @@ def load_latest(run_dir: Path, set_aside: bool = False) -> tuple[dict, Path] | t
 def average(paths: list[Path]) -> dict:
     """Element-wise mean of the model parameters of `paths` (the first one's other entries kept)."""
     if not paths:
-        raise ValueError("no checkpoints to average")
+        raise CheckpointError("no checkpoints to average")
     first = load(paths[0])
     total = {k: v.double().clone() if v.is_floating_point() else v for k, v in first["model"].items()}
     for path in paths[1:]:
         model = load(path)["model"]
         if model.keys() != total.keys():
-            raise ValueError(f"{path} holds other parameters than {paths[0]}")
+            raise CheckpointError(f"{path} holds other parameters than {paths[0]}")
         for k, v in model.items():
             if v.is_floating_point():
                 total[k] += v.double()

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -10,6 +11,7 @@ import sys
 # torch's OpenMP threads otherwise spin long at every barrier; on a shared CPU that collapsed
 # training throughput 3.4x (bench/train_throughput.py). Set before torch is first imported.
 os.environ.setdefault("GOMP_SPINCOUNT", "1000")
+from itertools import islice
 from pathlib import Path
 
 from omegaconf import OmegaConf
@@ -57,13 +59,13 @@ def cmd_prepare(args) -> int:
 
 
 def cmd_train(args) -> int:
-    from .train import train
-
     reg = _registry(args)
-    cfg = _config(args, reg)
+    cfg = _config(args, reg)  # a bad setting fails here, before torch is even imported
     if args.print_config:
         print(OmegaConf.to_yaml(cfg), end="")
         return 0
+    from .train import train
+
     result = train(cfg, reg, quiet=args.quiet)
     print(json.dumps(result))
     return 0
@@ -73,6 +75,8 @@ def load_for_inference(path: str, registry, overrides=()):
     """(cfg, task, model) from a run directory or a checkpoint file inside one."""
     from . import checkpoint
     from .config import load_config
+    from .checkpoint import CheckpointError
+    from .task import DataError
     from .train import build_model, build_task, resolve_device
 
     p = Path(path)
@@ -82,7 +86,13 @@ def load_for_inference(path: str, registry, overrides=()):
     # checked against today's schema: settings added since the run was trained take their defaults
     cfg = load_config(run_dir / "config.yaml", list(overrides), registry=registry)
     task = build_task(cfg, registry)
-    task.load_vocab(run_dir)
+    try:
+        task.load_vocab(run_dir)
+    except DataError:
+        raise
+    except Exception as e:  # noqa: BLE001 -- a tokenizer library's own errors, e.g. on a damaged file
+        raise DataError(f"cannot read the vocabulary files in {run_dir}: {type(e).__name__}: "
+                        f"{(str(e).splitlines() or [''])[0]}") from None
     if p.is_dir():
         avg = run_dir / "checkpoint_average.pt"
         state = checkpoint.load(avg) if avg.is_file() else checkpoint.load_latest(run_dir)[0]
@@ -91,12 +101,45 @@ def load_for_inference(path: str, registry, overrides=()):
     else:
         state = checkpoint.load(p)
     model = build_model(cfg, task)
-    model.load_state_dict(state["model"])
+    try:
+        model.load_state_dict(state["model"])
+    except (RuntimeError, KeyError) as e:
+        raise CheckpointError(f"the checkpoint in {p} does not fit {run_dir / 'config.yaml'} "
+                              f"({(str(e).splitlines() or [''])[0]})") from None
     model.to(resolve_device(cfg.run.device)).eval()
     return cfg, task, model
 
 
+def _writable(path: str) -> None:
+    """Fail before any work when the output file cannot be written (what is there stays)."""
+    p = Path(path)
+    if p.is_dir():
+        raise UsageError(f"output {p} is a directory")
+    parent = p.parent if str(p.parent) else Path(".")
+    if not parent.is_dir():
+        raise UsageError(f"output {p}: folder {parent} does not exist")
+    if not os.access(parent, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
+        raise UsageError(f"output {p}: not writable")
+
+
+def _readable(path: str) -> None:
+    p = Path(path)
+    if not p.is_file():
+        raise UsageError(f"input {p}: {'is a directory' if p.is_dir() else 'no such file'}")
+    if not os.access(p, os.R_OK):
+        raise UsageError(f"input {p}: not readable")
+
+
 def cmd_generate(args) -> int:
+    """Stream source lines to output lines, exactly one out per line in.
+
+    A line that cannot be decoded (invalid UTF-8, too long for the model's positions) gets an
+    empty output line and a warning naming its line number; the rest of the run goes on. With
+    --output, the file appears complete at the end (written under a temporary name first).
+    """
+    import torch
+
+    from . import textio
     from .evaluate import decode_settings, translate
     from .progress import progress
 
@@ -105,34 +148,77 @@ def cmd_generate(args) -> int:
     for key in ("beam", "alpha", "max_len_a", "max_len_b"):
         if getattr(args, key) is not None:
             overrides.append(f"decode.{key}={getattr(args, key)}")
+    if args.input:
+        _readable(args.input)
+    if args.output:
+        _writable(args.output)
     cfg, task, model = load_for_inference(args.checkpoint, reg, overrides)
-    stream = open(args.input, encoding="utf-8") if args.input else sys.stdin
-    sources = [line.rstrip("\n") for line in stream]
+    settings = decode_settings(task, cfg.decode)
     device = next(model.parameters()).device
-    with progress(args.quiet, total=len(sources), desc="generate", unit=" sent") as bar:
-        hyps = translate(model, task, sources, decode_settings(task, cfg.decode), device,
-                         cfg.decode.max_sentences, progress=bar)
-    out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
-    for h in hyps:
-        out.write(h + "\n")
-    out.flush()
+    name = args.input or "<stdin>"
+    raw = textio.raw_lines(args.input) if args.input else (
+        line[:-1] if line.endswith(b"\n") else line for line in sys.stdin.buffer)
+    block = cfg.decode.max_sentences * max(1, torch.get_num_threads())  # what one translate call shares out
+    # a regular file appears complete at the end; a device or a pipe is written as it goes
+    regular = args.output and (Path(args.output).is_file() or not Path(args.output).exists())
+    tmp = Path(args.output).with_name(f".{Path(args.output).name}.tmp{os.getpid()}") if regular else None
+    out = open(tmp or args.output, "w", encoding="utf-8") if args.output else sys.stdout
+    number = bad = 0
+    try:
+        with progress(args.quiet, desc="generate", unit=" sent") as bar:
+            while chunk := list(islice(raw, block)):
+                lines = []
+                for raw_line in chunk:
+                    number += 1
+                    lines.append(_source_line(raw_line, name, number, task, model.max_positions))
+                good = [i for i, line in enumerate(lines) if line is not None]
+                hyps = translate(model, task, [lines[i] for i in good], settings, device,
+                                 cfg.decode.max_sentences, progress=bar)
+                result = [""] * len(lines)
+                for i, h in zip(good, hyps):
+                    result[i] = h.replace("\r", " ").replace("\n", " ")
+                bad += len(lines) - len(good)
+                out.write("".join(h + "\n" for h in result))
+                out.flush()
+        if args.output:
+            out.close()
+        if tmp:
+            os.replace(tmp, args.output)
+    except OSError as e:  # a full disk, a closed pipe (reading errors are DataErrors)
+        raise UsageError(f"cannot write {args.output or '<stdout>'}: {e.strerror or e}") from None
+    finally:
+        if args.output:
+            with contextlib.suppress(OSError):
+                out.close()
+        if tmp and tmp.exists():
+            tmp.unlink()
+    if bad:
+        log.warning("%s: %d of %d line(s) could not be decoded and got an empty output line", name, bad, number)
     return 0
 
 
-def read_lines(path: str) -> list[str]:
+def _source_line(raw: bytes, name: str, number: int, task, max_positions: int) -> str | None:
+    """The text of one source line, or None (with a warning) when it cannot be decoded."""
+    from . import textio
     from .task import DataError
 
     try:
-        return Path(path).read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
-        raise DataError(f"file {path} does not exist") from None
-    except UnicodeDecodeError as e:
-        line = Path(path).read_bytes()[:e.start].count(b"\n") + 1
-        raise DataError(f"{path}, line {line}: invalid UTF-8") from None
+        line = textio.decode_line(raw, name, number)
+    except DataError as e:
+        log.warning("%s; its output line is empty", e)
+        return None
+    n = len(task.encode_source([line])[0]) + 1  # + EOS
+    if n > max_positions:
+        log.warning("%s, line %d: %d source tokens do not fit model.max_positions=%d; its output line is empty",
+                    name, number, n, max_positions)
+        return None
+    return line
 
 
 def cmd_score(args) -> int:
+    from . import textio
     from .config import ConfigError, load_config, preset_names
+    from .task import DataError
 
     from .train import build_task
 
@@ -146,10 +232,10 @@ def cmd_score(args) -> int:
         raise ConfigError(f"{name!r} is neither a task ({', '.join(reg.names())}) nor a preset "
                           f"({', '.join(preset_names())})")
     task = build_task(cfg, reg)
-    refs, hyps = read_lines(args.ref), read_lines(args.hyp)
-    srcs = read_lines(args.src) if args.src else None
+    refs, hyps = textio.read_lines(args.ref), textio.read_lines(args.hyp)  # lines end at "\n" only
+    srcs = textio.read_lines(args.src) if args.src else None
     if len(refs) != len(hyps):
-        raise ValueError(f"{args.hyp} has {len(hyps)} lines but {args.ref} has {len(refs)}: "
+        raise DataError(f"{args.hyp} has {len(hyps)} lines but {args.ref} has {len(refs)}: "
                          "a partial score is no score")
     score = task.score(hyps, refs, srcs)
     print(json.dumps(score.as_dict()) if args.json else str(score))
@@ -159,15 +245,23 @@ def cmd_score(args) -> int:
 def cmd_average(args) -> int:
     from . import checkpoint
 
-    if args.last:
+    if args.last is not None:
+        if args.last < 1:
+            raise UsageError(f"--last {args.last}: must be a number >= 1")
         if len(args.inputs) != 1 or not Path(args.inputs[0]).is_dir():
-            raise ValueError("--last K takes one run directory")
+            raise UsageError("--last K takes one run directory")
         paths = checkpoint.listed(Path(args.inputs[0]))[-args.last:]
+        if not paths:
+            raise UsageError(f"{args.inputs[0]} holds no checkpoints (checkpoints/checkpoint_*.pt)")
         if len(paths) < args.last:
             log.warning("only %d checkpoints in %s", len(paths), args.inputs[0])
     else:
         paths = [Path(p) for p in args.inputs]
+        for p in paths:
+            if not p.is_file():
+                raise UsageError(f"{p}: no such checkpoint file")
     output = Path(args.output or (Path(args.inputs[0]) / "checkpoint_average.pt" if args.last else "checkpoint_average.pt"))
+    _writable(str(output))
     checkpoint.atomic_save(checkpoint.average(paths), output)
     print(f"averaged {len(paths)} checkpoints into {output}")
     return 0
@@ -223,7 +317,7 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--plugin", action="append", metavar="MODULE:CLASS|FILE.py",
                         help="load a task plugin under development (repeatable)")
     common.add_argument("-q", "--quiet", action="store_true", help="no progress bars; log lines only")
-    common.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    common.add_argument("-v", "--verbose", action="store_true", help="debug logging, and the traceback of an error")
     sub = p.add_subparsers(dest="command", required=True)
 
     s = sub.add_parser("tasks", parents=[common], help="list the tasks and where they come from")
@@ -287,6 +381,39 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+class UsageError(Exception):
+    """A command line that cannot work (a missing input, an unwritable output, a bad option)."""
+
+
+#: what sets memory use, by command: named when memory runs out
+MEMORY_SETTINGS = {"train": "data.max_tokens (or the model's size)", "quickstart": "data.max_tokens",
+                   "prepare": "data.max_tokens", "generate": "decode.max_sentences or --beam",
+                   "average": "the number of checkpoints averaged"}
+
+
+def explain(e: BaseException, command: str) -> tuple[str, int]:
+    """The one-line message and exit code for an error: 2 for a known failure, 1 otherwise."""
+    from .config import ConfigError
+    from .registry import RegistryError
+    from .task import DataError
+
+    known = [ConfigError, RegistryError, DataError, UsageError]
+    for module, name in (("train", "TrainingError"), ("checkpoint", "CheckpointError"), ("export", "ExportError")):
+        if f"{__package__}.{module}" in sys.modules:  # (not imported: not what was raised)
+            known.append(getattr(sys.modules[f"{__package__}.{module}"], name))
+
+    def first(x) -> str:
+        return (str(x).strip().splitlines() or [type(x).__name__])[0]
+
+    if isinstance(e, tuple(known)):
+        return first(e), 2
+    if isinstance(e, MemoryError) or type(e).__name__ == "OutOfMemoryError":
+        return f"out of memory ({first(e)[:100]}): lower {MEMORY_SETTINGS.get(command, 'the batch size')}", 2
+    if isinstance(e, OSError):
+        return (f"{e.filename}: {e.strerror or first(e)}" if e.filename else first(e)), 2
+    return f"internal error: {type(e).__name__}: {first(e)} (run with -v for the traceback)", 1
+
+
 def main(argv=None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
@@ -297,17 +424,19 @@ def main(argv=None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(message)s", datefmt="%H:%M:%S")
-    from .config import ConfigError
-    from .registry import RegistryError
-    from .task import DataError
-
     try:
         return args.func(args)
-    except (ConfigError, RegistryError, DataError, FileNotFoundError, ValueError, RuntimeError) as e:
+    except KeyboardInterrupt:
+        print(f"s2s {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # noqa: BLE001 -- every error ends as one line; -v adds the traceback
         if args.verbose:
-            raise
-        print(f"s2s {args.command}: error: {e}", file=sys.stderr)
-        return 2
+            import traceback
+
+            traceback.print_exc()
+        message, code = explain(e, args.command)
+        print(f"s2s {args.command}: error: {message}", file=sys.stderr)
+        return code
 
 
 if __name__ == "__main__":

@@ -2,11 +2,15 @@
 
 A preset names its task (`task.name`); the task section is then checked against that task's own
 `Config` dataclass. Any unknown key or wrongly typed value fails at once with the dotted key and
-the nearest valid one. Each component receives only its own section.
+the nearest valid one; values out of range (`RULES`), non-finite numbers and broken relations
+(heads dividing d_model, ...) fail the same way, before any data is read. Each component
+receives only its own section.
 """
 from __future__ import annotations
 
 import difflib
+import math
+import re
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -184,6 +188,78 @@ def _merge(schema: DictConfig, section: str, data: dict) -> DictConfig:
         raise ConfigError(f"bad value for '{section}{key}': {msg}") from None
 
 
+# -- values: ranges and relations, checked when the config loads (before any data is read) ------
+def _min(lo):
+    return (lambda v: v >= lo), f"a number >= {lo}"
+
+
+def _above(lo):
+    return (lambda v: v > lo), f"a number > {lo}"
+
+
+_PROBABILITY = (lambda v: 0 <= v < 1), "a probability in [0, 1)"
+_DEVICE = re.compile(r"auto|cpu|mps|cuda(:\d+)?")
+
+#: dotted key -> (test, what is allowed); None (decode's "the task's default") is always allowed
+RULES = {
+    "model.layers": _min(1), "model.d_model": _min(1), "model.d_ff": _min(1), "model.heads": _min(1),
+    "model.dropout": _PROBABILITY, "model.attention_dropout": _PROBABILITY, "model.max_positions": _min(2),
+    "optim.lr_scale": _above(0), "optim.warmup": _min(1), "optim.beta1": _PROBABILITY,
+    "optim.beta2": _PROBABILITY, "optim.eps": _above(0), "optim.weight_decay": _min(0),
+    "optim.clip_norm": ((lambda v: v >= 0), "a number >= 0 (0 = no clipping)"),
+    "optim.label_smoothing": _PROBABILITY, "optim.max_updates": _min(1), "optim.update_freq": _min(1),
+    "data.max_tokens": _min(1), "data.max_len": _min(1),
+    "data.max_len_ratio": ((lambda v: v == 0 or v >= 1), "0 (no ratio filter) or a number >= 1"),
+    "data.cache_dir": ((lambda v: bool(str(v).strip())), "a folder path"),
+    "decode.beam": _min(1), "decode.alpha": _min(0), "decode.max_len_a": _min(0),
+    "decode.max_len_b": _min(0), "decode.max_sentences": _min(1),
+    "run.dir": ((lambda v: bool(str(v).strip())), "a folder path"),
+    "run.device": ((lambda v: bool(_DEVICE.fullmatch(str(v)))), "auto, cpu, mps, cuda or cuda:N"),
+    "run.threads": ((lambda v: v >= 0), "a number >= 0 (0 = torch's default)"),
+    "run.log_interval": _min(1), "run.valid_interval": _min(1),
+    "run.valid_max_sentences": ((lambda v: v >= 0), "a number >= 0 (0 = all)"),
+    "run.save_interval": _min(1),
+    "run.max_minutes": ((lambda v: v >= 0), "a number >= 0 (0 = off)"),
+    "run.save_minutes": ((lambda v: v >= 0), "a number >= 0 (0 = off)"),
+    "run.keep_last": _min(1), "run.average_last": ((lambda v: v >= 0), "a number >= 0 (0 = none)"),
+    "run.max_nonfinite": _min(1),
+}
+
+
+def _finite(prefix: str, node) -> None:
+    """No NaN or infinity anywhere, the task's own section included."""
+    items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+    for key, value in items:
+        dotted = f"{prefix}.{key}" if prefix else str(key)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"{dotted}={value}: must be a finite number")
+        _finite(dotted, value)
+
+
+def validate(cfg: DictConfig) -> None:
+    """Every range and relation of the engine's settings; one line naming key, value and rule."""
+    try:
+        _finite("", OmegaConf.to_container(cfg, resolve=True))
+    except OmegaConfBaseException as e:  # an interpolation that does not resolve
+        key = getattr(e, "full_key", None) or "?"
+        raise ConfigError(f"bad value for '{key}': {str(getattr(e, 'msg', e)).splitlines()[0]}") from None
+    for key, (ok, allowed) in RULES.items():
+        value = OmegaConf.select(cfg, key)
+        if value is not None and not ok(value):
+            raise ConfigError(f"{key}={value!r}: must be {allowed}")
+    m, d, r = cfg.model, cfg.data, cfg.run
+    if m.d_model % m.heads:
+        divisors = [h for h in range(1, min(m.d_model, 64) + 1) if m.d_model % h == 0]
+        raise ConfigError(f"model.heads={m.heads}: must divide model.d_model={m.d_model} "
+                          f"(d_k = d_model / h), e.g. {', '.join(map(str, divisors[-4:]))}")
+    if d.max_len > m.max_positions:
+        raise ConfigError(f"data.max_len={d.max_len}: must be <= model.max_positions={m.max_positions} "
+                          "(a longer training pair would not fit the model's positions)")
+    if r.average_last > r.keep_last:
+        raise ConfigError(f"run.average_last={r.average_last}: must be <= run.keep_last={r.keep_last} "
+                          "(only the kept checkpoints can be averaged)")
+
+
 def load_config(preset: str | Path | None, overrides: list[str] = (), task_config_cls=None,
                 registry=None) -> DictConfig:
     """Merge preset YAML and `key=value` overrides over the defaults and validate everything.
@@ -197,13 +273,16 @@ def load_config(preset: str | Path | None, overrides: list[str] = (), task_confi
         try:
             raw = OmegaConf.load(path)
         except Exception as e:  # yaml errors carry the line
-            raise ConfigError(f"cannot read preset {path}: {e}") from None
+            mark = getattr(e, "problem_mark", None)
+            where = f"{path}, line {mark.line + 1}" if mark is not None else str(path)
+            what = getattr(e, "problem", None) or (str(e).splitlines() or [type(e).__name__])[0]
+            raise ConfigError(f"cannot read preset {where}: {what}") from None
         if not isinstance(raw, DictConfig):
             raise ConfigError(f"preset {path} must be a mapping of sections")
     try:
         cli = OmegaConf.from_dotlist(list(overrides))
     except Exception as e:
-        raise ConfigError(f"bad override in {list(overrides)}: {e}") from None
+        raise ConfigError(f"bad override in {list(overrides)}: {str(e).splitlines()[0]}") from None
     raw = OmegaConf.merge(raw, cli)
     data = OmegaConf.to_container(raw, resolve=False)
 
@@ -220,6 +299,8 @@ def load_config(preset: str | Path | None, overrides: list[str] = (), task_confi
     name = task_data.pop("name", None)
     if name is None:
         raise ConfigError("the config names no task: set 'task.name' (see `s2s tasks`)")
+    if not isinstance(name, str):
+        raise ConfigError(f"task.name={name!r}: must be a task name (see `s2s tasks`)")
     if task_config_cls is None:
         task_config_cls = registry.get(name).Config
     task_schema = OmegaConf.structured(task_config_cls)
@@ -230,6 +311,7 @@ def load_config(preset: str | Path | None, overrides: list[str] = (), task_confi
     OmegaConf.set_struct(merged, False)
     merged.task = OmegaConf.merge({"name": name}, task_cfg)
     OmegaConf.set_struct(merged, True)
+    validate(merged)
     return merged
 
 

@@ -6,6 +6,12 @@ are held in memory (8 bytes a pair), so a corpus of tens of millions of pairs ne
 Python lists. The result is cached under a key derived from the task section and the length
 filters, and written to a temporary folder renamed into place once complete.
 
+The cache cannot lie: its manifest (`prepared.json`) holds the SHA-256 of every file in it and
+the fingerprint (size, mtime, content hash) of every input file the recipe read through
+`s2s.core.textio`. Both are checked when the cache is opened; a damaged cache, or one whose
+inputs changed since, is rebuilt with a message saying why. Temporary folders left by killed
+runs on this machine are removed.
+
 `token_batches` groups pairs of similar length so that a batch holds about `max_tokens` source
 and `max_tokens` target tokens, padding included (section 5.1: "sentence pairs were batched
 together by approximate sequence length").
@@ -19,6 +25,7 @@ import json
 import logging
 import os
 import shutil
+import socket
 from dataclasses import dataclass
 from itertools import chain, islice
 from pathlib import Path
@@ -28,12 +35,14 @@ import numpy as np
 import torch
 from omegaconf import OmegaConf
 
+from . import textio
 from .task import DataError, Task
 from .vocab import BOS, EOS, PAD, atomic_write_text
 
 log = logging.getLogger("s2s")
 CHUNK = 20_000  # pairs encoded per call to the tokenizer
-FORMAT = 1  # bump when the on-disk layout changes
+FORMAT = 2  # bump when the on-disk layout changes
+MANIFEST = "prepared.json"
 
 
 def cache_key(task: Task, data_cfg) -> str:
@@ -112,8 +121,7 @@ class Prepared:
     def texts(self, split: str) -> tuple[list[str], list[str]]:
         """The raw source and reference lines of an evaluation split."""
         d = self.directory
-        read = lambda p: p.read_text(encoding="utf-8").split("\n")[:-1]  # noqa: E731
-        return read(d / f"{split}.src.txt"), read(d / f"{split}.ref.txt")
+        return textio.read_lines(d / f"{split}.src.txt"), textio.read_lines(d / f"{split}.ref.txt")
 
 
 def _with_eos(ids: list, lens: np.ndarray, keep: np.ndarray) -> np.ndarray:
@@ -182,41 +190,103 @@ def _collector_paused():
             gc.enable()
 
 
+def _problem(directory: Path) -> str | None:
+    """Why the cache in `directory` cannot be used as it is (None: it can)."""
+    try:
+        manifest = json.loads((directory / MANIFEST).read_text(encoding="utf-8"))
+        files, inputs = manifest["files"], manifest["inputs"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return f"its manifest {directory / MANIFEST} is missing or unreadable (an older or damaged cache)"
+    if manifest.get("format") != FORMAT:
+        return f"it was written in format {manifest.get('format')}, this version reads {FORMAT}"
+    present = {p.name for p in directory.iterdir() if p.name != MANIFEST}
+    if present != set(files):
+        return f"its files differ from its manifest ({', '.join(sorted(present ^ set(files))[:3])})"
+    for name, digest in files.items():
+        if textio.file_sha256(directory / name) != digest:
+            return f"{directory / name} is damaged (its checksum differs from the manifest's)"
+    for path, was in inputs.items():
+        if not Path(path).is_file():
+            return f"its input {path} is gone"
+        st = os.stat(path)
+        if (st.st_size, st.st_mtime_ns) != (was["size"], was["mtime_ns"]) and \
+                (st.st_size != was["size"] or textio.file_sha256(path) != was["sha256"]):
+            return f"its input {path} changed since the cache was built"
+    return None
+
+
+def _remove_orphans(root: Path) -> None:
+    """Delete temporary folders of preparations killed on this machine (their process is gone)."""
+    host = socket.gethostname()
+    for tmp in root.glob(".*.tmp*"):
+        owner = tmp.name.rpartition(".tmp")[2]
+        owner_host, _, pid = owner.rpartition("-")
+        if not tmp.is_dir() or not pid.isdigit() or owner_host not in ("", host):
+            continue
+        try:
+            os.kill(int(pid), 0)
+            continue  # still preparing
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            continue  # alive, someone else's
+        log.info("removing %s, left by a preparation that was killed", tmp)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def prepare(task: Task, data_cfg, quiet: bool = False) -> Prepared:
     """Vocabulary plus binarised splits for `task`, from the cache when already prepared."""
-    from .progress import progress
-
     root = Path(data_cfg.cache_dir)
     directory = root / f"{task.name}-{cache_key(task, data_cfg)}"
-    if not (directory / "prepared.json").is_file():
+    if directory.is_dir():
+        why = _problem(directory)
+        if why is None:
+            task.load_vocab(directory)
+            return Prepared(directory, {s: Split.load(directory, s) for s in task.splits})
+        log.warning("prepared data %s is rebuilt: %s", directory, why)
+    created = not root.exists()
+    try:
         root.mkdir(parents=True, exist_ok=True)
-        tmp = root / f".{directory.name}.tmp{os.getpid()}"
+        _remove_orphans(root)
+        tmp = root / f".{directory.name}.tmp{socket.gethostname()}-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
-        try:
-            log.info("preparing %s into %s", task.name, directory)
-            stats = {}
-            with _collector_paused():
-                task.build_vocab(task.read_split("train"))
-                task.save_vocab(tmp)
-                for split in task.splits:
-                    with progress(quiet, desc=f"binarise {split}", unit=" pairs", leave=False) as bar:
-                        stats[split] = _binarise(task, split, tmp, data_cfg, keep_text=split != "train",
-                                                 progress=bar)
-                    log.info("%s: %d pairs kept, %d filtered by length", split, stats[split]["pairs"],
-                             stats[split]["filtered"])
-            atomic_write_text(tmp / "prepared.json", json.dumps(
-                {"task": task.name, "splits": stats, "src_vocab": task.src_vocab_size,
-                 "tgt_vocab": task.tgt_vocab_size}, indent=1))
-            if directory.exists():  # a stale, incomplete folder from an older run
-                shutil.rmtree(directory)
-            os.replace(tmp, directory)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
-    else:
-        task.load_vocab(directory)
+    except OSError as e:
+        raise DataError(f"data.cache_dir {root} is not writable: {e.strerror or e}") from None
+    try:
+        _build(task, data_cfg, tmp, quiet)
+        if directory.exists():  # stale or damaged
+            shutil.rmtree(directory)
+        os.replace(tmp, directory)
+    except OSError as e:
+        raise DataError(f"cannot write the prepared data into {root} (data.cache_dir): "
+                        f"{e.strerror or e}{f' ({e.filename})' if e.filename else ''}") from None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if created and not directory.exists() and not any(root.iterdir()):
+            root.rmdir()  # a failed first preparation leaves no trace
     return Prepared(directory, {s: Split.load(directory, s) for s in task.splits})
+
+
+def _build(task: Task, data_cfg, tmp: Path, quiet: bool) -> None:
+    """Prepare into the folder `tmp`, manifest last."""
+    from .progress import progress
+
+    log.info("preparing %s into %s", task.name, tmp.parent)
+    stats = {}
+    with _collector_paused(), textio.recording() as inputs:
+        task.build_vocab(task.read_split("train"))
+        task.save_vocab(tmp)
+        for split in task.splits:
+            with progress(quiet, desc=f"binarise {split}", unit=" pairs", leave=False) as bar:
+                stats[split] = _binarise(task, split, tmp, data_cfg, keep_text=split != "train", progress=bar)
+            log.info("%s: %d pairs kept, %d filtered by length", split, stats[split]["pairs"],
+                     stats[split]["filtered"])
+    files = {p.name: textio.file_sha256(p) for p in sorted(tmp.iterdir()) if p.is_file()}
+    atomic_write_text(tmp / MANIFEST, json.dumps(
+        {"format": FORMAT, "task": task.name, "splits": stats, "src_vocab": task.src_vocab_size,
+         "tgt_vocab": task.tgt_vocab_size, "files": files,
+         "inputs": {path: textio.fingerprint(path) for path in sorted(inputs)}}, indent=1))
 
 
 def token_batches(src_lens: np.ndarray, tgt_lens: np.ndarray, max_tokens: int, seed: int,

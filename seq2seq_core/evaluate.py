@@ -63,6 +63,8 @@ def translate(model, task: Task, sources: Sequence[str], settings: DecodeDefault
     pays a synchronisation per operation that independent batches do not. On a GPU batches go
     one after the other.
     """
+    if not sources:
+        return []
     was_training = model.training
     model.eval()
     ids = task.encode_source(list(sources))

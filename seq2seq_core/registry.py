@@ -65,7 +65,11 @@ class Registry:
             module_spec = importlib.util.spec_from_file_location(mod_name, path)
             module = importlib.util.module_from_spec(module_spec)
             sys.modules[mod_name] = module
-            module_spec.loader.exec_module(module)
+            try:
+                module_spec.loader.exec_module(module)
+            except Exception as e:  # noqa: BLE001 -- whatever the plugin's code raises
+                del sys.modules[mod_name]
+                raise RegistryError(f"plugin file {spec} failed to import: {type(e).__name__}: {e}") from None
             classes = [c for c in vars(module).values()
                        if inspect.isclass(c) and issubclass(c, Task) and c is not Task
                        and c.__module__ == mod_name and getattr(c, "name", None)]
@@ -74,8 +78,8 @@ class Registry:
             mod_name, _, attr = spec.partition(":")
             try:
                 module = importlib.import_module(mod_name)
-            except ImportError as e:
-                raise RegistryError(f"cannot import plugin module {mod_name!r}: {e}") from None
+            except Exception as e:  # noqa: BLE001 -- ImportError, or whatever the module's code raises
+                raise RegistryError(f"cannot import plugin module {mod_name!r}: {type(e).__name__}: {e}") from None
             if attr:
                 if not hasattr(module, attr):
                     raise RegistryError(f"plugin module {mod_name!r} has no attribute {attr!r}")
@@ -103,7 +107,8 @@ class Registry:
             try:
                 self.register(ep.load(), self._origin[name])
             except Exception as e:
-                raise RegistryError(f"task {name!r} ({self._origin[name]}) failed to load: {e}") from e
+                raise RegistryError(f"task {name!r} ({self._origin[name]}) failed to load: "
+                                    f"{type(e).__name__}: {e}") from None
         if name not in self._tasks:
             known = self.names()
             near = difflib.get_close_matches(name, known, n=1)

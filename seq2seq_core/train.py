@@ -37,7 +37,7 @@ import torch.distributed as dist
 from omegaconf import OmegaConf
 
 from . import checkpoint
-from .config import task_section
+from .config import ConfigError, task_section
 from .data import epoch_batches, prepare, token_batches
 from .evaluate import decode_settings, translate
 from .model import Transformer
@@ -70,11 +70,32 @@ def autocast_for(device: torch.device, precision: str):
 
 
 def build_task(cfg, registry) -> Task:
-    return registry.get(cfg.task.name)(task_section(cfg))
+    """The task of cfg.task.name; a ValueError of its constructor is about its config section."""
+    task_cls = registry.get(cfg.task.name)
+    try:
+        return task_cls(task_section(cfg))
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
 
 
 def build_model(cfg, task: Task) -> Transformer:
     return Transformer(cfg.model, task.src_vocab_size, task.tgt_vocab_size, task.shared_vocab)
+
+
+def check_fits(data, max_positions: int) -> None:
+    """Fail before training when a dev or test pair cannot fit the model's positions (training
+    pairs are filtered by data.max_len <= model.max_positions), naming the split and line."""
+    for name, split in data.splits.items():
+        if name == "train":
+            continue
+        too_long = np.flatnonzero(np.maximum(split.src_lens, split.tgt_lens) > max_positions)
+        if len(too_long):
+            i = int(too_long[0])
+            raise TrainingError(
+                f"{name} split, line {i + 1} of {data.directory / f'{name}.src.txt'}: "
+                f"{int(split.src_lens[i])} source / {int(split.tgt_lens[i])} target tokens (with </s>) do not "
+                f"fit model.max_positions={max_positions} ({len(too_long)} such pair(s) in {name}); "
+                "raise model.max_positions or shorten them")
 
 
 def check_run_dir(run_dir: Path, need_bytes: int) -> None:
@@ -196,6 +217,11 @@ class Trainer:
         for needed in ("train", "valid"):
             if needed not in self.data.splits:
                 raise TrainingError(f"task {self.task.name!r} has no {needed!r} split")
+        check_fits(self.data, cfg.model.max_positions)  # checked now, not after the training
+        decoding = decode_settings(self.task, cfg.decode)
+        if decoding.beam < 1 or str(decoding.stop) not in ("bound", "beam"):
+            raise TrainingError(f"task {self.task.name!r}: decoding {decoding} is not usable "
+                                "(beam >= 1, stop bound | beam); set decode.beam / decode.stop")
 
         torch.manual_seed(cfg.run.seed)  # the same initial parameters on every process
         self.model = build_model(cfg, self.task).to(self.device)

@@ -67,4 +67,14 @@ class WordTokenizer:
 
     @classmethod
     def load(cls, path: Path) -> "WordTokenizer":
-        return cls(json.loads(Path(path).read_text(encoding="utf-8")))
+        from .task import DataError
+
+        try:
+            tokens = json.loads(Path(path).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise DataError(f"vocabulary file {path} does not exist") from None
+        except (OSError, ValueError) as e:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+            raise DataError(f"{path}: not a readable vocabulary file ({str(e).splitlines()[0]})") from None
+        if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens):
+            raise DataError(f"{path}: not a vocabulary file (a JSON list of tokens)")
+        return cls(tokens)

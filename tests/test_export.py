@@ -45,7 +45,7 @@ def demo_run(tmp_path_factory):
     tiny = lambda *extra: ["model.layers=1", "model.d_model=32", "model.d_ff=64", "model.heads=2",  # noqa: E731
                            f"run.dir={tmp / 'run'}", f"data.cache_dir={tmp / 'cache'}", "run.log_interval=5",
                            "run.quiet=true", "run.threads=1", *extra]
-    return _train_demo(Registry.installed(), tiny, "run.average_last=2", "model.max_positions=64")
+    return _train_demo(Registry.installed(), tiny, "run.average_last=2", "model.max_positions=64", "data.max_len=64")
 
 
 def _greedy(run_dir, registry, n=None):

@@ -304,7 +304,6 @@ def evalb(gold: Iterable[str], test: Iterable[str]) -> EvalbResult:
 
 def evalb_files(gold_path, test_path) -> EvalbResult:
     """`evalb -p COLLINS.prm gold_path test_path`: one tree per line in each file."""
-    def lines(path):
-        with open(path, encoding="utf-8") as f:
-            return f.read().splitlines()
-    return evalb(lines(gold_path), lines(test_path))
+    from s2s.core.textio import read_lines  # lines end at "\n" only
+
+    return evalb(read_lines(gold_path), read_lines(test_path))

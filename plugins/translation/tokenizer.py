@@ -25,6 +25,7 @@ from typing import Iterable, Sequence
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
+from s2s.core.task import DataError
 from s2s.core.vocab import SPECIALS, UNK, atomic_write_text
 
 MODELS = ("bpe", "wordpiece")
@@ -93,7 +94,10 @@ class Subwords:
 
     @classmethod
     def load(cls, path: Path) -> "Subwords":
-        return cls(Tokenizer.from_file(str(path)))
+        try:
+            return cls(Tokenizer.from_file(str(path)))
+        except Exception as e:  # noqa: BLE001 -- the library raises a bare Exception on a bad file
+            raise DataError(f"{path}: not a readable tokenizer file ({(str(e).splitlines() or [''])[0]})") from None
 
 
 def _complete_wordpiece(tokenizer: Tokenizer, vocab_size: int) -> None:
