@@ -28,6 +28,7 @@ class ModelConfig:
     dropout: float = 0.1
     attention_dropout: float = 0.0
     pre_norm: bool = False  # the paper is post-norm: LayerNorm(x + Dropout(Sublayer(x)))
+    tie_output: bool = True
     max_positions: int = 1024
 
 

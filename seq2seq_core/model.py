@@ -177,7 +177,8 @@ class Transformer(nn.Module):
         self.enc_norm = nn.LayerNorm(cfg.d_model) if cfg.pre_norm else nn.Identity()
         self.dec_norm = nn.LayerNorm(cfg.d_model) if cfg.pre_norm else nn.Identity()
         self.out = nn.Linear(cfg.d_model, tgt_vocab_size, bias=False)
-        self.out.weight = self.tgt_embed.weight  # the pre-softmax projection is the embedding
+        if cfg.tie_output:
+            self.out.weight = self.tgt_embed.weight  # the pre-softmax projection is the embedding
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -186,6 +187,8 @@ class Transformer(nn.Module):
             if isinstance(m, nn.Linear) and m is not self.out:
                 nn.init.xavier_uniform_(m.weight)
                 nn.init.zeros_(m.bias)
+        if self.out.weight is not self.tgt_embed.weight:
+            nn.init.normal_(self.out.weight, 0.0, self.d_model ** -0.5)
         for emb in dict.fromkeys([self.tgt_embed, self.src_embed]):  # a shared one once
             nn.init.normal_(emb.weight, 0.0, self.d_model ** -0.5)
             with torch.no_grad():
