@@ -7,7 +7,12 @@ The budget counts the training loop's wall time, validation included (`run.max_m
 across resumes): the run trains until the first budget, is evaluated on the test split with the
 task's decoding defaults, then resumes until the next budget. Writes bench/results/budget_PRESET.json with, per budget: updates,
 target tokens/s, the test score and its figures, decoding sentences/s and peak RSS. For parsing
-it also scores a right-branching baseline on the same sentences against the same gold trees.
+it also scores a right-branching baseline on the same sentences against the same gold trees, and
+decodes the test set with and without the tree constraint (`search`): EVALB F1, all-sentences
+F1 (f1_all), error / skipped / repaired counts and beam-21 speed of each. The constraint only
+changes the search, so one run per linearisation scheme gives both:
+
+    python bench/budget.py ptb_sample_parsing --minutes 10 30 task.scheme=vinyals
 """
 from __future__ import annotations
 
@@ -40,17 +45,48 @@ def right_branching(words: list[str], tags: list) -> str:
     return f"(TOP {tree})"
 
 
+GOLD_FIGURES = ("f1", "precision", "recall", "complete_match", "error_sentences", "skipped_sentences",
+                "valid_sentences")
+
+
+def gold_figures(gold: list[str], trees: list[str]) -> dict:
+    """EVALB against the real gold trees, and the F1 over all sentences (s2s.plugins.parsing.evalb)."""
+    from s2s.plugins.parsing.evalb import evalb
+
+    result = evalb(gold, trees)
+    return {**{k: result.summary[k] for k in GOLD_FIGURES}, "f1_all": round(result.all_sentences["f1_all"], 2)}
+
+
 def gold_scores(task, hyps: list[str], sources: list[str]) -> dict:
     """Parsing only: EVALB against the real gold trees, and the right-branching baseline."""
-    from s2s.plugins.parsing.evalb import evalb
     from s2s.plugins.parsing.linearise import punctuation_tags
 
     gold = list(task.references("test"))
-    model = evalb(gold, hyps).summary
-    baseline = evalb(gold, [right_branching(s.split(), punctuation_tags(s.split())) for s in sources]).summary
-    keep = ("f1", "precision", "recall", "complete_match", "error_sentences", "skipped_sentences",
-            "valid_sentences")
-    return {"gold_evalb": {k: model[k] for k in keep}, "right_branching": {k: baseline[k] for k in keep}}
+    baseline = [right_branching(s.split(), punctuation_tags(s.split())) for s in sources]
+    return {"gold_evalb": gold_figures(gold, hyps), "right_branching": gold_figures(gold, baseline)}
+
+
+def searches(task, model, sources: list[str], settings, max_sentences: int) -> dict:
+    """Parsing only: the test set searched with and without the tree constraint (the same model:
+    the constraint changes the search, not training): EVALB and all-sentences F1 against the
+    gold trees, error / skipped / repaired counts and sentences/s of each."""
+    gold = list(task.references("test"))
+    out, was = {}, task.cfg.constrained
+    try:
+        for constrained in (True, False):
+            task.cfg.constrained = constrained
+            t0 = time.time()
+            trees = translate(model, task, sources, settings, torch.device("cpu"), max_sentences)
+            seconds = time.time() - t0
+            out["constrained" if constrained else "unconstrained"] = {
+                **gold_figures(gold, trees), "repaired": task.repaired,
+                "decode_sentences_per_s": round(len(sources) / seconds, 2)}
+            task.repaired = 0
+    finally:
+        task.cfg.constrained = was
+    out["constrained_speed_ratio"] = round(out["constrained"]["decode_sentences_per_s"]
+                                           / out["unconstrained"]["decode_sentences_per_s"], 3)
+    return out
 
 
 def main() -> None:
@@ -59,6 +95,7 @@ def main() -> None:
     p.add_argument("--minutes", type=float, nargs="+", default=[10.0])
     p.add_argument("--run-dir", default=None)
     p.add_argument("--note", default="", help="what else ran on the machine meanwhile, for the record")
+    p.add_argument("--name", default=None, help="results file bench/results/NAME.json (default budget_PRESET)")
     p.add_argument("overrides", nargs="*")
     args = p.parse_intermixed_args()
     torch.set_num_threads(2)  # decoding; training uses the preset's run.threads unless overridden
@@ -88,9 +125,11 @@ def main() -> None:
                "peak_rss_mib": round(peak_rss_mib(), 1), "wall_s": round(time.time() - t0, 1)}
         if task.name == "parsing":
             row.update(gold_scores(task, hyps, sources))
+            row["search"] = searches(task, model, sources, decode_settings(task, cfg_run.decode),
+                                     cfg_run.decode.max_sentences)
         results.append(row)
         print(json.dumps(row))
-        path = write(f"budget_{args.preset}", {"preset": args.preset, "overrides": args.overrides,
+        path = write(args.name or f"budget_{args.preset}", {"preset": args.preset, "overrides": args.overrides,
                                                "note": args.note, "results": results})  # after each budget
         print(f"wrote {path}")
 

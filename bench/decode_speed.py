@@ -16,7 +16,9 @@ most source + 300 tokens (both stopping rules), on sentences of the NLTK treeban
 sentences, up to --parsing-sentences). Speed follows output length, and an untrained model's
 lengths say nothing of a trained one's: over translation's 8,000 tokens it almost never ends a
 hypothesis (every search runs to the maximum length), over parsing's 59 it ends at once. The
-JSON says which kind of model was measured and gives mean output and reference lengths.
+JSON says which kind of model was measured and gives mean output and reference lengths. It
+also times beam 21 with the tree constraint on and off on the same model
+(`constrained_vs_unconstrained`; target: constrained >= 0.8x the unconstrained rate).
 
 Rates are those of `s2s generate`'s path (s2s.core.evaluate.translate: sentences sorted by
 length, `--max-sentences` at a time, on CPU `--threads` batches at once, one thread each); the
@@ -168,6 +170,30 @@ def rates(model, task, sources, variants: dict, repeats: int, max_sentences: int
         gflop = search_flops(model, src_tokens, rows[name]) / len(sources) / 1e9
         result[name].update(gflop_per_sentence=round(gflop, 4), model_gflops_per_s=round(gflop * len(sources) / wall, 1))
     return result, outputs
+
+
+def constraint_speed(model, task, sources, settings, repeats: int, max_sentences: int) -> dict:
+    """Parsing: sentences/s of `translate` with the tree constraint on and off (task setting
+    `constrained`), same model and settings, interleaved, medians of `repeats` runs; with the
+    repairs the unconstrained outputs needed (the constrained ones need none by construction)."""
+    from s2s.core.evaluate import translate
+
+    runs, repaired, was = {True: [], False: []}, {}, task.cfg.constrained
+    try:
+        for _ in range(repeats):
+            for on in (True, False):
+                task.cfg.constrained, task.repaired = on, 0
+                t0 = time.perf_counter()
+                translate(model, task, sources, settings, "cpu", max_sentences=max_sentences)
+                runs[on].append(time.perf_counter() - t0)
+                repaired[on] = task.repaired
+    finally:
+        task.cfg.constrained, task.repaired = was, 0
+    rate = {on: len(sources) / statistics.median(r) for on, r in runs.items()}
+    return {"beam": settings.beam, "sentences": len(sources), "repeats": repeats,
+            "constrained_sentences_per_s": round(rate[True], 2), "unconstrained_sentences_per_s": round(rate[False], 2),
+            "ratio": round(rate[True] / rate[False], 3), "target_ratio": 0.8,
+            "repaired_constrained": repaired[True], "repaired_unconstrained": repaired[False]}
 
 
 def search_flops(model, src_tokens: int, decoder_rows: int) -> float:
@@ -342,6 +368,10 @@ def main(argv=None) -> dict:
             "data": f"NLTK treebank sample: {len(sources)} sentences (dev, test, then training)",
             "mean_reference_tokens": round(sum(map(len, task.encode_target([t for _, t in pairs]))) / len(pairs), 2)}
         measure(p, task, model, settings, sources, args.parsing_full_sentences)
+        p["constrained_vs_unconstrained"] = c = constraint_speed(model, task, sources, settings, args.repeats,
+                                                                 args.max_sentences)
+        print(f"parsing beam {c['beam']}: constrained {c['constrained_sentences_per_s']} sent/s, unconstrained "
+              f"{c['unconstrained_sentences_per_s']} ({c['ratio']}x; target >= 0.8x)")
     result["targets"] = {"beam4_sentences_per_s_trained": 150, "beam4_incremental_vs_full": 5,
                          "beam21_incremental_vs_full": 10}
     result["mm_rate_gflops_end"] = round(mm_rate() / 1e9, 1)

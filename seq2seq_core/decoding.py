@@ -9,7 +9,13 @@ there is forced to EOS, whose log-probability it pays).
 The maximum output length of a sentence is int(max_len_a * |x| + max_len_b) tokens before EOS,
 |x| counting the source's non-pad tokens (its EOS included), and at most what the model's
 positions allow. PAD and BOS are never generated.
+
+A constraint (`s2s.core.task.Constraint`, from `Task.constraint`) narrows the search to the
+outputs a task admits: its state rides along with every hypothesis as rows of tensors, advanced
+by the token each row takes and moved with the rows when the beam is reordered, and at each step
+the tokens it does not allow get log-probability -inf (the others keep the model's own).
 """
+
 from __future__ import annotations
 
 import inspect
@@ -64,8 +70,10 @@ class _Stepper:
     """Next-token log-probabilities for the prefixes of the sentences still searched, incrementally
     or by recomputing; `reorder` moves hypotheses and, where the model allows, drops sentences."""
 
-    def __init__(self, model, memory: Tensor, src_pad: Tensor, incremental: bool, capacity: int):
+    def __init__(self, model, memory: Tensor, src_pad: Tensor, incremental: bool, capacity: int,
+                 constraint=None):
         self.model, self.memory, self.src_pad = model, memory, src_pad
+        self.constraint, self.state = constraint, None
         self.cache = None
         if incremental:
             self.cache = (model.init_cache(memory, src_pad, capacity=capacity)
@@ -82,8 +90,16 @@ class _Stepper:
             logits = self.model.decode(tokens, self.memory, self.src_pad)[:, -1]
         logp = torch.log_softmax(logits.float(), dim=-1).index_fill_(1, self.banned, -torch.inf)
         at_max = max_len.eq(t)
+        if at_max.any():
+            eos = logp[at_max, EOS]  # the model's, even where a constraint would not allow it
+        if self.constraint is not None:
+            if t == 0:  # one state per sentence, repeated for its rows
+                self.state = tuple(s.repeat_interleave(tokens.size(0) // s.size(0), dim=0)
+                                   for s in self.constraint.initial(logp.device))
+            else:
+                self.state = self.constraint.advance(self.state, tokens[:, -1])
+            logp = logp.where(self.constraint.allowed(self.state, max_len - t), -torch.inf)
         if at_max.any():  # hypotheses that reached the maximum length are finalised with EOS
-            eos = logp[at_max, EOS]
             logp[at_max] = -torch.inf
             logp[at_max, EOS] = eos
         return logp
@@ -92,6 +108,8 @@ class _Stepper:
         """Row i continues row index[i]; with `keep`, only those sentences (ascending) remain."""
         if keep is not None:
             self.memory, self.src_pad = self.memory.index_select(0, keep), self.src_pad.index_select(0, keep)
+        if self.state is not None:
+            self.state = tuple(s.index_select(0, index) for s in self.state)
         if self.cache is not None:
             if keep is None:
                 self.model.reorder_cache(self.cache, index)
@@ -107,7 +125,7 @@ def _accepts(fn, name: str) -> bool:
 
 
 def generate(model, src: Tensor, beam: int, alpha: float, max_len_a: float, max_len_b: int,
-             incremental: bool = True, stop: str = "bound") -> list[Hypothesis]:
+             incremental: bool = True, stop: str = "bound", constraint=None) -> list[Hypothesis]:
     """The best hypothesis for each source row of src [B, S] (ids + EOS, right-padded), in order.
 
     beam == 1 is greedy search; beam > 1 beam search. `incremental=False` recomputes the
@@ -116,7 +134,8 @@ def generate(model, src: Tensor, beam: int, alpha: float, max_len_a: float, max_
     rule, "bound" or "beam" (see s2s.core.task.DecodeDefaults). Any model with the Transformer's
     encode / decode / init_cache / decode_step / reorder_cache and `max_positions` will do; when
     its init_cache takes `capacity` it is told the number of steps, and when its reorder_cache
-    takes `keep`, sentences leave the batch as soon as their search is over.
+    takes `keep`, sentences leave the batch as soon as their search is over. `constraint`
+    (a `s2s.core.task.Constraint` for these B sources) limits the tokens each step may take.
     """
     if stop not in ("bound", "beam"):
         raise ValueError(f"stop must be 'bound' or 'beam', not {stop!r}")
@@ -127,7 +146,8 @@ def generate(model, src: Tensor, beam: int, alpha: float, max_len_a: float, max_
             memory, src_pad = model.encode(src)
             src_len = (~src_pad).sum(1)
             max_len = (max_len_a * src_len.double() + max_len_b).long().clamp(0, model.max_positions - 1)
-            stepper = _Stepper(model, memory, src_pad, incremental, capacity=int(max_len.max()) + 1)
+            stepper = _Stepper(model, memory, src_pad, incremental, capacity=int(max_len.max()) + 1,
+                               constraint=constraint)
             if beam == 1:
                 seqs, scores = _greedy(stepper, max_len, alpha)
             else:

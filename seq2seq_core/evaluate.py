@@ -74,7 +74,8 @@ def translate(model, task: Task, sources: Sequence[str], settings: DecodeDefault
     def search(batch: list[int]) -> list[str]:
         src = source_batch([ids[i] for i in batch])
         hyps = generate(model, src.to(device), beam=settings.beam, alpha=settings.alpha,
-                        max_len_a=settings.max_len_a, max_len_b=settings.max_len_b, stop=settings.stop)
+                        max_len_a=settings.max_len_a, max_len_b=settings.max_len_b, stop=settings.stop,
+                        constraint=task.constraint([sources[i] for i in batch]))
         return [task.postprocess(task.decode_target(h.tokens), sources[i]) for i, h in zip(batch, hyps)]
 
     batches = list(chunks(order, max_sentences))

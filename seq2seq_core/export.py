@@ -9,8 +9,8 @@ writes one of:
   `load_safetensors` builds the engine's Transformer from them again.
 * ctranslate2: a CTranslate2 model through its spec API (`ctranslate2.specs.TransformerSpec`),
   optionally quantised. The architecture maps one to one: post-norm (or pre-norm with final
-  layer norms), ReLU, biases everywhere, embeddings scaled by sqrt(d_model) and tied with the
-  output projection, our interleaved sinusoid table stored as the position encodings, EOS
+  layer norms), ReLU, biases everywhere, embeddings scaled by sqrt(d_model) and the output
+  projection tied or not (model.tie_output), our interleaved sinusoid table stored as the position encodings, EOS
   appended to the source, BOS as the decoder's start token.
 * huggingface: a `transformers` MarianMTModel with a PreTrainedTokenizerFast over the task's
   `tokenizers` vocabulary. Marian lays sinusoids out as [sin | cos] halves where we interleave
@@ -169,7 +169,10 @@ def to_ctranslate2(model: Transformer, task, out: Path, quantization: str | None
             _ct2_linear(layer_spec.ffn.linear_0, layer.ffn[0])
             _ct2_linear(layer_spec.ffn.linear_1, layer.ffn[2])
             _ct2_norm(layer_spec.ffn.layer_norm, layer.res3.norm if hasattr(layer, "res3") else layer.res2.norm)
-    spec.decoder.projection.weight = spec.decoder.embeddings.weight  # tied: stored once
+    if model.out.weight is model.tgt_embed.weight:
+        spec.decoder.projection.weight = spec.decoder.embeddings.weight  # tied: stored once
+    else:  # a separate target vocabulary has its own projection (model.tie_output)
+        spec.decoder.projection.weight = _numpy(model.out.weight)
     src, tgt = _tokenizers(task)
     spec.register_source_vocabulary(tokens_of(src))
     spec.register_target_vocabulary(tokens_of(tgt))
@@ -247,9 +250,10 @@ def to_huggingface(model: Transformer, cfg, task, out: Path) -> None:
         raise ExportError("model.pre_norm=true has no MarianMT form (Marian is post-norm): "
                           "export it with --to ctranslate2 or --to safetensors")
     shared = bool(task.shared_vocab)
+    tied = model.out.weight is model.tgt_embed.weight
     hf_cfg = MarianConfig(
         vocab_size=task.src_vocab_size, decoder_vocab_size=task.tgt_vocab_size,
-        share_encoder_decoder_embeddings=shared, tie_word_embeddings=True,
+        share_encoder_decoder_embeddings=shared, tie_word_embeddings=tied,
         d_model=m.d_model, encoder_layers=m.layers, decoder_layers=m.layers,
         encoder_ffn_dim=m.d_ff, decoder_ffn_dim=m.d_ff, encoder_attention_heads=m.heads,
         decoder_attention_heads=m.heads, max_position_embeddings=m.max_positions,
@@ -261,7 +265,7 @@ def to_huggingface(model: Transformer, cfg, task, out: Path) -> None:
     state = marian_state_dict(model)
     missing, unexpected = hf.load_state_dict(state, strict=False)
     # not given: the tied output projection and the position tables, which Marian computes itself
-    left = [k for k in missing if k != "lm_head.weight" and not k.endswith("embed_positions.weight")
+    left = [k for k in missing if not (tied and k == "lm_head.weight") and not k.endswith("embed_positions.weight")
             and not (shared and k.endswith("embed_tokens.weight"))]
     if left or unexpected:
         raise ExportError(f"MarianMT weights do not match: missing {left}, unexpected {unexpected}")
@@ -322,6 +326,8 @@ def marian_state_dict(model: Transformer) -> dict:
         inp(f"{p}.fc1", layer.ffn[0])
         outp(f"{p}.fc2", layer.ffn[2])
         norm(f"{p}.final_layer_norm", layer.res3.norm)
+    if model.out.weight is not model.tgt_embed.weight:  # untied (model.tie_output): Marian's lm_head
+        state["lm_head.weight"] = model.out.weight[:, perm].clone()
     state["final_logits_bias"] = torch.zeros(1, model.tgt_embed.num_embeddings)
     return state
 

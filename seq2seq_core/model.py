@@ -2,8 +2,8 @@
 
 An encoder and a decoder stack of N layers each (3.1); multi-head scaled dot-product attention
 (3.2) through PyTorch's fused `scaled_dot_product_attention`; position-wise feed-forward networks
-(3.3); embeddings scaled by sqrt(d_model) and tied with the pre-softmax projection (3.4);
-sinusoidal positional encodings (3.5). Residual blocks are post-norm as in the paper,
+(3.3); embeddings scaled by sqrt(d_model) and, with a shared vocabulary, tied with the
+pre-softmax projection (3.4); sinusoidal positional encodings (3.5). Residual blocks are post-norm as in the paper,
 LayerNorm(x + Dropout(Sublayer(x))), or pre-norm with `cfg.pre_norm`.
 
 Besides training (`forward`), the model serves search: `encode` once, then either `decode` the
@@ -156,8 +156,11 @@ class DecoderCache:
 class Transformer(nn.Module):
     """Encoder-decoder Transformer; `cfg` has ModelConfig's fields (layers, d_model, d_ff, heads, ...).
 
-    The decoder embedding and the pre-softmax projection are one tensor; with `shared_vocab`
-    the encoder embedding is that tensor too (section 3.4).
+    With `shared_vocab` the encoder and decoder embeddings and the pre-softmax projection are one
+    tensor (section 3.4). With separate vocabularies the projection is its own matrix, N(0,
+    d_model^-0.5) as fairseq's, unless `cfg.tie_output` ties it to the decoder embedding: tied, a
+    small target vocabulary (parsing's 60 tokens) learns markedly slower per update, each row
+    serving at once as an input embedding and as a softmax class at every position.
     """
 
     def __init__(self, cfg, src_vocab_size: int, tgt_vocab_size: int, shared_vocab: bool):
@@ -177,7 +180,8 @@ class Transformer(nn.Module):
         self.enc_norm = nn.LayerNorm(cfg.d_model) if cfg.pre_norm else nn.Identity()
         self.dec_norm = nn.LayerNorm(cfg.d_model) if cfg.pre_norm else nn.Identity()
         self.out = nn.Linear(cfg.d_model, tgt_vocab_size, bias=False)
-        self.out.weight = self.tgt_embed.weight  # the pre-softmax projection is the embedding
+        if shared_vocab if cfg.tie_output is None else cfg.tie_output:
+            self.out.weight = self.tgt_embed.weight  # the pre-softmax projection is the embedding
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -186,6 +190,8 @@ class Transformer(nn.Module):
             if isinstance(m, nn.Linear) and m is not self.out:
                 nn.init.xavier_uniform_(m.weight)
                 nn.init.zeros_(m.bias)
+        if self.out.weight is not self.tgt_embed.weight:
+            nn.init.normal_(self.out.weight, 0.0, self.d_model ** -0.5)
         for emb in dict.fromkeys([self.tgt_embed, self.src_embed]):  # a shared one once
             nn.init.normal_(emb.weight, 0.0, self.d_model ** -0.5)
             with torch.no_grad():

@@ -13,7 +13,10 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar, Iterator, Sequence
+from typing import TYPE_CHECKING, ClassVar, Iterator, Sequence
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,32 @@ class Score:
 
     def __str__(self) -> str:
         return f"{self.name} {self.value:.2f} ({self.signature})" if self.signature else f"{self.name} {self.value:.2f}"
+
+
+class Constraint:
+    """The outputs a search may write for a batch of sources, as a state machine over tokens.
+
+    A state is a tuple of tensors whose first dimension is the row (one hypothesis each); the
+    search repeats, advances and reorders the rows itself, so every method works on all rows at
+    once. A constraint must keep a way to finish open: whatever `allowed` admits with
+    `remaining` tokens left must still be completable in the remaining tokens, EOS included.
+    """
+
+    def initial(self, device) -> tuple:
+        """The state of each source of the batch, in order (first dimension B), on `device`."""
+        raise NotImplementedError
+
+    def advance(self, state: tuple, tokens) -> tuple:
+        """The states after each row takes tokens [n] (a new tuple; EOS leaves a state as it is).
+
+        A row that is out of the search (its score is -inf, e.g. a beam not yet filled) may take
+        a token that was not allowed; its state must then stay usable, whatever it holds."""
+        raise NotImplementedError
+
+    def allowed(self, state: tuple, remaining) -> "torch.Tensor":
+        """Bool [n, V], True where a row may take the token next; remaining [n]: the tokens a
+        row may still write before its EOS (0: only EOS may come)."""
+        raise NotImplementedError
 
 
 @dataclass
@@ -123,6 +152,10 @@ class Task:
     def postprocess(self, hypothesis: str, source: str) -> str:
         """Turn a decoded hypothesis into the task's output for `source` (e.g. rebuild a tree)."""
         return hypothesis
+
+    def constraint(self, sources: Sequence[str]) -> Constraint | None:
+        """A `Constraint` on the search's outputs for these source lines, or None (no constraint)."""
+        return None
 
     # -- evaluation -------------------------------------------------------------------------
     def score(self, hypotheses: Sequence[str], references: Sequence[str],

@@ -516,6 +516,8 @@ class Trainer:
             hyps = [shares[i % self.world][i // self.world] for i in range(len(sources))]
         score = self.task.score(hyps, refs, sources)
         record[score.name] = score.value
+        record.update({k: v for k, v in score.figures.items()  # e.g. sentences a metric left out
+                       if isinstance(v, (int, float)) and not isinstance(v, bool) and k not in record})
         return record
 
     def run(self) -> dict:

@@ -220,3 +220,51 @@ def test_stop_when_beam_hypotheses_ended():
     assert 0 < sum(f.tokens == e.tokens for f, e in zip(fast, exact)) < len(src)
     with pytest.raises(ValueError, match="stop must be"):
         generate(ToyModel(), src, beam=3, alpha=0.6, max_len_a=1.0, max_len_b=8, stop="soon")
+
+
+class Increasing:
+    """A toy task's constraint: exactly L_b strictly increasing tokens >= 4, then EOS, where L_b
+    (1..3) comes from sentence b's first source token. State: (sentence, last token, count)."""
+
+    def __init__(self, src, vocab):
+        self.length, self.V = src[:, 0] % 3 + 1, vocab
+
+    def initial(self, device):
+        B = self.length.size(0)
+        return torch.arange(B), torch.full((B,), 3), torch.zeros(B, dtype=torch.long)
+
+    def advance(self, state, tokens):
+        sent, last, count = state
+        grow = tokens.ne(EOS)
+        return sent, torch.where(grow, tokens, last), count + grow.long()
+
+    def allowed(self, state, remaining):
+        sent, last, count = state
+        need = self.length[sent] - count  # tokens still to write
+        tok = torch.arange(self.V)[None, :]
+        mask = tok.gt(last[:, None]) & need.ge(1)[:, None] & (self.V - 1 - tok).ge(need[:, None] - 1) \
+            & remaining.ge(need)[:, None]
+        mask[:, EOS] = need.eq(0)
+        return mask
+
+
+@pytest.mark.parametrize("incremental", [True, False])
+@pytest.mark.parametrize("beam", [1, 3, 5])
+@pytest.mark.parametrize("name", MODELS)
+def test_a_constraint_limits_every_hypothesis_to_what_it_allows(name, beam, incremental):
+    """The engine's constraint hook: states follow each hypothesis through reordering and the
+    batch shrinking, and the search returns the best output the constraint admits."""
+    vocab = 8 if name == "toy" else 20
+    model = MODELS[name]().eval()
+    src = sources([3, 7, 5, 2, 6, 4, 1], vocab=vocab)
+    hyps = generate(model, src, beam=beam, alpha=0.6, max_len_a=0.0, max_len_b=4, incremental=incremental,
+                    constraint=Increasing(src, vocab))
+    for i, hyp in enumerate(hyps):
+        want = int(src[i, 0]) % 3 + 1
+        assert len(hyp.tokens) == want and hyp.tokens == sorted(set(hyp.tokens)) and min(hyp.tokens) >= 4
+    if beam == 5 and name == "toy":  # with a wide beam, the best admitted output of a short sentence
+        row = unpadded(src, 3)
+        want = int(src[3, 0]) % 3 + 1
+        outs = [list(c) for c in itertools.combinations(range(4, vocab), want)]
+        scores = [lp / length_penalty(want + 1, 0.6) for lp in log_probs(model, row, outs)]
+        assert hyps[3].score == pytest.approx(max(scores), abs=1e-4)

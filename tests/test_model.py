@@ -35,12 +35,16 @@ def test_parameter_count_matches_paper(size, d_model, d_ff, heads, paper):
     assert abs(n - paper) / paper < 0.05, f"{size}: {n:,} parameters"
 
 
-@pytest.mark.parametrize("shared", [True, False])
-def test_tied_weights_are_one_tensor(shared):
-    model = tiny(shared=shared, src_vocab=V if shared else 17)
-    assert model.out.weight is model.tgt_embed.weight
-    assert model.out.weight.data_ptr() == model.tgt_embed.weight.data_ptr()
+@pytest.mark.parametrize("shared,tie", [(True, None), (False, True), (False, None), (False, False)])
+def test_tied_weights_are_one_tensor(shared, tie):
+    """Tied by default with a shared vocabulary only; model.tie_output decides otherwise."""
+    model = tiny(shared=shared, src_vocab=V if shared else 17, tie_output=tie)
+    tied = shared if tie is None else tie
+    assert (model.out.weight is model.tgt_embed.weight) == tied
+    assert (model.out.weight.data_ptr() == model.tgt_embed.weight.data_ptr()) == tied
     assert (model.src_embed.weight is model.tgt_embed.weight) == shared
+    if not tied:
+        assert model.out.weight.std().item() == pytest.approx(32 ** -0.5, rel=0.2)
     unique = {p.data_ptr(): p.numel() for p in model.state_dict().values()}
     assert model.num_parameters() == sum(unique.values())
     assert model.tgt_embed.weight[PAD].abs().sum() == 0

@@ -101,3 +101,25 @@ def test_no_valid_sentence_gives_zeros_not_a_division_by_zero():
     result = evalb(["(TOP (S (NN x)))"], [""])
     assert result.summary["skipped_sentences"] == 1
     assert result.summary["f1"] == result.summary["tagging_accuracy"] == 0.0
+
+
+def test_f1_all_counts_left_out_sentences_as_missed():
+    """EVALB's f1 leaves error and skipped sentences out; f1_all counts their gold brackets."""
+    from omegaconf import OmegaConf
+
+    from s2s.plugins.parsing import ParsingTask
+
+    task = ParsingTask(OmegaConf.structured(ParsingTask.Config))
+    gold = ["(TOP (S (NP (DT The) (NN dog)) (VP (VBZ barks))))", "(TOP (S (NP (NNS Dogs)) (VP (VBP bark))))"]
+    assert task.score(gold, gold).value == 100.0 and task.score(gold, gold).figures["f1_all"] == 100.0
+    wrong_words = [gold[0], "(TOP (S (NP (NNS Cats)) (VP (VBP bark))))"]  # an error sentence
+    for test in (wrong_words, [gold[0], ""]):  # ... and a skipped one
+        score = task.score(test, gold)
+        assert score.name == "f1" and score.value == 100.0  # s2s score: exactly EVALB
+        assert score.figures["error_sentences"] + score.figures["skipped_sentences"] == 1
+        assert score.figures["recall_all"] == 50.0 and score.figures["f1_all"] < 100.0
+    # over linearised references (training, validation) f1_all is the primary figure
+    src = ["The dog barks", "Dogs bark"]
+    score = task.score(["(S (NP XX XX )NP (VP XX )VP )S", "(S XX"], ["(S (NP XX XX )NP (VP XX )VP )S",
+                                                                 "(S (NP XX )NP (VP XX )VP )S"], src)
+    assert score.name == "f1_all" and score.figures["repaired"] == 1

@@ -142,3 +142,42 @@ def test_task_counts_repairs_until_score():
     score = task.score(["(S XX XX XX XX", good], [good, good], src)
     assert score.figures["repaired"] == 1
     assert task.score([good], [good], src[:1]).figures["repaired"] == 0
+
+
+@needs_sample
+def test_word_schemes_rebuild_every_sample_tree(sample):
+    for tree in sample:
+        words = tree.leaves()
+        assert delinearise(linearise(tree, "tags_words"), words, "tags_words") == (to_string(tree), False)
+        tokens = linearise(tree, "words")
+        assert [t for t in tokens if t[0] not in "()"] == words
+        assert delinearise(tokens, words, "words") == (to_string(_placeholder_tags(tree)), False)
+
+
+def test_word_schemes_example_and_unknown_words():
+    tree = next(iter(read_trees(["( (S (NP (DT The) (NN dog)) (VP (VBZ barks)) (. .)))"], "x")))
+    from s2s.data_recipes.treebank import preprocess
+    tree = preprocess(tree)
+    assert " ".join(linearise(tree, "words")) == "(S (NP The dog )NP (VP barks )VP . )S"
+    assert " ".join(linearise(tree, "tags_words")) == "(S (NP DT The NN dog )NP (VP VBZ barks )VP . . )S"
+    # a word the target vocabulary lacks comes back as <unk>: the source word is used, no repair
+    assert delinearise("(S (NP The <unk> )NP (VP barks )VP . )S", "The dog barks .", "words") == \
+        ("(TOP (S (NP (XX The) (XX dog)) (VP (XX barks)) (. .)))", False)
+    assert delinearise("(S (NP The cat )NP (VP barks )VP . )S", "The dog barks .", "words")[1]
+    assert delinearise("(S (NP DT The NN )NP )S", "The dog", "tags_words")[1]  # a tag without its word
+
+
+@pytest.mark.parametrize("scheme", ["vinyals", "tags", "words", "tags_words"])
+def test_a_tree_100000_deep_linearises_and_rebuilds(scheme):
+    """Neither direction recurses, so depth is bounded by memory only."""
+    import nltk
+
+    depth = 100_000
+    tree = nltk.Tree("NN", ["w"])
+    for _ in range(depth):
+        tree = nltk.Tree("NP", [tree])
+    tree = nltk.Tree("TOP", [tree])
+    tokens = linearise(tree, scheme)
+    assert len(tokens) == 2 * depth + (2 if scheme == "tags_words" else 1)
+    rebuilt, repaired = delinearise(tokens, ["w"], scheme)
+    assert not repaired and rebuilt.count("(NP") == depth and rebuilt.endswith(")" * (depth + 2))

@@ -3,7 +3,9 @@
 source: the words of a sentence, space-separated ("The dog barks .")
 target: its tree linearised depth first ("(S (NP XX XX )NP (VP XX )VP XX )S"), see linearise.py
 output: a tree over exactly the source words, rebuilt (and repaired if need be) by postprocess
-metric: labelled-bracket F1 exactly as EVALB computes it with COLLINS.prm, see evalb.py
+metric: labelled-bracket F1 exactly as EVALB computes it with COLLINS.prm, see evalb.py, and
+        f1_all, the same over all sentences (error and skipped ones count as missed)
+search: with `constrained`, only well-formed trees over the source words (constraint.py)
 
 Trees come from s2s.data_recipes.treebank: the user's WSJ (LDC99T42; 02-21 / 22 / 23), the NLTK
 10% sample with a fixed split by file, or one-tree-per-line files; the semi-supervised setting
@@ -18,6 +20,7 @@ are placeholders, so tagging accuracy says nothing). Without `sources` every lin
 """
 from __future__ import annotations
 
+import json
 import logging
 import re
 from collections import Counter
@@ -26,10 +29,11 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 from s2s.core.task import DataError, DecodeDefaults, Score, Task, TaskConfig
-from s2s.core.vocab import SPECIALS, WordTokenizer
+from s2s.core.vocab import SPECIALS, WordTokenizer, atomic_write_text
 
+from .constraint import TokenTables, TreeConstraint, leaf_tags
 from .evalb import evalb
-from .linearise import SCHEMES, delinearise, linearise
+from .linearise import SCHEMES, TAG_SCHEMES, WORD_SCHEMES, delinearise, linearise
 
 __all__ = ["ParsingTask", "ParsingConfig"]
 
@@ -63,8 +67,12 @@ class ParsingConfig(TaskConfig):
     strip_functions: bool = True  # NP-SBJ-1 -> NP
     root_label: str = "TOP"  # root bracket of every tree (EVALB ignores TOP); "" = none
     skip_malformed: bool = False  # skip (and count) malformed trees instead of failing
-    # linearisation: vinyals (POS tags -> XX) | tags (POS tags kept as tokens)
+    # linearisation (linearise.py): vinyals (POS tags -> XX) | tags (POS tags as tokens) |
+    # words (the words at the leaves) | tags_words (tag then word at each leaf)
     scheme: str = "vinyals"
+    # search only well-formed trees over the source words (constraint.py); false: the paper's
+    # unconstrained search, whose outputs postprocess repairs
+    constrained: bool = False
     # vocabulary caps, specials included (0 = no cap): 16k WSJ only, 32k semi-supervised
     src_vocab_size: int = 16_000
     tgt_vocab_size: int = 0
@@ -83,6 +91,8 @@ class ParsingTask(Task):
             raise ValueError(f"task.scheme must be one of {', '.join(SCHEMES)}, got {cfg.scheme!r}")
         self.src_vocab = WordTokenizer()
         self.tgt_vocab = WordTokenizer()
+        self.tags: list[str] = []  # leaf tags of the tag schemes (tgt_tags.json)
+        self._tables = None  # the constraint's TokenTables for the current target vocabulary
         self.repaired = 0  # hypotheses repaired by postprocess since the last score()
         self.read_stats: dict = {}  # split -> data_recipes.treebank.ReadStats of the last read
 
@@ -126,20 +136,38 @@ class ParsingTask(Task):
 
     # -- vocabulary ---------------------------------------------------------------------------
     def build_vocab(self, pairs) -> None:
-        src, tgt = Counter(), Counter()
+        """Source words and target tokens, most frequent first. Where targets carry the words,
+        the cap `tgt_vocab_size` drops rare words only (to <unk>), never a label or a tag."""
+        src, tgt, tags = Counter(), Counter(), Counter()
         for s, t in pairs:
             src.update(s.split())
             tgt.update(t.split())
+            if self.cfg.scheme in TAG_SCHEMES:
+                tags.update(leaf_tags(t, self.cfg.scheme))
         self.src_vocab = _ranked(src, self.cfg.src_vocab_size)
-        self.tgt_vocab = _ranked(tgt, self.cfg.tgt_vocab_size)
+        if self.cfg.scheme in WORD_SCHEMES:
+            structure = [t for t in tgt if t[0] in "()" or t in tags]
+            words = Counter({t: c for t, c in tgt.items() if t[0] not in "()" and t not in tags})
+            cap = max(len(structure) + len(SPECIALS), self.cfg.tgt_vocab_size) if self.cfg.tgt_vocab_size else 0
+            self.tgt_vocab = WordTokenizer(_ranked(Counter({t: tgt[t] for t in structure}), 0).itos[len(SPECIALS):]
+                                           + _ranked(words, cap - len(structure) if cap else 0).itos[len(SPECIALS):])
+        else:
+            self.tgt_vocab = _ranked(tgt, self.cfg.tgt_vocab_size)
+        self.tags = sorted(tags)
+        self._tables = None
 
     def save_vocab(self, directory: Path) -> None:
         self.src_vocab.save(Path(directory) / "src_vocab.json")
         self.tgt_vocab.save(Path(directory) / "tgt_vocab.json")
+        if self.tags:
+            atomic_write_text(Path(directory) / "tgt_tags.json", json.dumps(self.tags, ensure_ascii=False))
 
     def load_vocab(self, directory: Path) -> None:
         self.src_vocab = WordTokenizer.load(Path(directory) / "src_vocab.json")
         self.tgt_vocab = WordTokenizer.load(Path(directory) / "tgt_vocab.json")
+        tags = Path(directory) / "tgt_tags.json"
+        self.tags = json.loads(tags.read_text(encoding="utf-8")) if tags.is_file() else []
+        self._tables = None
 
     def tokenizers(self):
         return self.src_vocab.to_tokenizers(), self.tgt_vocab.to_tokenizers()
@@ -168,13 +196,26 @@ class ParsingTask(Task):
         self.repaired += repaired
         return tree
 
+    def constraint(self, sources: Sequence[str]) -> TreeConstraint | None:
+        """With `constrained`, the search writes only well-formed trees over each source's words."""
+        if not self.cfg.constrained:
+            return None
+        if self._tables is None:  # a run trained before tgt_tags.json: every "tags" leaf token is a tag
+            tags = self.tags or [t for t in self.tgt_vocab.itos[len(SPECIALS):] if t[0] not in "()"]
+            self._tables = TokenTables(self.tgt_vocab.itos, tags, self.cfg.scheme)
+        return TreeConstraint(self._tables, sources)
+
     # -- evaluation ---------------------------------------------------------------------------
     def score(self, hypotheses: Sequence[str], references: Sequence[str],
               sources: Sequence[str] | None = None) -> Score:
         """EVALB (COLLINS.prm) F1 of hypothesis trees against reference trees, line by line.
 
         Needs no vocabulary. Figures: every EVALB summary figure, the same with a
-        `_len_le_40` suffix for gold length <= 40, and `repaired`.
+        `_len_le_40` suffix for gold length <= 40, `repaired`, and the all-sentences figures
+        (f1_all, recall_all, precision_all: error and skipped sentences count as missed).
+        The primary figure is EVALB's f1 when the references are trees (`s2s score`), and
+        f1_all when they are linearised targets (training, validation and the benchmarks, which
+        must not hide the sentences EVALB leaves out).
         """
         hypotheses, references = list(hypotheses), list(references)
         if len(hypotheses) != len(references):
@@ -196,7 +237,7 @@ class ParsingTask(Task):
                 refs.append(r)
         result = evalb(refs, hyps)
         figures = {k: round(v, 2) if isinstance(v, float) else v for k, v in result.figures().items()}
-        f1 = figures.pop("f1")
+        figures.update({k: round(v, 2) if isinstance(v, float) else v for k, v in result.all_sentences.items()})
         figures["repaired"] = self.repaired
         self.repaired = 0
         s = result.summary
@@ -204,7 +245,8 @@ class ParsingTask(Task):
                      f" | skipped {s['skipped_sentences']} | repaired {figures['repaired']}")
         if rebuilt_refs:
             signature += " | references rebuilt from linearised targets (POS tags not gold)"
-        return Score("f1", f1, figures, signature)
+        primary = "f1_all" if rebuilt_refs else "f1"
+        return Score(primary, figures.pop(primary), figures, signature)
 
 
 def _ranked(counts: Counter, max_size: int) -> WordTokenizer:

@@ -280,6 +280,7 @@ class EvalbResult:
     summary: dict
     summary_len_le_40: dict
     messages: list[str]
+    all_sentences: dict = None  # all_sentences_figures(): F1 with left-out sentences counted
 
     def figures(self) -> dict:
         """A flat dict: the summary, then the length <= 40 summary with a `_len_le_40` suffix."""
@@ -299,7 +300,26 @@ def evalb(gold: Iterable[str], test: Iterable[str]) -> EvalbResult:
                          "EVALB pairs them line by line")
     rows = [score_sentence(g, t, i) for i, (g, t) in enumerate(zip(gold, test), 1)]
     short = [r for r in rows if r.length <= MAX_SHORT_LENGTH]
-    return EvalbResult(rows, summarise(rows), summarise(short), [r.message for r in rows if r.message])
+    return EvalbResult(rows, summarise(rows), summarise(short), [r.message for r in rows if r.message],
+                       all_sentences_figures(rows, gold))
+
+
+def all_sentences_figures(rows: Sequence[Sentence], gold: Sequence[str]) -> dict:
+    """Labelled-bracket recall, precision and F1 over ALL sentences, not EVALB's valid ones only.
+
+    EVALB leaves error and skipped sentences out of every total, so a parser that gets the
+    words of most sentences wrong can still report a high F1 over the few left. Here such a
+    sentence contributes its gold brackets as missed (and an error sentence its test brackets
+    as wrong); with no error or skipped sentence the figures equal EVALB's.
+    """
+    matched = sum(r.matched for r in rows if r.status == VALID)
+    gold_all = sum(r.gold if r.status != SKIPPED else len(brackets(read_tree(g))[0])
+                   for r, g in zip(rows, gold))
+    test_all = sum(r.test for r in rows if r.status != SKIPPED)
+    recall = 100.0 * matched / gold_all if gold_all else 0.0
+    precision = 100.0 * matched / test_all if test_all else 0.0
+    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    return {"f1_all": f1, "recall_all": recall, "precision_all": precision, "gold_brackets_all": gold_all}
 
 
 def evalb_files(gold_path, test_path) -> EvalbResult:

@@ -14,6 +14,11 @@ Schemes (the task setting `scheme`):
   length mismatch, which EVALB counts as an error and leaves out of every total.
 * "tags": the tag itself is the token (the tagger is the decoder); rebuilt trees keep the tags
   the model wrote.
+* "words": the word itself is the token, "(S (NP The dog )NP (VP barks )VP . )S", so that the
+  decoder, fed its own output, sees which word it stands at (and a constrained search writes
+  each leaf as the next source word). Tags are dropped and rebuilt as for "vinyals".
+* "tags_words": each leaf is two tokens, the tag then the word, "(S (NP DT The NN dog )NP ...":
+  the decoder tags and sees the words; rebuilt trees keep the tags the model wrote.
 
 The root bracket (`root_label`, TOP by default, which EVALB ignores) is not written when it
 wraps a single phrase; `delinearise` puts it back.
@@ -30,8 +35,13 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from s2s.core.vocab import SPECIALS
+
 PLACEHOLDER = "XX"
-SCHEMES = ("vinyals", "tags")
+SCHEMES = ("vinyals", "tags", "words", "tags_words")
+WORD_SCHEMES = ("words", "tags_words")  # schemes whose targets carry the words
+TAG_SCHEMES = ("tags", "tags_words")  # schemes whose targets carry the tags
+UNKNOWN = SPECIALS[3]  # a word outside the target vocabulary, as the model writes it
 FALLBACK_LABEL = "S"  # gathers several top-level pieces of a repaired output
 
 # Words whose Penn Treebank tag is punctuation for EVALB (COLLINS.prm deletes , : `` '' .).
@@ -67,23 +77,31 @@ def _is_preterminal(node) -> bool:
 
 
 def linearise(tree, scheme: str = "vinyals", root_label: str = "TOP") -> list[str]:
-    """The token sequence of `tree` (an nltk.Tree, or anything with .label() and children)."""
+    """The token sequence of `tree` (an nltk.Tree, or anything with .label() and children).
+
+    Iterative (an explicit stack), so that a tree of any depth can be written.
+    """
     _check(scheme)
     if tree.label() == root_label and len(tree) == 1 and not isinstance(tree[0], str) \
             and not _is_preterminal(tree[0]) and tree[0].label() != root_label:
         tree = tree[0]  # delinearise puts the root back
     out: list[str] = []
-
-    def walk(node) -> None:
-        if _is_preterminal(node):
-            out.append(PLACEHOLDER if scheme == "vinyals" else node.label())
-            return
-        out.append("(" + node.label())
-        for child in node:
-            walk(child)
-        out.append(")" + node.label())
-
-    walk(tree)
+    todo = [tree]  # nodes to write, and closing tokens (str) to emit, last first
+    while todo:
+        node = todo.pop()
+        if isinstance(node, str):
+            out.append(node)
+        elif _is_preterminal(node):
+            if scheme in TAG_SCHEMES:
+                out.append(node.label())
+            if scheme in WORD_SCHEMES:
+                out.append(node[0])
+            elif scheme == "vinyals":
+                out.append(PLACEHOLDER)
+        else:
+            out.append("(" + node.label())
+            todo.append(")" + node.label())
+            todo.extend(reversed(node))
     return out
 
 
@@ -94,10 +112,20 @@ class _Node:
         self.label, self.children = label, []
 
     def to_string(self, words: Sequence[str], tags: Sequence[str]) -> str:
-        parts = [self.label]
-        for c in self.children:
-            parts.append(f"({tags[c]} {words[c]})" if isinstance(c, int) else c.to_string(words, tags))
-        return "(" + " ".join(parts) + ")"
+        """The bracketed tree, written iteratively (any depth)."""
+        parts: list[str] = []
+        todo: list = [self]  # nodes, word indices, and ")" to emit, last first
+        while todo:
+            item = todo.pop()
+            if isinstance(item, str):
+                parts.append(item)
+            elif isinstance(item, int):
+                parts.append(f" ({tags[item]} {words[item]})")
+            else:
+                parts.append(("(" if item is self else " (") + item.label)
+                todo.append(")")
+                todo.extend(reversed(item.children))
+        return "".join(parts)
 
 
 def delinearise(tokens: Sequence[str] | str, words: Sequence[str] | str, scheme: str = "vinyals",
@@ -117,7 +145,12 @@ def delinearise(tokens: Sequence[str] | str, words: Sequence[str] | str, scheme:
     def attach(item) -> None:
         (stack[-1].children if stack else top).append(item)
 
+    leaf_word = False  # tags_words: a tag was read, its word comes next
     for tok in tokens:
+        if leaf_word:
+            leaf_word = False
+            repaired |= tok != words[n - 1] and tok != UNKNOWN
+            continue
         if tok.startswith("("):
             label = tok[1:]
             if not label or "(" in label or ")" in label:
@@ -142,11 +175,16 @@ def delinearise(tokens: Sequence[str] | str, words: Sequence[str] | str, scheme:
             if scheme == "vinyals":
                 repaired |= tok != PLACEHOLDER
                 tok = PLACEHOLDER
+            elif scheme == "words":
+                repaired |= tok != words[n] and tok != UNKNOWN
+                tok = PLACEHOLDER
             elif "(" in tok or ")" in tok:
                 repaired, tok = True, PLACEHOLDER
+            leaf_word = scheme == "tags_words"
             tags[n] = tok
             attach(n)
             n += 1
+    repaired |= leaf_word  # a tag without its word
     if n < len(words):  # fewer leaves than words
         repaired = True
         home = stack[-1] if stack else top[-1] if top and isinstance(top[-1], _Node) else None
@@ -168,7 +206,7 @@ def delinearise(tokens: Sequence[str] | str, words: Sequence[str] | str, scheme:
         wrapper = _Node(root_label)
         wrapper.children = [tree]
         tree = wrapper
-    if scheme == "vinyals":
+    if scheme not in TAG_SCHEMES:
         for i, tag in enumerate(punctuation_tags(words)):
             if tag is not None:
                 tags[i] = tag

@@ -1,0 +1,148 @@
+"""Tree-constrained search for parsing: the constraint admits every treebank tree, and search
+under it always writes a tree over exactly the source words."""
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from omegaconf import OmegaConf
+
+from s2s.core.config import ModelConfig
+from s2s.core.decoding import generate
+from s2s.core.evaluate import source_batch
+from s2s.core.model import Transformer
+from s2s.core.vocab import EOS
+from conftest import NLTK_DATA, needs
+from s2s.plugins.parsing import ParsingTask
+from s2s.plugins.parsing.evalb import evalb, read_tree
+from s2s.plugins.parsing.linearise import SCHEMES, linearise
+
+SAMPLE = NLTK_DATA / "corpora" / "treebank.zip"
+needs_sample = needs(SAMPLE)
+
+
+def task_for(scheme, pairs, **cfg):
+    task = ParsingTask(OmegaConf.structured(ParsingTask.Config(scheme=scheme, constrained=True, **cfg)))
+    task.build_vocab(pairs)
+    return task
+
+
+def admitted(task, sources, targets, slack=0):
+    """For each pair: does the constraint allow every token of the target, then EOS, when the
+    maximum length is the target's own length + slack? Checked for all pairs at once."""
+    ids = task.encode_target(targets)
+    n = len(ids)
+    length = torch.tensor([len(x) for x in ids]) + slack
+    tokens = torch.full((n, int(length.max()) + 1), EOS)
+    for i, x in enumerate(ids):
+        tokens[i, :len(x)] = torch.tensor(x)
+    c = task.constraint(sources)
+    state, ok = c.initial("cpu"), torch.ones(n, dtype=torch.bool)
+    for t in range(tokens.size(1)):
+        allowed = c.allowed(state, (length - t).clamp(min=0))
+        ok &= allowed[torch.arange(n), tokens[:, t]] | (t > length)
+        state = c.advance(state, tokens[:, t])
+    return ok
+
+
+@pytest.fixture(scope="module")
+def sample():
+    from s2s.data_recipes.treebank import sample_trees
+
+    return [t for split in ("train", "valid", "test") for t in sample_trees(str(NLTK_DATA), split)]
+
+
+@needs_sample
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_the_constraint_admits_every_sample_tree_at_its_own_length(sample, scheme):
+    """All 3,914 trees, each with exactly its own length as the maximum (the tightest budget).
+    The target vocabulary is capped (words beyond it are <unk>, as the search writes them)."""
+    assert len(sample) == 3914
+    sources = [" ".join(t.leaves()) for t in sample]
+    targets = [" ".join(linearise(t, scheme)) for t in sample]
+    task = task_for(scheme, zip(sources, targets), tgt_vocab_size=400)
+    order = sorted(range(len(sample)), key=lambda i: len(targets[i]))
+    for k in range(0, len(order), 1000):  # batches of similar length
+        part = order[k:k + 1000]
+        ok = admitted(task, [sources[i] for i in part], [targets[i] for i in part])
+        assert ok.all(), [targets[part[i]] for i in (~ok).nonzero().squeeze(1)[:3]]
+
+
+PAIRS = [("The dog barks .", "(S (NP DT NN )NP (VP VBZ )VP . )S"),
+         ("A cat , a dog and `` birds '' sleep", "(S (NP (NP DT NN )NP , (NP DT NN )NP CC `` NNS '' )NP "
+                                                 "(VP VBP )VP )S"),
+         ("Stocks fell sharply", "(S (NP NNS )NP (VP VBD (ADVP RB )ADVP )VP )S")]
+
+
+def linearised_pairs(scheme):
+    """PAIRS (written with tags) in `scheme`."""
+    from s2s.data_recipes.treebank import read_trees
+    from s2s.plugins.parsing.linearise import delinearise
+
+    out = []
+    for src, tagged in PAIRS:
+        tree = next(iter(read_trees([delinearise(tagged, src, "tags")[0]], "x")))
+        out.append((src, " ".join(linearise(tree, scheme))))
+    return out
+
+
+def test_rejects_what_is_not_a_tree_over_the_words():
+    for scheme in SCHEMES:
+        task = task_for(scheme, linearised_pairs(scheme))
+        src, good = linearised_pairs(scheme)[0]
+        toks = good.split()
+        bad = [" ".join(toks[:-1]),  # EOS before the tree is complete
+               " ".join(toks + toks[-1:]),  # a closer too many
+               " ".join(toks[:1] + ["(NP", ")NP"] + toks[1:]),  # an empty phrase
+               " ".join(toks[:1] + toks[1:4] + toks[1:4] + toks[4:]),  # leaves beyond the words
+               good.replace(")VP", ")NP")]  # a closer that does not match
+        ok = admitted(task, [src] * len(bad), bad, slack=20)
+        assert not ok.any(), [b for b, o in zip(bad, ok) if o]
+        assert admitted(task, [src], [good]).all()
+        assert not admitted(task, [src], [good], slack=-1).any()  # a budget too short to finish
+
+
+def test_punctuation_words_must_carry_their_tag():
+    task = task_for("tags", linearised_pairs("tags"))
+    assert admitted(task, ["The dog barks ."], ["(S (NP DT NN )NP (VP VBZ )VP . )S"]).all()
+    assert not admitted(task, ["The dog barks ."], ["(S (NP DT NN )NP (VP VBZ )VP NN )S"]).any()
+
+
+def untrained_model(task, seed):
+    torch.manual_seed(seed)
+    cfg = ModelConfig(layers=1, d_model=16, d_ff=32, heads=2, dropout=0.0, max_positions=128)
+    return Transformer(cfg, task.src_vocab_size, task.tgt_vocab_size, shared_vocab=False).eval()
+
+
+WORDS = ["The", "dog", "barks", ",", ".", "``", "''", "'", "`", "--", "cat", "sleep", "unseen", "Zq"]
+
+
+@settings(max_examples=12, deadline=None)
+@given(sentences=st.lists(st.lists(st.sampled_from(WORDS), min_size=1, max_size=9).map(" ".join),
+                          min_size=1, max_size=4),
+       scheme=st.sampled_from(SCHEMES), beam=st.sampled_from([1, 4, 21]), seed=st.integers(0, 5))
+def test_constrained_search_on_an_untrained_model_writes_trees_over_the_words(sentences, scheme, beam, seed):
+    """Whatever the model, every output is a well-formed tree over exactly the words, found
+    within a tight maximum length (2n + 4 tokens; the smallest tree needs n + 2, 2n + 2 with
+    tags_words); nothing is repaired, and EVALB scores it against itself without error."""
+    task = task_for(scheme, linearised_pairs(scheme))
+    model = untrained_model(task, seed)
+    src = source_batch(task.encode_source(sentences))
+    hyps = generate(model, src, beam=beam, alpha=0.3, max_len_a=2.0, max_len_b=2,
+                    constraint=task.constraint(sentences))
+    trees = [task.postprocess(task.decode_target(h.tokens), s) for h, s in zip(hyps, sentences)]
+    assert task.repaired == 0, trees
+    for tree, words in zip(trees, sentences):
+        assert read_tree(tree).words == words.split() and read_tree(tree).problem is None
+    assert evalb(trees, trees).summary["error_sentences"] == 0
+
+
+def test_off_by_default_and_on_in_the_sample_preset(registry):
+    from s2s.core.config import load_config
+    from s2s.core.train import build_task
+
+    assert ParsingTask(OmegaConf.structured(ParsingTask.Config)).constraint(["a b"]) is None
+    assert build_task(load_config("wsj_parsing", [], registry=registry), registry).constraint(["a"]) is None
+    task = build_task(load_config("ptb_sample_parsing", [], registry=registry), registry)
+    assert task.cfg.constrained and task.constraint(["a b"]) is not None
