@@ -71,7 +71,7 @@ def cmd_train(args) -> int:
 
 def load_for_inference(path: str, registry, overrides=()):
     """(cfg, task, model) from a run directory or a checkpoint file inside one."""
-    from . import checkpoint
+    from . import checkpoint, precision
     from .config import load_config
     from .train import build_model, build_task, resolve_device
 
@@ -92,8 +92,9 @@ def load_for_inference(path: str, registry, overrides=()):
         state = checkpoint.load(p)
     model = build_model(cfg, task)
     model.load_state_dict(state["model"])
-    model.to(resolve_device(cfg.run.device)).eval()
-    return cfg, task, model
+    device = resolve_device(cfg.run.device)
+    model.to(device).eval()
+    return cfg, task, precision.for_inference(model, precision.resolve(cfg.decode.precision, device, "decode.precision"))
 
 
 def cmd_generate(args) -> int:
