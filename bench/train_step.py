@@ -1,9 +1,11 @@
-"""Training throughput and model-FLOPs utilisation (issue 6, benchmark a).
+"""The isolated training step: its throughput and model-FLOPs utilisation (issue 6, benchmark a).
 
-    python -m bench.train_throughput            # both presets, default settings (~5 min)
-    python -m bench.train_throughput --steps 300 --base-steps 100
+    python -m bench.train_step            # both presets, default settings (~5 min)
+    python -m bench.train_step --steps 300 --base-steps 100
 
-What is timed is the trainer's own update: `Trainer.train_step` (batches from the memory-mapped
+This times one update in isolation, not what `s2s train` delivers end to end (data, logging,
+the loop): that is bench/train_throughput.py's figure. What is timed is the trainer's own
+update: `Trainer.train_step` (batches from the memory-mapped
 corpus, forward, label-smoothed loss, backward, finiteness check) then the optimiser step and
 `zero_grad`, as `Trainer.run` does them, on 2 CPU threads in fp32. The multi30k_en_de preset
 trains on its own data and batch (4,096 tokens); the base preset (6+6 layers, d_model 512, a
@@ -215,7 +217,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--cache-dir", default=str(REPO / ".cache" / "s2s"))
     ap.add_argument("--no-profile", action="store_true")
-    ap.add_argument("--name", default="train_throughput")
+    ap.add_argument("--name", default="train_step")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
 
@@ -227,7 +229,7 @@ def main(argv=None) -> dict:
             name, args.base_max_tokens if base else args.max_tokens, args.base_steps if base else args.steps,
             (args.base_variants if base else args.variants).split(","), args.threads, args.cache_dir,
             not args.no_profile))
-    result = {"benchmark": "training throughput (issue 6a)", "flop_formula": FLOP_FORMULA,
+    result = {"benchmark": "isolated training step (issue 6a), not end to end", "flop_formula": FLOP_FORMULA,
               "mfu_reference": "fp32 torch.mm of 1024x1024 matrices, same threads, probed before every update",
               "omp_env": omp_env(), "mm_rate_gflops_start": round(mm_start / 1e9, 1),
               "peak_rss_mib": round(peak_rss_mib(), 1),
