@@ -8,9 +8,8 @@ Training (`run.precision`):
   per-operation casts). The casts' backward turns each bf16 gradient into fp32 and accumulates
   it into the fp32 parameter, where DDP all-reduces it and the optimiser reads it. LayerNorm
   accumulates in fp32 inside its bf16 kernel; the loss (`optim.label_smoothed_loss`) reads the
-  bf16 logits and computes in fp32, a chunk of rows at a time. On CPU attention runs through
-  `scaled_dot_product_attention`'s math backend (bf16 matrix products), whose backward is
-  several times faster there than the fused kernel's in bf16.
+  bf16 logits and computes in fp32, a chunk of rows at a time. On CPU bf16 attention runs
+  through `scaled_dot_product_attention`'s math backend (s2s.core.model.attention_kernel).
 * fp16: autocast to float16 with dynamic loss scaling (fp16's narrow range needs both).
 * auto: bf16 where the device computes bf16 natively (a CPU with avx512_bf16 or amx_bf16, a GPU
   that supports it), else fp32.
@@ -38,7 +37,6 @@ from pathlib import Path
 
 import torch
 from torch import nn
-from torch.nn.attention import SDPBackend, sdpa_kernel
 
 log = logging.getLogger("s2s")
 
@@ -106,8 +104,7 @@ class LowPrecision(nn.Module):
                 store[name] = t
 
     def forward(self, *args, **kwargs):
-        cpu = next(self.module.parameters()).device.type == "cpu"
-        with self.cast(), sdpa_kernel(SDPBackend.MATH) if cpu else contextlib.nullcontext():
+        with self.cast():
             return self.module(*args, **kwargs)
 
 
