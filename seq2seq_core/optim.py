@@ -27,40 +27,38 @@ class _LabelSmoothedLoss(torch.autograd.Function):
     chunk of rows at a time: no fp32 copy of the whole [tokens, V] logits, no [tokens, V]
     log-probabilities kept for the backward pass. The gradient with respect to the logits is
     (softmax(z) - q) * keep, q the smoothed target; the backward pass recomputes the softmax
-    from the logits and the saved log-normaliser, again in fp32, and hands it back in the
-    logits' dtype."""
+    from the logits, again in fp32, and writes it in the logits' dtype."""
 
     @staticmethod
     def forward(ctx, logits, target, eps):
         z_all, t_all = logits.reshape(-1, logits.size(-1)), target.reshape(-1)
-        lse = torch.empty(t_all.shape, dtype=torch.float32, device=logits.device)
         loss = torch.zeros((), dtype=torch.float32, device=logits.device)
         nll = torch.zeros_like(loss)
         for rows in _chunks(z_all):
-            z, t = z_all[rows].float(), t_all[rows]
-            lse[rows] = torch.logsumexp(z, dim=-1)
+            lprobs = torch.log_softmax(z_all[rows], dim=-1, dtype=torch.float32)
+            t = t_all[rows]
             keep = t != PAD
-            token_nll = (lse[rows] - z.gather(1, t[:, None]).squeeze(1)) * keep
-            smooth = (lse[rows] - z.mean(dim=-1)) * keep  # mean_k(-log p_k)
+            token_nll = -lprobs.gather(1, t[:, None]).squeeze(1) * keep
+            smooth = -lprobs.mean(dim=-1) * keep  # mean_k(-log p_k)
             loss += ((1.0 - eps) * token_nll + eps * smooth).sum()
             nll += token_nll.sum()
-        ctx.save_for_backward(logits, target, lse)
+        ctx.save_for_backward(logits, target)
         ctx.eps = eps
         ctx.mark_non_differentiable(nll)
         return loss, nll
 
     @staticmethod
     def backward(ctx, grad_loss, _grad_nll):
-        logits, target, lse = ctx.saved_tensors
+        logits, target = ctx.saved_tensors
         z_all, t_all = logits.reshape(-1, logits.size(-1)), target.reshape(-1)
         grad = torch.empty_like(z_all)
         eps, V = ctx.eps, z_all.size(1)
         for rows in _chunks(z_all):
             t = t_all[rows]
-            g = torch.exp(z_all[rows].float() - lse[rows, None]).sub_(eps / V)
+            g = torch.softmax(z_all[rows], dim=-1, dtype=torch.float32)
             g.scatter_add_(1, t[:, None], torch.full((len(t), 1), eps - 1.0, device=g.device))
-            g.mul_((t != PAD)[:, None] * grad_loss)
-            grad[rows] = g
+            w = (t != PAD)[:, None] * grad_loss  # [rows, 1]
+            torch.addcmul(w * (-eps / V), g, w, out=grad[rows])  # (g - eps / V) * w
         return grad.view_as(logits), None, None
 
 
