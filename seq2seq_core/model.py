@@ -79,13 +79,26 @@ class MultiHeadAttention(nn.Module):
         return self.w_o(out.transpose(1, 2).reshape(n, T, d))
 
 
+class LayerNorm(nn.LayerNorm):
+    """nn.LayerNorm computed in fp32 whatever the input's dtype, returned in the input's dtype.
+
+    PyTorch's CPU kernel sums the gain and bias gradients over all positions in the input's
+    dtype; in bf16 the sum stalls (3,000 positions of 0.0123 add up to 8, not 36.9)."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        if x.dtype == torch.float32:
+            return super().forward(x)
+        return F.layer_norm(x.float(), self.normalized_shape, self.weight.float(), self.bias.float(),
+                            self.eps).to(x.dtype)
+
+
 class Residual(nn.Module):
     """A sublayer's residual connection: LayerNorm(x + Dropout(f(x))) as in the paper (post-norm),
     or x + Dropout(f(LayerNorm(x))) (pre-norm)."""
 
     def __init__(self, d_model: int, dropout: float, pre_norm: bool):
         super().__init__()
-        self.norm, self.drop, self.pre_norm = nn.LayerNorm(d_model), nn.Dropout(dropout), pre_norm
+        self.norm, self.drop, self.pre_norm = LayerNorm(d_model), nn.Dropout(dropout), pre_norm
 
     def forward(self, x: Tensor, f) -> Tensor:
         if self.pre_norm:
@@ -185,8 +198,8 @@ class Transformer(nn.Module):
         self.encoder = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.layers))
         self.decoder = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.layers))
         # pre-norm leaves the residual stream unnormalised: each stack ends with a LayerNorm
-        self.enc_norm = nn.LayerNorm(cfg.d_model) if cfg.pre_norm else nn.Identity()
-        self.dec_norm = nn.LayerNorm(cfg.d_model) if cfg.pre_norm else nn.Identity()
+        self.enc_norm = LayerNorm(cfg.d_model) if cfg.pre_norm else nn.Identity()
+        self.dec_norm = LayerNorm(cfg.d_model) if cfg.pre_norm else nn.Identity()
         self.out = nn.Linear(cfg.d_model, tgt_vocab_size, bias=False)
         self.out.weight = self.tgt_embed.weight  # the pre-softmax projection is the embedding
         self.reset_parameters()
@@ -206,11 +219,12 @@ class Transformer(nn.Module):
         return sum(p.numel() for p in self.parameters())  # parameters() yields a tied tensor once
 
     def embed(self, emb: nn.Embedding, tokens: Tensor, start: int = 0) -> Tensor:
-        """Dropout(Embedding(tokens) * sqrt(d_model) + PE), positions from `start`."""
+        """Dropout(Embedding(tokens) * sqrt(d_model) + PE), positions from `start`, in the dtype
+        of PE (that of the activations: s2s.core.precision casts it with the weights)."""
         end = start + tokens.size(1)
         if end > self.max_positions:
             raise ValueError(f"position {end - 1} is beyond model.max_positions={self.max_positions}")
-        return self.drop(emb(tokens) * math.sqrt(self.d_model) + self.pe[start:end])
+        return self.drop(emb(tokens).to(self.pe.dtype) * math.sqrt(self.d_model) + self.pe[start:end])
 
     def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
         """src [B, S] -> memory [B, S, d_model] and src_pad [B, S] (True at PAD)."""

@@ -6,10 +6,11 @@ Training (`run.precision`):
   stay fp32; `LowPrecision` casts the floating parameters and buffers to bfloat16 once per
   forward pass and runs the forward and backward passes in bfloat16 without autocast (no
   per-operation casts). The casts' backward turns each bf16 gradient into fp32 and accumulates
-  it into the fp32 parameter, where DDP all-reduces it and the optimiser reads it. LayerNorm
-  accumulates in fp32 inside its bf16 kernel; the loss (`optim.label_smoothed_loss`) reads the
-  bf16 logits and computes in fp32, a chunk of rows at a time. On CPU bf16 attention runs
-  through `scaled_dot_product_attention`'s math backend (s2s.core.model.attention_kernel).
+  it into the fp32 parameter, where DDP all-reduces it and the optimiser reads it. Embedding
+  look-ups and LayerNorm compute from fp32 tensors (`LowPrecision` says why); the loss
+  (`optim.label_smoothed_loss`) reads the bf16 logits and computes in fp32, a chunk of rows at a
+  time. On CPU bf16 attention runs through `scaled_dot_product_attention`'s math backend
+  (s2s.core.model.attention_kernel).
 * fp16: autocast to float16 with dynamic loss scaling (fp16's narrow range needs both).
 * auto: bf16 where the device computes bf16 natively (a CPU with avx512_bf16 or amx_bf16, a GPU
   that supports it), else fp32.
@@ -79,8 +80,14 @@ class LowPrecision(nn.Module):
 
     The casts are part of the autograd graph: the backward pass computes in `dtype` and the
     gradients arrive, in the parameters' own dtype, in the parameters' .grad. A tensor that
-    several modules share (tied embeddings) is cast once and stays shared.
+    several modules share is cast once. Embeddings and LayerNorms keep their fp32 tensors: their
+    backward passes sum a gradient over every position (each occurrence of a token; each
+    position's gain and bias), which in bf16 stalls, so the embedding look-up reads the fp32
+    table and returns bf16 rows (s2s.core.model.Transformer.embed), and LayerNorm computes in
+    fp32 (s2s.core.model.LayerNorm). The tied pre-softmax projection still multiplies in bf16.
     """
+
+    KEEP_FP32 = (nn.Embedding, nn.LayerNorm)
 
     def __init__(self, module: nn.Module, dtype: torch.dtype = torch.bfloat16):
         super().__init__()
@@ -92,6 +99,8 @@ class LowPrecision(nn.Module):
         (torch.func.functional_call leaves a module registered under two names untied.)"""
         swapped, casts = [], {}
         for m in self.module.modules():  # each module once, however many names it has
+            if isinstance(m, self.KEEP_FP32):
+                continue
             for store in (m._parameters, m._buffers):
                 for name, t in store.items():
                     if t is not None and t.is_floating_point() and t.dtype != self.dtype:

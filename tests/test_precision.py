@@ -78,3 +78,21 @@ def test_search_copies_leave_the_model_alone_and_give_the_same_search_up_to_roun
     hyps = generate(searched, src, beam=3, alpha=0.6, max_len_a=1.0, max_len_b=3)
     assert len(hyps) == len(src) and all(len(h.tokens) <= src.size(1) + 3 for h in hyps)
     assert precision.for_inference(model, "fp32") is model
+
+
+def test_bf16_gradients_summed_over_many_positions_do_not_stall():
+    """One token 3,000 times: its embedding row and the LayerNorm biases sum 3,000 gradients,
+    which bf16 accumulation would stop adding up long before the end."""
+    model = _model()
+    net, _ = precision.for_training(model, "bf16", torch.device("cpu"))
+    src = torch.full((60, 50), 7)
+    tgt = torch.full((60, 50), 9)
+
+    def grads(module):
+        model.zero_grad()
+        label_smoothed_loss(module(src, tgt), tgt, 0.1)[0].backward()
+        return model.tgt_embed.weight.grad[[7, 9]].clone(), model.encoder[0].res1.norm.bias.grad.clone()
+
+    (emb_low, ln_low), (emb_full, ln_full) = grads(net), grads(model)
+    assert torch.allclose(emb_low, emb_full, rtol=0.05, atol=0.05 * emb_full.abs().max().item())
+    assert torch.allclose(ln_low, ln_full, rtol=0.05, atol=0.05 * ln_full.abs().max().item())
