@@ -2,6 +2,12 @@
 
     python bench/budget.py multi30k_en_de --minutes 10 60      # scores after 10 and after 60 minutes
     python bench/budget.py ptb_sample_parsing --minutes 20
+    python bench/budget.py multi30k_en_de --minutes 10 60 --precisions fp32 bf16   # equal budgets
+
+With --precisions each precision trains in its own run directory (RUN_DIR_fp32, RUN_DIR_bf16, ...)
+with run.precision set, and the runs take turns budget by budget (fp32 to 10 minutes, bf16 to 10
+minutes, fp32 on to 60, bf16 on to 60), so that the machine's load touches them alike; every row
+of the JSON names its precision.
 
 The budget counts the training loop's wall time, validation included (`run.max_minutes`, kept
 across resumes): the run trains until the first budget, is evaluated on the test split with the
@@ -96,6 +102,8 @@ def main() -> None:
     p.add_argument("--run-dir", default=None)
     p.add_argument("--note", default="", help="what else ran on the machine meanwhile, for the record")
     p.add_argument("--name", default=None, help="results file bench/results/NAME.json (default budget_PRESET)")
+    p.add_argument("--precisions", nargs="+", choices=["fp32", "bf16", "auto"],
+                   help="train each in its own run directory at the same budgets (default: the preset's)")
     p.add_argument("overrides", nargs="*")
     args = p.parse_intermixed_args()
     torch.set_num_threads(2)  # decoding; training uses the preset's run.threads unless overridden
@@ -103,35 +111,44 @@ def main() -> None:
     reg = Registry.installed()
     results = []
     for minutes in sorted(args.minutes):
-        cfg = load_config(args.preset, [*corpus_overrides(args.preset), f"run.dir={run_dir}",
-                                        f"run.max_minutes={minutes}", "run.quiet=true",
-                                        "optim.max_updates=1000000", *args.overrides], registry=reg)
-        t0 = time.time()
-        train(cfg, reg, quiet=True)
-        records = read_metrics(run_dir)
-        speeds = [r["tgt_tokens_per_s"] for r in records if r["kind"] == "train"]
-        cfg_run, task, model = load_for_inference(run_dir, reg)
-        sources, refs = prepare(task, cfg_run.data, quiet=True).texts("test")
-        t1 = time.time()
-        hyps = translate(model, task, sources, decode_settings(task, cfg_run.decode), torch.device("cpu"),
-                         cfg_run.decode.max_sentences)
-        decode_s = time.time() - t1
-        score = task.score(hyps, refs, sources)
-        row = {"minutes": minutes, "updates": records[-1]["update"],
-               "tgt_tokens_per_s_median": sorted(speeds)[len(speeds) // 2] if speeds else None,
-               "test": score.as_dict(), "test_sentences": len(sources),
-               "decode_sentences_per_s": round(len(sources) / decode_s, 2),
-               "decoding": asdict(decode_settings(task, cfg_run.decode)),
-               "peak_rss_mib": round(peak_rss_mib(), 1), "wall_s": round(time.time() - t0, 1)}
-        if task.name == "parsing":
-            row.update(gold_scores(task, hyps, sources))
-            row["search"] = searches(task, model, sources, decode_settings(task, cfg_run.decode),
-                                     cfg_run.decode.max_sentences)
-        results.append(row)
-        print(json.dumps(row))
-        path = write(args.name or f"budget_{args.preset}", {"preset": args.preset, "overrides": args.overrides,
-                                               "note": args.note, "results": results})  # after each budget
-        print(f"wrote {path}")
+        for precision in args.precisions or [None]:
+            results.append(budget_row(args, reg, minutes, run_dir, precision))
+            print(json.dumps(results[-1]))
+            path = write(args.name or f"budget_{args.preset}", {"preset": args.preset, "overrides": args.overrides,
+                                                   "note": args.note, "results": results})  # after each budget
+            print(f"wrote {path}")
+
+
+def budget_row(args, reg, minutes: float, run_dir: str, precision: str | None) -> dict:
+    """Train (or resume) to `minutes`, then decode and score the test split."""
+    if precision is not None:
+        run_dir = f"{run_dir}_{precision}"
+    extra = [] if precision is None else [f"run.precision={precision}"]
+    cfg = load_config(args.preset, [*corpus_overrides(args.preset), f"run.dir={run_dir}", f"run.max_minutes={minutes}", "run.quiet=true",
+                                    "optim.max_updates=1000000", *extra, *args.overrides], registry=reg)
+    t0 = time.time()
+    train(cfg, reg, quiet=True)
+    records = read_metrics(run_dir)
+    speeds = [r["tgt_tokens_per_s"] for r in records if r["kind"] == "train"]
+    cfg_run, task, model = load_for_inference(run_dir, reg)
+    sources, refs = prepare(task, cfg_run.data, quiet=True).texts("test")
+    t1 = time.time()
+    hyps = translate(model, task, sources, decode_settings(task, cfg_run.decode), torch.device("cpu"),
+                     cfg_run.decode.max_sentences)
+    decode_s = time.time() - t1
+    score = task.score(hyps, refs, sources)
+    row = {"minutes": minutes, "precision": str(cfg.run.precision), "run_dir": run_dir,
+           "updates": records[-1]["update"],
+           "tgt_tokens_per_s_median": sorted(speeds)[len(speeds) // 2] if speeds else None,
+           "test": score.as_dict(), "test_sentences": len(sources),
+           "decode_sentences_per_s": round(len(sources) / decode_s, 2),
+           "decoding": asdict(decode_settings(task, cfg_run.decode)),
+           "peak_rss_mib": round(peak_rss_mib(), 1), "wall_s": round(time.time() - t0, 1)}
+    if task.name == "parsing":
+        row.update(gold_scores(task, hyps, sources))
+        row["search"] = searches(task, model, sources, decode_settings(task, cfg_run.decode),
+                                 cfg_run.decode.max_sentences)
+    return row
 
 
 if __name__ == "__main__":

@@ -39,9 +39,9 @@ def machine() -> dict:
             "date": time.strftime("%Y-%m-%d %H:%M:%S")}
 
 
-def mm_rate(n: int = 1024, repeats: int = 5, seconds: float = 1.0) -> float:
-    """Median fp32 torch.mm FLOP/s (2 n^3 per product) with the current thread count."""
-    a, b = torch.randn(n, n), torch.randn(n, n)
+def mm_rate(n: int = 1024, repeats: int = 5, seconds: float = 1.0, dtype: torch.dtype = torch.float32) -> float:
+    """Median torch.mm FLOP/s (2 n^3 per product) in `dtype` with the current thread count."""
+    a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
     torch.mm(a, b)
     rates = []
     for _ in range(repeats):

@@ -10,7 +10,10 @@ Translation: the multi30k_en_de model (a trained run directory with --run, else 
 initialised model of the preset's size) on the first 1,000 lines of test_2016_flickr.en, with
 the task's defaults (beam 4, alpha 0.6, at most source + 50 tokens, the exact stopping bound),
 the same with fairseq's stopping rule (decode.stop=beam) and greedy search; the test BLEU of
-each says what the faster ones cost.
+each says what the faster ones cost. Then beam search in each `--precisions` setting (the model
+`s2s generate` searches with for decode.precision=bf16 / int8, s2s.core.precision.for_inference)
+with both stopping rules, interleaved with fp32 repeat by repeat: sentences/s, the speed ratio to
+fp32 with the same rule, test BLEU and its difference from fp32's.
 Parsing: the ptb_sample_parsing model (--parsing-run, else random) at beam 21, alpha 0.3, at
 most source + 300 tokens (both stopping rules), on sentences of the NLTK treebank sample (dev, test, then training
 sentences, up to --parsing-sentences). Speed follows output length, and an untrained model's
@@ -75,7 +78,7 @@ def load(preset: str, run: str | None, cache_dir: str):
 
     registry = Registry.installed()
     if run:
-        cfg, task, model = load_for_inference(run, registry, ["run.device=cpu"])
+        cfg, task, model = load_for_inference(run, registry, ["run.device=cpu", "decode.precision=fp32"])
         path = Path(run)
         run_dir = path if path.is_dir() else path.parent.parent if path.parent.name == "checkpoints" else path.parent
         desc = {"model": "trained", "run": str(run)}
@@ -278,6 +281,39 @@ def versus_ctranslate2(model, task, sources, refs, settings, threads: int, repea
     return result
 
 
+def precision_rates(model, task, sources, refs, settings, precisions: list[str], repeats: int,
+                    max_sentences: int) -> dict:
+    """Search in each precision (s2s.core.precision.for_inference: the model `s2s generate` loads
+    with decode.precision) with both stopping rules, sentences/s and test BLEU, each against fp32:
+    every repeat runs all of them in turn, so that fp32 is measured next to the others."""
+    from s2s.core.evaluate import translate
+    from s2s.core.precision import for_inference, resolve
+
+    chosen = {p: resolve(p, torch.device("cpu"), "--precisions") for p in ["fp32", *precisions]}
+    models = {p: for_inference(model, chosen[p]) for p in dict.fromkeys(["fp32", *precisions])}
+    variants = {f"{p}_{stop}": (p, replace(settings, stop=stop)) for p in models for stop in ("bound", "beam")}
+    seconds, outputs = {name: [] for name in variants}, {}
+    for _ in range(repeats):
+        for name, (p, s) in variants.items():
+            t0 = time.perf_counter()
+            outputs[name] = translate(models[p], task, sources, s, "cpu", max_sentences=max_sentences)
+            seconds[name].append(time.perf_counter() - t0)
+    result = {}
+    for name, (p, s) in variants.items():
+        wall = statistics.median(seconds[name])
+        result[name] = {"precision": p, "computed_in": chosen[p], "stop": str(s.stop), "sentences": len(sources),
+                        "seconds_all": [round(x, 2) for x in seconds[name]],
+                        "sentences_per_s": round(len(sources) / wall, 2),
+                        "test_score": round(task.score(outputs[name], refs).value, 2),
+                        "same_lines_as_fp32": round(sum(a == b for a, b in zip(outputs[name], outputs[f"fp32_{s.stop}"]))
+                                                    / len(sources), 4)}
+    for name, r in result.items():  # per-repeat speed ratios against fp32 with the same stopping rule
+        ref = seconds[f"fp32_{r['stop']}"]
+        r["speed_vs_fp32_median"] = round(statistics.median(a / b for a, b in zip(ref, seconds[name])), 3)
+        r["test_score_vs_fp32"] = round(r["test_score"] - result[f"fp32_{r['stop']}"]["test_score"], 2)
+    return result
+
+
 def omp_env() -> dict:
     return {k: os.environ.get(k) for k in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY", "OMP_NUM_THREADS")}
 
@@ -294,7 +330,9 @@ def main(argv=None) -> dict:
     ap.add_argument("--max-sentences", type=int, default=128, help="sentences decoded together")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=3, help="runs of each measurement; medians are reported")
-    ap.add_argument("--skip", nargs="*", default=[], choices=["translation", "parsing", "full", "ctranslate2"])
+    ap.add_argument("--skip", nargs="*", default=[], choices=["translation", "parsing", "full", "ctranslate2", "precision"])
+    ap.add_argument("--precisions", nargs="*", default=["bf16", "int8"], choices=["bf16", "int8"],
+                    help="translation, beam search in these decode.precision settings against fp32")
     ap.add_argument("--cache-dir", default=str(REPO / ".cache" / "s2s"))
     ap.add_argument("--name", default="decode_speed")
     args = ap.parse_args(argv)
@@ -312,7 +350,7 @@ def main(argv=None) -> dict:
                        "run.threads batches at once, one thread each); full recompute ratio: generate() per batch"}
     mm = mm_rate()
     result["mm_rate_gflops"] = round(mm / 1e9, 1)
-    rows, ct2_rows = [], []
+    rows, ct2_rows, precision_rows = [], [], []
 
     def measure(section: dict, task, model, settings, sources, full_subset: int, refs=None):
         beam = f"beam{settings.beam}"
@@ -358,6 +396,12 @@ def main(argv=None) -> dict:
             ct2_rows.extend({"search": name, "sent/s": r["sentences_per_s"], "bleu": r["test_bleu"],
                              "vs s2s": r.get("speedup_vs_s2s"), "outputs differing": r.get("sentences_differing_from_s2s")}
                             for name, r in v.items() if isinstance(r, dict))
+        if "precision" not in args.skip and args.precisions:
+            t["precisions"] = precision_rates(model, task, sources, refs, settings, args.precisions, args.repeats,
+                                              args.max_sentences)
+            precision_rows.extend({"task": "translation", "search": f"beam{settings.beam}_{name}", "sent/s": r["sentences_per_s"],
+                         "vs fp32": r["speed_vs_fp32_median"], "score": r["test_score"],
+                         "score vs fp32": r["test_score_vs_fp32"]} for name, r in t["precisions"].items())
     if "parsing" not in args.skip:
         task, model, settings, desc = load("ptb_sample_parsing", args.parsing_run, args.cache_dir)
         pairs = list(islice((p for split in ("valid", "test", "train") for p in task.read_split(split)),
@@ -373,13 +417,16 @@ def main(argv=None) -> dict:
         print(f"parsing beam {c['beam']}: constrained {c['constrained_sentences_per_s']} sent/s, unconstrained "
               f"{c['unconstrained_sentences_per_s']} ({c['ratio']}x; target >= 0.8x)")
     result["targets"] = {"beam4_sentences_per_s_trained": 150, "beam4_incremental_vs_full": 5,
-                         "beam21_incremental_vs_full": 10}
+                         "beam21_incremental_vs_full": 10, "beam4_best_precision_sentences_per_s": 200,
+                         "beam4_precision_test_bleu_within_fp32": 0.2}
     result["mm_rate_gflops_end"] = round(mm_rate() / 1e9, 1)
     result["peak_rss_mib"] = round(peak_rss_mib(), 1)
     path = write(args.name, result)
     print(table(rows))
     if ct2_rows:
         print(table(ct2_rows))
+    if precision_rows:
+        print(table(precision_rows))
     print(f"wrote {path}")
     return result
 

@@ -73,7 +73,7 @@ def cmd_train(args) -> int:
 
 def load_for_inference(path: str, registry, overrides=()):
     """(cfg, task, model) from a run directory or a checkpoint file inside one."""
-    from . import checkpoint
+    from . import checkpoint, precision
     from .config import load_config
     from .checkpoint import CheckpointError
     from .task import DataError
@@ -106,8 +106,9 @@ def load_for_inference(path: str, registry, overrides=()):
     except (RuntimeError, KeyError) as e:
         raise CheckpointError(f"the checkpoint in {p} does not fit {run_dir / 'config.yaml'} "
                               f"({(str(e).splitlines() or [''])[0]})") from None
-    model.to(resolve_device(cfg.run.device)).eval()
-    return cfg, task, model
+    device = resolve_device(cfg.run.device)
+    model.to(device).eval()
+    return cfg, task, precision.for_inference(model, precision.resolve(cfg.decode.precision, device, "decode.precision"))
 
 
 def _writable(path: str) -> None:

@@ -76,6 +76,18 @@ class Stop(str, Enum):
         return self.value
 
 
+class SearchPrecision(str, Enum):
+    """The model search runs with (s2s.core.precision.for_inference): fp32, bf16, or dynamic
+    int8 linear layers (CPU)."""
+
+    fp32 = "fp32"
+    bf16 = "bf16"
+    int8 = "int8"
+
+    def __str__(self) -> str:
+        return self.value
+
+
 @dataclass
 class DecodeConfig:
     """Decoding; None means the task's default."""
@@ -86,15 +98,18 @@ class DecodeConfig:
     max_len_b: Optional[int] = None
     stop: Optional[Stop] = None  # when beam search leaves a sentence: bound (exact) or beam (fairseq's)
     max_sentences: int = 128  # sentences decoded together
+    precision: SearchPrecision = SearchPrecision.fp32  # fp32 | bf16 | int8 (CPU): the model searched with
 
 
 class Precision(str, Enum):
-    """Arithmetic of the forward pass: fp32, or autocast to bf16 / fp16 (fp16 with dynamic loss
-    scaling); any other value fails when the config is loaded."""
+    """Arithmetic of training (s2s.core.precision says what each means): fp32, bf16 with fp32
+    master weights, fp16 autocast with dynamic loss scaling, or auto (bf16 where the device has
+    it natively, else fp32); any other value fails when the config is loaded."""
 
     fp32 = "fp32"
     bf16 = "bf16"
     fp16 = "fp16"
+    auto = "auto"
 
     def __str__(self) -> str:
         return self.value
@@ -108,7 +123,7 @@ class RunConfig:
     seed: int = 1
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     threads: int = 0  # torch intra-op threads on CPU; 0 = torch's default
-    precision: Precision = Precision.fp32  # fp32 | bf16 | fp16; fp32 unless you ask
+    precision: Precision = Precision.fp32  # fp32 | bf16 | fp16 | auto; fp32 unless you ask
     log_interval: int = 100
     valid_interval: int = 1000  # updates between validations (loss and task metric)
     valid_max_sentences: int = 0  # decode at most this many dev sentences for the metric (0 = all)

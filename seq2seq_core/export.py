@@ -242,7 +242,7 @@ def max_len(src_len: int, settings, max_positions: int | None = None) -> int:
 def to_huggingface(model: Transformer, cfg, task, out: Path) -> None:
     """A MarianMTModel (config.json, model.safetensors, generation_config.json) and its tokenizer."""
     try:
-        from transformers import GenerationConfig, MarianConfig, MarianMTModel, PreTrainedTokenizerFast
+        from transformers import GenerationConfig, MarianConfig, MarianMTModel
     except ImportError:
         raise ExportError("--to huggingface needs the transformers package: pip install 's2s[export]'") from None
     m = cfg.model

@@ -13,6 +13,7 @@ encoder output and its attention keys/values stay one row per sentence, never co
 """
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass
 from typing import Optional
@@ -20,6 +21,7 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from s2s.core.vocab import PAD
 
@@ -32,6 +34,14 @@ def sinusoids(n_positions: int, d_model: int) -> Tensor:
     pe[:, 0::2] = torch.sin(pos * inv_freq)
     pe[:, 1::2] = torch.cos(pos * inv_freq)
     return pe
+
+
+def attention_kernel(q: Tensor):
+    """The kernel for scaled_dot_product_attention: its default choice, except bf16 on CPU, where
+    the fused kernel is 2-8x slower than the math one (bf16 matrix products, fp32 softmax)."""
+    if q.dtype == torch.bfloat16 and q.device.type == "cpu":
+        return sdpa_kernel(SDPBackend.MATH)
+    return contextlib.nullcontext()
 
 
 class MultiHeadAttention(nn.Module):
@@ -63,9 +73,45 @@ class MultiHeadAttention(nn.Module):
         """
         n, T, d = x.shape
         q = self.split_heads(self.w_q(x.reshape(k.size(0), -1, d)))
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal,
-                                             dropout_p=self.dropout if self.training else 0.0)
+        with attention_kernel(q):
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal,
+                                                 dropout_p=self.dropout if self.training else 0.0)
         return self.w_o(out.transpose(1, 2).reshape(n, T, d))
+
+
+class LayerNorm(nn.LayerNorm):
+    """nn.LayerNorm computed in fp32 whatever the input's dtype, returned in the input's dtype.
+
+    PyTorch's CPU kernel sums the gain and bias gradients over all positions in the input's
+    dtype; in bf16 the sum stalls (3,000 positions of 0.0123 add up to 8, not 36.9)."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        if x.dtype == torch.float32:
+            return super().forward(x)
+        return F.layer_norm(x.float(), self.normalized_shape, self.weight.float(), self.bias.float(),
+                            self.eps).to(x.dtype)
+
+
+class Dropout(nn.Module):
+    """Dropout (section 5.4): zero each value with probability p, scale the rest by 1 / (1 - p).
+
+    On CPU the mask is drawn 16 bits a value, four values from each 64-bit random number: torch's
+    own dropout draws one random number a value and takes twice as long (p is then a multiple
+    of 2^-16). Elsewhere it is torch's fused dropout."""
+
+    def __init__(self, p: float):
+        super().__init__()
+        self.p = p
+
+    def forward(self, x: Tensor) -> Tensor:
+        if not self.training or self.p == 0.0:
+            return x
+        if x.device.type != "cpu":
+            return F.dropout(x, self.p, training=True)
+        n = x.numel()
+        bits = torch.randint(-2 ** 63, 2 ** 63 - 1, ((n + 3) // 4,), dtype=torch.int64).view(torch.int16)
+        keep = bits[:n].view(x.shape) >= round(self.p * 65536) - 32768
+        return x * keep * (1.0 / (1.0 - self.p))
 
 
 class Residual(nn.Module):
@@ -74,7 +120,7 @@ class Residual(nn.Module):
 
     def __init__(self, d_model: int, dropout: float, pre_norm: bool):
         super().__init__()
-        self.norm, self.drop, self.pre_norm = nn.LayerNorm(d_model), nn.Dropout(dropout), pre_norm
+        self.norm, self.drop, self.pre_norm = LayerNorm(d_model), Dropout(dropout), pre_norm
 
     def forward(self, x: Tensor, f) -> Tensor:
         if self.pre_norm:
@@ -173,12 +219,12 @@ class Transformer(nn.Module):
         else:
             self.src_embed = nn.Embedding(src_vocab_size, cfg.d_model, padding_idx=PAD)
         self.register_buffer("pe", sinusoids(cfg.max_positions, cfg.d_model), persistent=False)
-        self.drop = nn.Dropout(cfg.dropout)
+        self.drop = Dropout(cfg.dropout)
         self.encoder = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.layers))
         self.decoder = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.layers))
         # pre-norm leaves the residual stream unnormalised: each stack ends with a LayerNorm
-        self.enc_norm = nn.LayerNorm(cfg.d_model) if cfg.pre_norm else nn.Identity()
-        self.dec_norm = nn.LayerNorm(cfg.d_model) if cfg.pre_norm else nn.Identity()
+        self.enc_norm = LayerNorm(cfg.d_model) if cfg.pre_norm else nn.Identity()
+        self.dec_norm = LayerNorm(cfg.d_model) if cfg.pre_norm else nn.Identity()
         self.out = nn.Linear(cfg.d_model, tgt_vocab_size, bias=False)
         if shared_vocab if cfg.tie_output is None else cfg.tie_output:
             self.out.weight = self.tgt_embed.weight  # the pre-softmax projection is the embedding
@@ -201,11 +247,12 @@ class Transformer(nn.Module):
         return sum(p.numel() for p in self.parameters())  # parameters() yields a tied tensor once
 
     def embed(self, emb: nn.Embedding, tokens: Tensor, start: int = 0) -> Tensor:
-        """Dropout(Embedding(tokens) * sqrt(d_model) + PE), positions from `start`."""
+        """Dropout(Embedding(tokens) * sqrt(d_model) + PE), positions from `start`, in the dtype
+        of PE (that of the activations: s2s.core.precision casts it with the weights)."""
         end = start + tokens.size(1)
         if end > self.max_positions:
             raise ValueError(f"position {end - 1} is beyond model.max_positions={self.max_positions}")
-        return self.drop(emb(tokens) * math.sqrt(self.d_model) + self.pe[start:end])
+        return self.drop(emb(tokens).to(self.pe.dtype) * math.sqrt(self.d_model) + self.pe[start:end])
 
     def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
         """src [B, S] -> memory [B, S, d_model] and src_pad [B, S] (True at PAD)."""

@@ -36,7 +36,7 @@ import torch
 import torch.distributed as dist
 from omegaconf import OmegaConf
 
-from . import checkpoint
+from . import checkpoint, precision
 from .config import ConfigError, task_section
 from .data import epoch_batches, prepare, token_batches
 from .evaluate import decode_settings, translate
@@ -59,14 +59,6 @@ def resolve_device(name: str, local_rank: int = 0) -> torch.device:
     if name == "cuda":
         name = f"cuda:{local_rank}"
     return torch.device(name)
-
-
-def autocast_for(device: torch.device, precision: str):
-    """A context factory for the run's precision: fp32, or bf16 / fp16 autocast."""
-    if precision == "fp32":
-        return contextlib.nullcontext
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[str(precision)]
-    return lambda: torch.autocast(device_type=device.type, dtype=dtype)
 
 
 def build_task(cfg, registry) -> Task:
@@ -199,7 +191,8 @@ class Trainer:
         if cfg.run.threads:
             torch.set_num_threads(cfg.run.threads)
         self.run_dir = Path(cfg.run.dir)
-        self.autocast = autocast_for(self.device, cfg.run.precision)
+        self.precision = precision.resolve(cfg.run.precision, self.device)
+        self.search_precision = precision.resolve(cfg.decode.precision, self.device, "decode.precision")
         self.tb = None
 
         self.task = build_task(cfg, registry)
@@ -235,12 +228,14 @@ class Trainer:
             self.tokenizer["files"] = save_tokenizer(self.task, self.run_dir)
 
         self._agreed(write_run_files, rank0_only=True)
-        self.ddp = self.model
+        # net: the model as the run's precision computes it (fp32 parameters in every case)
+        self.net, self.autocast = precision.for_training(self.model, self.precision, self.device)
+        self.ddp = self.net
         if self.world > 1:
             self.ddp = torch.nn.parallel.DistributedDataParallel(
-                self.model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
+                self.net, device_ids=[self.device.index] if self.device.type == "cuda" else None)
         self.optimizer = adam(self.model.parameters(), cfg.optim)
-        self.scaler = torch.amp.GradScaler(self.device.type, enabled=cfg.run.precision == "fp16")
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.precision == "fp16")
         self.update, self.epoch, self.batch_pos = 0, 0, 0
         self.skipped_updates, self.nonfinite_in_row, self.elapsed = 0, 0, 0.0
         self._resume()
@@ -441,7 +436,7 @@ class Trainer:
             dist.all_reduce(finite, op=dist.ReduceOp.MIN)  # one process's NaN skips the update everywhere
             finite = finite.bool()
         return {"loss_sum": loss_sum, "nll_sum": nll_sum, "ntokens": ntokens, "lr": lr, "finite": finite,
-                "local_tokens": sum(b["ntokens"] for b in data)}
+                "local_tokens": sum(b["ntokens"] for b in data), "local_sentences": sum(map(len, batches))}
 
     def _apply(self, out: dict) -> bool:
         """Take the optimiser step if loss and gradients are finite on every process.
@@ -494,7 +489,7 @@ class Trainer:
             for idx in batches[self.rank::self.world]:
                 b = valid.batch(idx)
                 with self.autocast():
-                    logits = self.model(b["src"].to(self.device), b["tgt_in"].to(self.device))
+                    logits = self.net(b["src"].to(self.device), b["tgt_in"].to(self.device))
                 loss, nll = label_smoothed_loss(logits, b["tgt_out"].to(self.device), cfg.optim.label_smoothing)
                 sums[0] += loss.double()
                 sums[1] += nll.double()
@@ -508,7 +503,8 @@ class Trainer:
         sources, refs = self.data.texts("valid")
         if cfg.run.valid_max_sentences:
             sources, refs = sources[:cfg.run.valid_max_sentences], refs[:cfg.run.valid_max_sentences]
-        hyps = translate(self.model, self.task, sources[self.rank::self.world],
+        hyps = translate(precision.for_inference(self.model, self.search_precision), self.task,
+                         sources[self.rank::self.world],
                          decode_settings(self.task, cfg.decode), self.device, cfg.decode.max_sentences)
         if self.world > 1:
             shares = [None] * self.world
@@ -526,27 +522,29 @@ class Trainer:
 
         self.model.train()
         stream = self._batches()
-        t_log, tokens_since = time.time(), 0
+        t_log, tokens_since, sentences_since = time.time(), 0, 0
         bar = progress(self.quiet or self.rank != 0, total=cfg.optim.max_updates, initial=self.update,
                        desc="train", unit=" upd", dynamic_ncols=True)
         last = self.update >= cfg.optim.max_updates or self._out_of_time()
         while not last:
             out = self.train_step([next(stream) for _ in range(cfg.optim.update_freq)])
             tokens_since += out["local_tokens"]
+            sentences_since += out["local_sentences"]
             if not self._apply(out):
                 continue  # a skipped update is not counted in optim.max_updates
             self.update += 1
             bar.update(1)
             if self.update % cfg.run.log_interval == 0:  # the only point where figures leave the device
                 figures = torch.stack([out["loss_sum"], out["nll_sum"],
-                                       torch.tensor(float(tokens_since), device=self.device)])
+                                       torch.tensor(float(tokens_since), device=self.device),
+                                       torch.tensor(float(sentences_since), device=self.device)])
                 if self.world > 1:
-                    dist.all_reduce(figures)  # the whole update's loss, every process's tokens
-                (loss, nll, tokens), ntok, now = figures.tolist(), float(out["ntokens"]), time.time()
+                    dist.all_reduce(figures)  # the whole update's loss, every process's tokens and pairs
+                (loss, nll, tokens, sentences), ntok, now = figures.tolist(), float(out["ntokens"]), time.time()
                 self._log({"kind": "train", "update": self.update, "loss": loss / ntok, "nll": nll / ntok,
                            "lr": out["lr"], "tgt_tokens_per_s": round(tokens / (now - t_log), 1),
-                           "skipped": self.skipped_updates})
-                t_log, tokens_since = now, 0
+                           "sentences": int(sentences), "skipped": self.skipped_updates})
+                t_log, tokens_since, sentences_since = now, 0, 0
             last = self.update == cfg.optim.max_updates or self._out_of_time()
             if self.update % cfg.run.valid_interval == 0 or last:
                 self._log(self.validate())
@@ -578,7 +576,8 @@ class Trainer:
             result["averaged"] = len(avg["averaged"])
         if "test" in self.data.splits:
             sources, refs = self.data.texts("test")
-            hyps = translate(self.model, self.task, sources, decode_settings(self.task, cfg.decode),
+            hyps = translate(precision.for_inference(self.model, self.search_precision), self.task, sources,
+                             decode_settings(self.task, cfg.decode),
                              self.device, cfg.decode.max_sentences)
             atomic_write_text(self.run_dir / "test.hyp.txt", "".join(h + "\n" for h in hyps))
             score = self.task.score(hyps, refs, sources)

@@ -35,7 +35,7 @@ def test_mixed_precision_training_on_cuda(registry, tiny, precision):
     assert result["update"] == 6
     losses = [r["loss"] for r in records if r["kind"] == "train"]
     assert len(losses) == 6 and all(torch.isfinite(torch.tensor(losses))) and losses[-1] < losses[0]
-    # autocast computes in low precision; the parameters (and Adam's moments) stay fp32
+    # bf16 / fp16 compute in low precision; the parameters (and Adam's moments) stay fp32
     assert all(v.dtype == torch.float32 for v in state["model"].values() if v.is_floating_point())
     assert all(torch.isfinite(v).all() for v in state["model"].values())
     if precision == "fp16":  # dynamic loss scaling: a scale is kept and saved

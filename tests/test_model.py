@@ -4,7 +4,7 @@ import torch
 
 from s2s.core.config import ModelConfig
 from s2s.core.model import Transformer
-from s2s.core.vocab import BOS, EOS, PAD
+from s2s.core.vocab import BOS, PAD
 
 V = 23
 
@@ -113,3 +113,16 @@ def test_positions_beyond_max_positions_raise():
     model = tiny()
     with pytest.raises(ValueError, match="max_positions"):
         model.encode(sentences([65]))
+
+
+def test_dropout_zeroes_a_share_p_and_keeps_the_expectation():
+    from s2s.core.model import Dropout
+
+    torch.manual_seed(0)
+    drop = Dropout(0.1).train()
+    for dtype in (torch.float32, torch.bfloat16):
+        x = torch.ones(200, 501, dtype=dtype)
+        y = drop(x)
+        assert y.dtype == dtype and abs((y == 0).float().mean().item() - 0.1) < 0.005
+        assert abs(y.float().mean().item() - 1.0) < 0.01
+    assert torch.equal(drop.eval()(x), x)

@@ -31,8 +31,8 @@ from s2s.core.train import TrainingError, train
 UPDATES, KILL_AT = 100, 30
 
 
-def _overrides(run_dir, cache):
-    return ["model.layers=1", "model.d_model=32", "model.d_ff=64", "model.heads=2", f"run.dir={run_dir}",
+def _overrides(run_dir, cache, run_precision="fp32"):
+    return [f"run.precision={run_precision}", "model.layers=1", "model.d_model=32", "model.d_ff=64", "model.heads=2", f"run.dir={run_dir}",
             f"data.cache_dir={cache}", "task.train_size=400", "task.valid_size=6", "task.test_size=4",
             "data.max_tokens=300", "optim.warmup=20", f"optim.max_updates={UPDATES}", "run.log_interval=1",
             "run.valid_interval=30", "run.save_interval=20", "run.keep_last=2", "run.threads=1",
@@ -45,9 +45,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _launch(run_dir, cache, world, log_name):
+def _launch(run_dir, cache, world, log_name, run_precision="fp32"):
     """`s2s train` in `world` processes, each with the variables torchrun sets for its workers."""
-    cmd = [sys.executable, "-m", "s2s.core.cli", "train", "-q", "demo", *_overrides(run_dir, cache)]
+    cmd = [sys.executable, "-m", "s2s.core.cli", "train", "-q", "demo", *_overrides(run_dir, cache, run_precision)]
     port = _free_port()
     procs = []
     for rank in range(world):
@@ -109,21 +109,23 @@ def cache(tmp_path_factory):
     return path
 
 
-@pytest.mark.parametrize("world", [1, 2])
-def test_sigkill_then_resume_is_bitwise_identical_to_an_uninterrupted_run(world, cache, tmp_path, registry):
+@pytest.mark.parametrize("world, run_precision", [(1, "fp32"), (2, "fp32"), (1, "bf16")])
+def test_sigkill_then_resume_is_bitwise_identical_to_an_uninterrupted_run(world, run_precision, cache, tmp_path,
+                                                                         registry):
+    """bf16 too: the bf16 casts of the fp32 parameters are recomputed from them, bit for bit."""
     whole, broken = tmp_path / "whole", tmp_path / "broken"
     for d in (whole, broken):
         d.mkdir()
     if world == 1:  # the uninterrupted run: in this process (one thread, as the others) saves a start-up
-        train(load_config("demo", _overrides(whole, cache), registry=registry), registry, quiet=True)
+        train(load_config("demo", _overrides(whole, cache, run_precision), registry=registry), registry, quiet=True)
     else:
-        _finish(_launch(whole, cache, world, "whole"), whole, "whole")
+        _finish(_launch(whole, cache, world, "whole", run_precision), whole, "whole")
 
-    _kill_after(_launch(broken, cache, world, "killed"), broken, "killed", KILL_AT)
+    _kill_after(_launch(broken, cache, world, "killed", run_precision), broken, "killed", KILL_AT)
     killed_at = _last_update(broken)
     saved = [checkpoint.load(p)["update"] for p in checkpoint.listed(broken)]
     assert not (broken / "result.json").exists() and killed_at < UPDATES and max(saved) < UPDATES
-    _finish(_launch(broken, cache, world, "resumed"), broken, "resumed")  # the same command again
+    _finish(_launch(broken, cache, world, "resumed", run_precision), broken, "resumed")  # the same command again
     assert f"resumed from {checkpoint.listed(broken)[0].parent}" in _logs(broken, "resumed")
 
     a = checkpoint.load(checkpoint.listed(whole)[-1])

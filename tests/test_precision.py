@@ -1,0 +1,97 @@
+"""Precision: bf16 training with fp32 master weights, auto / fallback, bf16 and int8 search."""
+import logging
+
+import pytest
+import torch
+
+from s2s.core import precision
+from s2s.core.decoding import generate
+from s2s.core.config import ModelConfig
+from s2s.core.model import Transformer
+from s2s.core.optim import label_smoothed_loss
+
+
+def _model(seed=0):
+    cfg = ModelConfig(layers=2, d_model=32, d_ff=64, heads=2, dropout=0.0, max_positions=64)
+    torch.manual_seed(seed)
+    return Transformer(cfg, 40, 40, shared_vocab=True)
+
+
+def _batch():
+    g = torch.Generator().manual_seed(1)
+    return (torch.randint(4, 40, (6, 7), generator=g), torch.randint(4, 40, (6, 5), generator=g),
+            torch.randint(4, 40, (6, 5), generator=g))
+
+
+def _grads(model, net):
+    src, tgt_in, tgt_out = _batch()
+    model.zero_grad()
+    label_smoothed_loss(net(src, tgt_in), tgt_out, 0.1)[0].backward()
+    return {n: p.grad.clone() for n, p in model.named_parameters()}
+
+
+def test_bf16_computes_in_bf16_and_accumulates_fp32_gradients_into_the_fp32_parameters():
+    model = _model()
+    net, autocast = precision.for_training(model, "bf16", torch.device("cpu"))
+    with autocast():
+        assert net(*_batch()[:2]).dtype == torch.bfloat16
+    low, full = _grads(model, net), _grads(model, model)
+    for name, p in model.named_parameters():  # the parameters are the fp32 leaves again, still tied
+        assert p.dtype == torch.float32 and p.is_leaf and low[name].dtype == torch.float32
+        if name.endswith("w_k.bias"):  # its gradient is 0 up to rounding: softmax ignores a shift of all scores
+            continue
+        cos = torch.nn.functional.cosine_similarity(low[name].flatten(), full[name].flatten(), dim=0)
+        assert cos > 0.98, (name, cos)
+    assert model.out.weight is model.tgt_embed.weight is model.src_embed.weight
+    assert model.pe.dtype == torch.float32
+
+
+def test_auto_means_bf16_where_the_cpu_has_it_and_bf16_falls_back_to_fp32_with_a_warning(monkeypatch, caplog):
+    cpu = torch.device("cpu")
+    monkeypatch.setattr(precision, "cpu_has_bf16", lambda: True)
+    assert precision.resolve("auto", cpu) == "bf16" and precision.resolve("bf16", cpu) == "bf16"
+    monkeypatch.setattr(precision, "cpu_has_bf16", lambda: False)
+    assert precision.resolve("auto", cpu) == "fp32" and not caplog.records
+    with caplog.at_level(logging.WARNING, logger="s2s"):
+        assert precision.resolve("bf16", cpu, "decode.precision") == "fp32"
+    assert "decode.precision=bf16: this CPU has no native bf16 arithmetic, computing in fp32" in caplog.text
+    assert precision.resolve("int8", cpu) == "int8" and precision.resolve("fp32", cpu) == "fp32"
+
+
+@pytest.mark.parametrize("kind", ["bf16", "int8"])
+def test_search_copies_leave_the_model_alone_and_give_the_same_search_up_to_rounding(kind):
+    model = _model().eval()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    searched = precision.for_inference(model, kind)
+    assert searched is not model
+    for k, v in model.state_dict().items():
+        assert v.dtype == torch.float32 and torch.equal(v, before[k])
+    if kind == "int8":
+        assert type(searched.decoder[0].ffn[0]).__module__.startswith("torch.ao.nn.quantized")
+    src = _batch()[0]
+    with torch.no_grad():
+        ref = model.decode(src[:, :4], *model.encode(src)).float()
+        got = searched.decode(src[:, :4], *searched.encode(src)).float()
+    assert (got - ref).abs().max() < 0.05 * ref.abs().max()
+    # the same exact search on the converted model: outputs of the same form, one per sentence
+    hyps = generate(searched, src, beam=3, alpha=0.6, max_len_a=1.0, max_len_b=3)
+    assert len(hyps) == len(src) and all(len(h.tokens) <= src.size(1) + 3 for h in hyps)
+    assert precision.for_inference(model, "fp32") is model
+
+
+def test_bf16_gradients_summed_over_many_positions_do_not_stall():
+    """One token 3,000 times: its embedding row and the LayerNorm biases sum 3,000 gradients,
+    which bf16 accumulation would stop adding up long before the end."""
+    model = _model()
+    net, _ = precision.for_training(model, "bf16", torch.device("cpu"))
+    src = torch.full((60, 50), 7)
+    tgt = torch.full((60, 50), 9)
+
+    def grads(module):
+        model.zero_grad()
+        label_smoothed_loss(module(src, tgt), tgt, 0.1)[0].backward()
+        return model.tgt_embed.weight.grad[[7, 9]].clone(), model.encoder[0].res1.norm.bias.grad.clone()
+
+    (emb_low, ln_low), (emb_full, ln_full) = grads(net), grads(model)
+    assert torch.allclose(emb_low, emb_full, rtol=0.05, atol=0.05 * emb_full.abs().max().item())
+    assert torch.allclose(ln_low, ln_full, rtol=0.05, atol=0.05 * ln_full.abs().max().item())
