@@ -98,7 +98,7 @@ class _Stepper:
                                    for s in self.constraint.initial(logp.device))
             else:
                 self.state = self.constraint.advance(self.state, tokens[:, -1])
-            logp = logp.where(self.constraint.allowed(self.state, max_len - t), -torch.inf)
+            logp = self.constraint.score(self.state, logp, max_len - t)
         if at_max.any():  # hypotheses that reached the maximum length are finalised with EOS
             logp[at_max] = -torch.inf
             logp[at_max, EOS] = eos

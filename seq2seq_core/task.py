@@ -76,6 +76,12 @@ class Constraint:
         row may still write before its EOS (0: only EOS may come)."""
         raise NotImplementedError
 
+    def score(self, state: tuple, logp: "torch.Tensor", remaining) -> "torch.Tensor":
+        """The log-probabilities [n, V] the search ranks the next tokens by: the model's `logp`,
+        -inf where `allowed` says no. A constraint that fixes a token by its state (the word
+        at a leaf, say) may score it with the probability of what the model does choose there."""
+        return logp.masked_fill(~self.allowed(state, remaining), float("-inf"))
+
 
 @dataclass
 class TaskConfig:

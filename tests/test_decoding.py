@@ -8,6 +8,7 @@ import torch
 from s2s.core.config import ModelConfig
 from s2s.core.decoding import generate, length_penalty, top_k
 from s2s.core.model import Transformer
+from s2s.core.task import Constraint
 from s2s.core.vocab import BOS, EOS, PAD
 
 
@@ -222,7 +223,7 @@ def test_stop_when_beam_hypotheses_ended():
         generate(ToyModel(), src, beam=3, alpha=0.6, max_len_a=1.0, max_len_b=8, stop="soon")
 
 
-class Increasing:
+class Increasing(Constraint):
     """A toy task's constraint: exactly L_b strictly increasing tokens >= 4, then EOS, where L_b
     (1..3) comes from sentence b's first source token. State: (sentence, last token, count)."""
 

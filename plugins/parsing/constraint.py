@@ -64,9 +64,16 @@ class TokenTables:
         for j, t in enumerate(self.punct, 1):
             self.classes[j] = self.tag_idx.eq(self.stoi[t])
         self.leaf_cost = 2 if scheme == "tags_words" else 1
+        # the word tokens of the word schemes (<unk> included), among which search does not choose
+        word = kind.eq(OTHER)
+        word[:len(SPECIALS)] = False
+        word[UNK] = True
+        word[self.tag_idx] = False
+        self.word_idx = word.nonzero().squeeze(1) if scheme in ("words", "tags_words") else \
+            torch.zeros(0, dtype=torch.long)
 
     def to(self, device) -> "TokenTables":
-        for name in ("kind", "close_of", "open_idx", "tag_idx", "classes"):
+        for name in ("kind", "close_of", "open_idx", "tag_idx", "classes", "word_idx"):
             setattr(self, name, getattr(self, name).to(device))
         return self
 
@@ -131,7 +138,7 @@ class TreeConstraint(Constraint):
         can_open = free & (~started | depth.gt(0)) & left.ge(1) & \
             (self.t.leaf_cost * left + depth + 2).le(remaining)
         can_close = free & depth.gt(0) & nonempty & (depth.gt(1) | left.eq(0))
-        can_leaf = free & depth.gt(0) & left.ge(1)
+        can_leaf = self._leaf_due(state)
         mask = torch.zeros((n, self.t.V), dtype=torch.bool, device=sent.device)
         mask[:, self.t.open_idx] = can_open[:, None]
         if self.t.scheme == "words":
@@ -146,6 +153,31 @@ class TreeConstraint(Constraint):
         mask[rows, top] |= can_close
         mask[:, EOS] = depth.eq(0) & left.eq(0) & (started | self.n_words[sent].eq(0)) & free
         return mask
+
+
+    def _leaf_due(self, state: tuple) -> Tensor:
+        """Rows where a leaf may come next (with "tags_words": its tag; the word follows it)."""
+        sent, depth, leaves, _, _, pending, _ = state
+        return ~pending & depth.gt(0) & (self.n_words[sent] - leaves).ge(1)
+
+    def score(self, state: tuple, logp: Tensor, remaining: Tensor) -> Tensor:
+        """`allowed`'s mask, and, in the word schemes, the leaf's word scored as any word.
+
+        The source fixes which word a leaf writes, so the search has no choice among the word
+        tokens: where the word is due, it takes the model's probability of writing a word there
+        at all (logsumexp over the word tokens), the probability of the tree's shape. Scored by
+        that one word's own probability, a model that cannot yet copy words well prefers to open
+        phrase after phrase while the length allows (6x the gold brackets at update 1,000)."""
+        mask = self.allowed(state, remaining)
+        if self.t.word_idx.numel():
+            sent, pending = state[0], state[5]
+            due = pending if self.t.scheme == "tags_words" else self._leaf_due(state)
+            if due.any():
+                rows = due.nonzero().squeeze(1)
+                word = self.word_id[sent[rows], state[2][rows].clamp(max=self.word_id.size(1) - 1)]
+                logp = logp.clone()
+                logp[rows, word] = logp[rows][:, self.t.word_idx].logsumexp(dim=1)
+        return logp.masked_fill(~mask, float("-inf"))
 
 
 def leaf_tags(target: str, scheme: str) -> list[str]:
