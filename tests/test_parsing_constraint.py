@@ -146,3 +146,23 @@ def test_off_by_default_and_on_in_the_sample_preset(registry):
     assert build_task(load_config("wsj_parsing", [], registry=registry), registry).constraint(["a"]) is None
     task = build_task(load_config("ptb_sample_parsing", [], registry=registry), registry)
     assert task.cfg.constrained and task.constraint(["a b"]) is not None
+
+
+def test_a_due_word_is_scored_as_any_word():
+    """The source fixes which word a leaf writes, so the search scores it with the model's
+    probability of writing some word there; brackets keep their own probability."""
+    from s2s.core.vocab import SPECIALS, UNK
+
+    task = task_for("words", linearised_pairs("words"))
+    V = task.tgt_vocab_size
+    tokens = {i: task.decode_target([i]) for i in range(len(SPECIALS), V)}
+    words = [UNK] + [i for i, t in tokens.items() if not t.startswith(("(", ")"))]
+    c = task.constraint(["The dog barks ."])
+    state = c.advance(c.initial("cpu"), torch.tensor(task.encode_target(["(S"])[0]))  # the tree opened
+    logp = torch.randn(1, V).log_softmax(-1)
+    scored = c.score(state, logp, torch.tensor([20]))
+    the = task.encode_target(["The"])[0][0]
+    assert torch.isclose(scored[0, the], logp[0, words].logsumexp(0))
+    opens = [i for i, t in tokens.items() if t.startswith("(")]
+    assert torch.equal(scored[0, opens], logp[0, opens])
+    assert scored[0, [w for w in words if w != the]].eq(-torch.inf).all()
