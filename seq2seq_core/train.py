@@ -613,7 +613,10 @@ def train(cfg, registry, quiet: bool = False) -> dict:
     trainer = None
     try:
         trainer = Trainer(cfg, registry, quiet)
-        return trainer.run()
+        result = trainer.run()
+        if dist.is_initialized():  # leave together: a gloo process that tears its group down
+            dist.barrier()         # while a peer still decodes the test set can abort at exit
+        return result
     finally:
         if trainer is not None:
             trainer.close()
