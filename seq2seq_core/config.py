@@ -301,7 +301,14 @@ def load_config(preset: str | Path | None, overrides: list[str] = (), task_confi
         cli = OmegaConf.from_dotlist(list(overrides))
     except Exception as e:
         raise ConfigError(f"bad override in {list(overrides)}: {str(e).splitlines()[0]}") from None
-    raw = OmegaConf.merge(raw, cli)
+    for key, value in cli.items():  # a whole section set to a value: `run=[]`, `model=3`
+        if not isinstance(value, DictConfig) and isinstance(raw.get(key), DictConfig):
+            raise ConfigError(f"{key}={value}: '{key}' is a section; "
+                              f"set its keys ({key}.KEY=VALUE)")
+    try:
+        raw = OmegaConf.merge(raw, cli)
+    except (OmegaConfBaseException, TypeError, ValueError) as e:
+        raise ConfigError(f"bad override in {list(overrides)}: {(str(e).splitlines() or [''])[0]}") from None
     data = OmegaConf.to_container(raw, resolve=False)
 
     schema = OmegaConf.structured(Config)

@@ -116,6 +116,7 @@ CONFIG_CASES = [
     ("run.precision=fp8", "run.precision"),
     ("data.max_len=5000", "data.max_len"),  # longer than model.max_positions
     ("run.average_last=9", "run.average_last"),  # more than run.keep_last
+    ("run=0", "'run' is a section"),  # a whole section set to a value (found by the fuzzing)
     ("decode.stop=never", "decode.stop"),
     ("optim.beta2=1.0", "optim.beta2"),
     ("task.mode=dance", "task.mode"),  # the task's own check
