@@ -70,3 +70,13 @@ def tiny(tmp_path):
                 f"run.dir={tmp_path / 'run'}", f"data.cache_dir={tmp_path / 'cache'}",
                 "run.log_interval=5", "run.quiet=true", "run.threads=1", *extra]
     return make
+
+
+def multi30k_slice(dest: Path, sizes: dict) -> Path:
+    """The first sizes[split] EN-DE lines of each shared Multi30k split, written under `dest`."""
+    dest.mkdir()
+    for split, n in sizes.items():
+        for lang in ("en", "de"):
+            lines = (MULTI30K / f"{split}.{lang}").read_text(encoding="utf-8").split("\n")[:n]
+            (dest / f"{split}.{lang}").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return dest

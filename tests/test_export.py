@@ -20,7 +20,7 @@ from s2s.core.decoding import generate
 from s2s.core.evaluate import decode_settings, source_batch
 from s2s.core.export import load_safetensors, to_ctranslate2, translate_ctranslate2, translate_huggingface
 from s2s.core.train import train
-from conftest import MULTI30K, needs
+from conftest import MULTI30K, multi30k_slice, needs
 
 needs_ct2 = pytest.mark.skipif(importlib.util.find_spec("ctranslate2") is None,
                                reason="ctranslate2 is not installed (pip install -e '.[export]')")
@@ -201,12 +201,7 @@ def test_multi30k_exports_equal_generate(registry, tiny, tmp_path):
     import ctranslate2
     from transformers import MarianMTModel
 
-    data = tmp_path / "m30k"
-    data.mkdir()
-    for split, n in (("train", 3000), ("val", 20), ("test_2016_flickr", 1000)):
-        for lang in ("en", "de"):
-            lines = (MULTI30K / f"{split}.{lang}").read_text(encoding="utf-8").splitlines()[:n]
-            (data / f"{split}.{lang}").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    data = multi30k_slice(tmp_path / "m30k", {"train": 3000, "val": 20, "test_2016_flickr": 1000})
     cfg = load_config("multi30k_en_de", tiny(
         f"task.data_dir={data}", "task.vocab_size=1000", "model.d_model=64", "model.d_ff=128",
         "data.max_tokens=1500", "optim.max_updates=60", "optim.warmup=20", "optim.lr_scale=1.0",

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import MULTI30K, NLTK_DATA, needs
+from conftest import MULTI30K, NLTK_DATA, multi30k_slice, needs
 from s2s.core.config import load_config
 from s2s.core.train import train
 
@@ -27,12 +27,7 @@ def _falls(losses: list[float], by: float) -> bool:
 
 @needs(MULTI30K)
 def test_multi30k_slice_loss_falls(registry, tiny, tmp_path):
-    data = tmp_path / "m30k"
-    data.mkdir()
-    for split, n in (("train", 3000), ("val", 50), ("test_2016_flickr", 50)):
-        for lang in ("en", "de"):
-            lines = (MULTI30K / f"{split}.{lang}").read_text(encoding="utf-8").splitlines()[:n]
-            (data / f"{split}.{lang}").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    data = multi30k_slice(tmp_path / "m30k", {"train": 3000, "val": 50, "test_2016_flickr": 50})
     cfg = load_config("multi30k_en_de", tiny(
         f"task.data_dir={data}", "task.vocab_size=1000", "model.d_model=64", "model.d_ff=128",
         "data.max_tokens=1500", "optim.max_updates=60", "optim.warmup=20", "optim.lr_scale=1.0",

@@ -168,16 +168,15 @@ class TreeConstraint(Constraint):
         at all (logsumexp over the word tokens), the probability of the tree's shape. Scored by
         that one word's own probability, a model that cannot yet copy words well prefers to open
         phrase after phrase while the length allows (6x the gold brackets at update 1,000)."""
-        mask = self.allowed(state, remaining)
+        scored = logp.masked_fill(~self.allowed(state, remaining), float("-inf"))
         if self.t.word_idx.numel():
             sent, pending = state[0], state[5]
             due = pending if self.t.scheme == "tags_words" else self._leaf_due(state)
-            if due.any():
+            if due.any():  # a due word is allowed: its score becomes the word class's total
                 rows = due.nonzero().squeeze(1)
                 word = self.word_id[sent[rows], state[2][rows].clamp(max=self.word_id.size(1) - 1)]
-                logp = logp.clone()
-                logp[rows, word] = logp[rows][:, self.t.word_idx].logsumexp(dim=1)
-        return logp.masked_fill(~mask, float("-inf"))
+                scored[rows, word] = logp.index_select(0, rows).index_select(1, self.t.word_idx).logsumexp(dim=1)
+        return scored
 
 
 def leaf_tags(target: str, scheme: str) -> list[str]:
