@@ -39,7 +39,8 @@ from s2s.core.config import load_config  # noqa: E402
 from s2s.core.data import prepare  # noqa: E402
 from s2s.core.evaluate import decode_settings, translate  # noqa: E402
 from s2s.core.registry import Registry  # noqa: E402
-from s2s.core.train import read_metrics, train  # noqa: E402
+from s2s.core.runlog import read_metrics  # noqa: E402
+from s2s.core.train import train  # noqa: E402
 
 
 def right_branching(words: list[str], tags: list) -> str:

@@ -74,7 +74,9 @@ def load(preset: str, run: str | None, cache_dir: str):
     from s2s.core.data import prepare
     from s2s.core.evaluate import decode_settings
     from s2s.core.registry import Registry
-    from s2s.core.train import build_model, build_task, read_metrics
+    from s2s.core.members import Member, build_task
+    from s2s.core.runlog import read_metrics
+    from s2s.core.train import build_model
 
     registry = Registry.installed()
     if run:
@@ -96,10 +98,10 @@ def load(preset: str, run: str | None, cache_dir: str):
                 desc["last_evaluation"] = {k: v for k, v in valid[-1].items() if k != "elapsed"}
     else:
         cfg = load_config(preset, [*corpus_overrides(preset), f"data.cache_dir={cache_dir}"], registry=registry)
-        task = build_task(cfg, registry)
+        task = build_task(cfg.task, registry)
         prepare(task, cfg.data, quiet=True)  # the tokenizer (cached)
         torch.manual_seed(cfg.run.seed)
-        model = build_model(cfg, task).eval()
+        model = build_model(cfg, [Member(task.name, task)]).eval()
         desc = {"model": "untrained (random initialisation): hypotheses run to the maximum length"}
     desc.update(preset=preset, parameters=model.num_parameters(), layers=cfg.model.layers,
                 d_model=cfg.model.d_model, src_vocab=task.src_vocab_size, tgt_vocab=task.tgt_vocab_size)

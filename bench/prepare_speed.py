@@ -52,12 +52,12 @@ def child(data_dir: str, cache_dir: str) -> None:
     from s2s.core.config import load_config
     from s2s.core.data import prepare
     from s2s.core.registry import Registry
-    from s2s.core.train import build_task
+    from s2s.core.members import build_task
 
     registry = Registry.installed()
     cfg = load_config("multi30k_en_de", [f"task.data_dir={data_dir}", f"data.cache_dir={cache_dir}"],
                       registry=registry)
-    task = build_task(cfg, registry)
+    task = build_task(cfg.task, registry)
     timings = {}
     build_vocab = task.build_vocab
 

@@ -57,11 +57,11 @@ def pair_flops(common: list[str]) -> tuple[float, dict]:
     from s2s.core.config import load_config
     from s2s.core.data import prepare
     from s2s.core.registry import Registry
-    from s2s.core.train import build_task
+    from s2s.core.members import build_task
 
     registry = Registry.installed()
     cfg = load_config(PRESET, common, registry=registry)
-    task = build_task(cfg, registry)
+    task = build_task(cfg.task, registry)
     train = prepare(task, cfg.data, quiet=True).splits["train"]
     m = cfg.model
     total = update_flops(train.src_lens, train.tgt_lens, m.layers, m.d_model, m.d_ff, task.tgt_vocab_size)
@@ -103,7 +103,7 @@ def timed_run(precision: str, common: list[str], warmup: int, seconds: float, ru
             while proc.poll() is None:
                 time.sleep(1.0)
                 if (run_dir / "metrics.jsonl").is_file():
-                    from s2s.core.train import read_metrics
+                    from s2s.core.runlog import read_metrics
 
                     measured = steady_state(read_metrics(run_dir), warmup)
                     if measured and measured["seconds"] >= seconds:

@@ -44,11 +44,11 @@ def cmd_tasks(args) -> int:
 
 def cmd_prepare(args) -> int:
     from .data import prepare
-    from .train import build_task
+    from .members import build_task
 
     reg = _registry(args)
     cfg = _config(args, reg)
-    task = build_task(cfg, reg)
+    task = build_task(cfg.task, reg)
     prepared = prepare(task, cfg.data, quiet=args.quiet)
     for name, split in prepared.splits.items():
         print(f"{name}: {len(split)} pairs, {int(split.src_lens.sum())} source and "
@@ -71,13 +71,16 @@ def cmd_train(args) -> int:
     return 0
 
 
-def load_for_inference(path: str, registry, overrides=()):
-    """(cfg, task, model) from a run directory or a checkpoint file inside one."""
+def load_for_inference(path: str, registry, overrides=(), task: str | None = None):
+    """(cfg, task, model) from a run directory or a checkpoint file inside one. For a
+    multi-task run `task` names the member, and what comes back is that `Member`: the task in
+    the run's id space, which `translate` serves the same way."""
     from . import checkpoint, precision
-    from .config import load_config
     from .checkpoint import CheckpointError
-    from .task import DataError
-    from .train import build_model, build_task, resolve_device
+    from .config import load_config
+    from .distributed import resolve_device
+    from .members import build_members, load_vocabularies, pick
+    from .train import build_model
 
     p = Path(path)
     run_dir = p if p.is_dir() else p.parent.parent if p.parent.name == "checkpoints" else p.parent
@@ -85,14 +88,9 @@ def load_for_inference(path: str, registry, overrides=()):
         raise FileNotFoundError(f"{run_dir} holds no config.yaml: not a run directory of `s2s train`")
     # checked against today's schema: settings added since the run was trained take their defaults
     cfg = load_config(run_dir / "config.yaml", list(overrides), registry=registry)
-    task = build_task(cfg, registry)
-    try:
-        task.load_vocab(run_dir)
-    except DataError:
-        raise
-    except Exception as e:  # noqa: BLE001 -- a tokenizer library's own errors, e.g. on a damaged file
-        raise DataError(f"cannot read the vocabulary files in {run_dir}: {type(e).__name__}: "
-                        f"{(str(e).splitlines() or [''])[0]}") from None
+    members = build_members(cfg, registry)
+    member = pick(members, task)
+    load_vocabularies(members, run_dir)
     if p.is_dir():
         avg = run_dir / "checkpoint_average.pt"
         state = checkpoint.load(avg) if avg.is_file() else checkpoint.load_latest(run_dir)[0]
@@ -100,7 +98,7 @@ def load_for_inference(path: str, registry, overrides=()):
             raise FileNotFoundError(f"{run_dir} holds no checkpoint")
     else:
         state = checkpoint.load(p)
-    model = build_model(cfg, task)
+    model = build_model(cfg, members)
     try:
         model.load_state_dict(state["model"])
     except (RuntimeError, KeyError) as e:
@@ -108,7 +106,7 @@ def load_for_inference(path: str, registry, overrides=()):
                               f"({(str(e).splitlines() or [''])[0]})") from None
     device = resolve_device(cfg.run.device)
     model.to(device).eval()
-    return cfg, task, precision.for_inference(model, precision.resolve(cfg.decode.precision, device, "decode.precision"))
+    return cfg, member.task if len(members) == 1 else member, precision.for_inference(model, precision.resolve(cfg.decode.precision, device, "decode.precision"))
 
 
 def _writable(path: str) -> None:
@@ -153,7 +151,7 @@ def cmd_generate(args) -> int:
         _readable(args.input)
     if args.output:
         _writable(args.output)
-    cfg, task, model = load_for_inference(args.checkpoint, reg, overrides)
+    cfg, task, model = load_for_inference(args.checkpoint, reg, overrides, args.task)
     settings = decode_settings(task, cfg.decode)
     device = next(model.parameters()).device
     name = args.input or "<stdin>"
@@ -221,7 +219,7 @@ def cmd_score(args) -> int:
     from .config import ConfigError, load_config, preset_names
     from .task import DataError
 
-    from .train import build_task
+    from .members import build_task
 
     reg = _registry(args)
     name = args.task
@@ -232,7 +230,7 @@ def cmd_score(args) -> int:
     else:
         raise ConfigError(f"{name!r} is neither a task ({', '.join(reg.names())}) nor a preset "
                           f"({', '.join(preset_names())})")
-    task = build_task(cfg, reg)
+    task = build_task(cfg.task, reg)
     refs, hyps = textio.read_lines(args.ref), textio.read_lines(args.hyp)  # lines end at "\n" only
     srcs = textio.read_lines(args.src) if args.src else None
     if len(refs) != len(hyps):
@@ -339,6 +337,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("overrides", nargs="*", metavar="key=value", help="e.g. decode.max_sentences=64 run.device=cpu")
     s.add_argument("--input", help="source file (default: stdin)")
     s.add_argument("--output", help="output file (default: stdout)")
+    s.add_argument("--task", help="the member of a multi-task run to decode for (its tokenisation, "
+                   "constraint and post-processing)")
     s.add_argument("--beam", type=int)
     s.add_argument("--alpha", type=float)
     s.add_argument("--max-len-a", dest="max_len_a", type=float)

@@ -137,8 +137,30 @@ class RunConfig:
 
 
 @dataclass
+class MultitaskConfig:
+    """Several tasks in one model (`tasks`, see s2s.core.members): update u trains one member,
+    drawn with probability proportional to weight * (training pairs)^(1/temperature)."""
+
+    temperature: float = 1.0  # 1: in proportion to size; larger: closer to uniform
+
+
+@dataclass
+class MemberConfig:
+    """One member of a multi-task preset: a task section, or a single-task preset whose task
+    section it takes (with `task` keys overriding it), a sampling weight and the weight of its
+    metric in the selection figure (the weighted mean of the members' primary figures)."""
+
+    preset: str = ""
+    task: Any = field(default_factory=dict)
+    weight: float = 1.0
+    select: float = 1.0
+
+
+@dataclass
 class Config:
     task: Any = field(default_factory=dict)
+    tasks: Any = None  # multi-task: member name -> MemberConfig (then no `task` section)
+    multitask: MultitaskConfig = field(default_factory=MultitaskConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     data: DataConfig = field(default_factory=DataConfig)
@@ -241,7 +263,10 @@ RULES = {
     "run.save_minutes": ((lambda v: v >= 0), "a number >= 0 (0 = off)"),
     "run.keep_last": _min(1), "run.average_last": ((lambda v: v >= 0), "a number >= 0 (0 = none)"),
     "run.max_nonfinite": _min(1),
+    "multitask.temperature": _above(0),
 }
+MEMBER_RULES = {"weight": _above(0), "select": _min(0)}
+_MEMBER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
 
 def _finite(prefix: str, node) -> None:
@@ -273,6 +298,11 @@ def validate(cfg: DictConfig) -> None:
     if d.max_len > m.max_positions:
         raise ConfigError(f"data.max_len={d.max_len}: must be <= model.max_positions={m.max_positions} "
                           "(a longer training pair would not fit the model's positions)")
+    if cfg.tasks is not None:
+        for name, member in cfg.tasks.items():
+            for key, (ok, allowed) in MEMBER_RULES.items():
+                if not ok(member[key]):
+                    raise ConfigError(f"tasks.{name}.{key}={member[key]!r}: must be {allowed}")
     if r.average_last > r.keep_last:
         raise ConfigError(f"run.average_last={r.average_last}: must be <= run.keep_last={r.keep_last} "
                           "(only the kept checkpoints can be averaged)")
@@ -316,32 +346,78 @@ def load_config(preset: str | Path | None, overrides: list[str] = (), task_confi
     for key, value in data.items():
         if key not in top:
             raise ConfigError(f"unknown config section '{key}'{_nearest(key, top)}")
-        if key != "task":
+        if key not in ("task", "tasks"):
             if not isinstance(value, dict):
                 raise ConfigError(f"config section '{key}' must be a mapping, got {value!r}")
             _check_keys(key, value, schema[key])
-    task_data = dict(data.pop("task", {}) or {})
-    name = task_data.pop("name", None)
-    if name is None:
-        raise ConfigError("the config names no task: set 'task.name' (see `s2s tasks`)")
-    if not isinstance(name, str):
-        raise ConfigError(f"task.name={name!r}: must be a task name (see `s2s tasks`)")
-    if task_config_cls is None:
-        task_config_cls = registry.get(name).Config
-    task_schema = OmegaConf.structured(task_config_cls)
-    _check_keys("task", task_data, task_schema)
-    task_cfg = _merge(task_schema, "task.", task_data)
+    members = data.pop("tasks", None)
+    task_data = data.pop("task", None)
+    if members is not None:
+        if task_data:
+            raise ConfigError("the config has both 'task' (one task) and 'tasks' (a multi-task run); keep one")
+        members = _members(members, registry, task_config_cls)
+    else:
+        task_cfg = _task_section(dict(task_data or {}), "task", registry, task_config_cls)
 
     merged = _merge(schema, "", data)
     OmegaConf.set_struct(merged, False)
-    merged.task = OmegaConf.merge({"name": name}, task_cfg)
+    if members is None:
+        merged.task = task_cfg
+    else:
+        merged.task = {}
+        merged.tasks = members
     OmegaConf.set_struct(merged, True)
     validate(merged)
     return merged
 
 
-def task_section(cfg: DictConfig) -> DictConfig:
-    """The task's own section, without `name`, as the task's Config expects it."""
-    section = OmegaConf.to_container(cfg.task)
+def _task_section(task_data: dict, where: str, registry, task_config_cls=None) -> DictConfig:
+    """The task section `task_data` (with its `name`) checked against its task's Config."""
+    name = task_data.pop("name", None)
+    if name is None:
+        raise ConfigError(f"the config names no task: set '{where}.name' (see `s2s tasks`)")
+    if not isinstance(name, str):
+        raise ConfigError(f"{where}.name={name!r}: must be a task name (see `s2s tasks`)")
+    if task_config_cls is None:
+        task_config_cls = registry.get(name).Config
+    task_schema = OmegaConf.structured(task_config_cls)
+    _check_keys(where, task_data, task_schema)
+    return OmegaConf.merge({"name": name}, _merge(task_schema, f"{where}.", task_data))
+
+
+def _members(members, registry, task_config_cls=None) -> dict:
+    """The members of a multi-task config, each with its complete, checked task section."""
+    if not isinstance(members, dict) or not members:
+        raise ConfigError("'tasks' must map member names to members (preset: NAME or task: {name: ...})")
+    schema = OmegaConf.structured(MemberConfig)
+    out = {}
+    for name, member in members.items():
+        where = f"tasks.{name}"
+        if not _MEMBER_NAME.fullmatch(str(name)):
+            raise ConfigError(f"{where}: a member name is letters, digits, '_', '.' or '-' (it names files)")
+        if not isinstance(member, dict):
+            raise ConfigError(f"{where} must be a mapping (preset, task, weight, select), got {member!r}")
+        _check_keys(where, member, schema)
+        section = {}
+        if member.get("preset"):
+            preset = OmegaConf.to_container(OmegaConf.load(preset_path(str(member["preset"]))))
+            if not isinstance(preset, dict) or not isinstance(preset.get("task"), dict):
+                raise ConfigError(f"{where}.preset={member['preset']!r}: not a single-task preset "
+                                  "(it has no task section)")
+            section = dict(preset["task"])
+        if not isinstance(member.get("task", {}), dict):
+            raise ConfigError(f"{where}.task must be a task section (a mapping)")
+        section.update(member.get("task") or {})
+        task = _task_section(section, f"{where}.task", registry, task_config_cls)
+        rest = _merge(schema, f"{where}.", {k: v for k, v in member.items() if k not in ("task", "preset")})
+        # the task section is complete now: the run's config.yaml no longer needs the preset
+        out[str(name)] = {"preset": "", "task": OmegaConf.to_container(task), "weight": rest.weight,
+                          "select": rest.select}
+    return out
+
+
+def task_section(section: DictConfig) -> DictConfig:
+    """A task section without its `name`, as the task's Config expects it."""
+    section = OmegaConf.to_container(section)
     section.pop("name", None)
     return OmegaConf.create(section)

@@ -10,12 +10,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import fields, replace
 from typing import Sequence
 
-import numpy as np
 import torch
 
-from .data import Split, chunks, token_batches
+from .data import chunks
 from .decoding import generate
-from .optim import label_smoothed_loss
 from .task import DecodeDefaults, Task
 from .vocab import EOS, PAD
 
@@ -24,25 +22,6 @@ def decode_settings(task: Task, decode_cfg) -> DecodeDefaults:
     """The task's decoding defaults with any field the decode section sets."""
     chosen = {f.name: getattr(decode_cfg, f.name) for f in fields(DecodeDefaults)}
     return replace(task.decoding, **{k: v for k, v in chosen.items() if v is not None})
-
-
-@torch.no_grad()
-def valid_loss(model, split: Split, max_tokens: int, eps: float, device, autocast) -> dict:
-    """Label-smoothed loss and NLL per target token on a whole split (no dropout)."""
-    was_training = model.training
-    model.eval()
-    loss_sum = nll_sum = 0.0
-    ntokens = 0
-    for idx in token_batches(split.src_lens, split.tgt_lens, max_tokens, seed=0, shuffle=False):
-        b = split.batch(idx)
-        with autocast():
-            logits = model(b["src"].to(device), b["tgt_in"].to(device))
-        loss, nll = label_smoothed_loss(logits, b["tgt_out"].to(device), eps)
-        loss_sum += loss.item()
-        nll_sum += nll.item()
-        ntokens += b["ntokens"]
-    model.train(was_training)
-    return {"loss": loss_sum / ntokens, "nll": nll_sum / ntokens, "ppl": float(np.exp(nll_sum / ntokens))}
 
 
 def source_batch(ids: Sequence[Sequence[int]]) -> torch.Tensor:

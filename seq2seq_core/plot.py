@@ -2,14 +2,15 @@
 
 One PNG per quantity, each with two panels, against updates and against training hours:
 loss.png (training loss, dev loss), lr.png (the learning rate of equation 3) and one for each
-dev metric the task reports (bleu.png, f1.png, ...). matplotlib draws off-screen (Agg); no
-display is needed.
+dev metric the task reports (bleu.png, f1.png, ...). A multi-task run's figures carry their
+member's name (`parse/f1`): each PNG then draws one curve per member, and select.png the
+selection figure. matplotlib draws off-screen (Agg); no display is needed.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
-from .train import read_metrics
+from .runlog import read_metrics
 
 NOT_METRICS = {"kind", "update", "elapsed", "loss", "nll", "ppl"}
 
@@ -55,7 +56,10 @@ def plot_run(run_dir: Path, out_dir: Path | None = None) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     name = run_dir.resolve().name
     written = []
-    loss = [(f"{kind} {key}", _curves(records, kind, key)) for kind in ("train", "valid") for key in ("loss",)]
+    keys = [k for k in dict.fromkeys(k for r in records for k in r) if isinstance(k, str)]
+    members = list(dict.fromkeys(k.split("/")[0] for k in keys if "/" in k))
+    loss = [(f"{kind} {key}", _curves(records, kind, key)) for kind in ("train", "valid")
+            for key in ["loss", *(f"{m}/loss" for m in members)]]
     loss = [(label, c) for label, c in loss if c[2]]
     if loss:
         written.append(_figure(f"{name}: label-smoothed loss per target token", loss, "loss",
@@ -63,9 +67,13 @@ def plot_run(run_dir: Path, out_dir: Path | None = None) -> list[Path]:
     lr = _curves(records, "train", "lr")
     if lr[2]:
         written.append(_figure(f"{name}: learning rate", [("lr", lr)], "learning rate", out_dir / "lr.png"))
-    metrics = sorted({k for r in records if r.get("kind") == "valid" for k, v in r.items()
-                      if k not in NOT_METRICS and isinstance(v, (int, float))})
-    for key in metrics:
-        written.append(_figure(f"{name}: dev {key}", [(f"dev {key}", _curves(records, "valid", key))], key,
-                               out_dir / f"{key}.png"))
+    metrics: dict[str, list[str]] = {}  # metric -> its keys, one per member (or the one of a single task)
+    for key in sorted(k for k in keys if any(r.get("kind") == "valid" and isinstance(r.get(k), (int, float))
+                                             for r in records)):
+        metric = key.rpartition("/")[2]
+        if metric not in NOT_METRICS:
+            metrics.setdefault(metric, []).append(key)
+    for metric, series in metrics.items():
+        curves = [(f"dev {key}", _curves(records, "valid", key)) for key in series]
+        written.append(_figure(f"{name}: dev {metric}", curves, metric, out_dir / f"{metric}.png"))
     return written

@@ -72,6 +72,17 @@ def tiny(tmp_path):
     return make
 
 
+def task_keys(preset: str, *settings: str) -> list[str]:
+    """Overrides `KEY=VALUE` of the task section: `task.KEY=VALUE` for a single-task preset,
+    `tasks.MEMBER.task.KEY=VALUE` for every member of a multi-task one."""
+    from s2s.core.config import load_config
+    from s2s.core.registry import Registry
+
+    cfg = load_config(preset, registry=Registry.installed())
+    prefixes = ["task."] if cfg.tasks is None else [f"tasks.{m}.task." for m in cfg.tasks]
+    return [p + s for p in prefixes for s in settings]
+
+
 def multi30k_slice(dest: Path, sizes: dict) -> Path:
     """The first sizes[split] EN-DE lines of each shared Multi30k split, written under `dest`."""
     dest.mkdir()

@@ -83,7 +83,7 @@ def test_multi30k_fetched_once_and_verified(release, tmp_path):
 def test_the_preset_reads_the_fetched_copy(release, tmp_path, monkeypatch):
     monkeypatch.setenv("S2S_DATA_HOME", str(tmp_path / "home"))
     cfg = load_config("multi30k_en_de", task_config_cls=TranslationConfig)
-    task = TranslationTask(task_section(cfg))
+    task = TranslationTask(task_section(cfg.task))
     pairs = list(task.read_split("valid"))
     assert len(pairs) == 1014 and (tmp_path / "home" / "multi30k" / "val.de").is_file()
     assert pairs[0][0] == (MULTI30K / "val.en").read_text(encoding="utf-8").splitlines()[0].strip()
@@ -131,7 +131,7 @@ def test_files_without_a_known_checksum_are_checked_by_line_count(server, tmp_pa
 def test_a_local_copy_wins_and_unknown_names_are_refused(tmp_path, monkeypatch):
     monkeypatch.setenv("S2S_MULTI30K_URL", "http://127.0.0.1:9")
     cfg = load_config("multi30k_en_de", [f"task.data_dir={corpus(MULTI30K)}"], task_config_cls=TranslationConfig)
-    assert sum(1 for _ in TranslationTask(task_section(cfg)).read_split("test")) == 1000  # no download
+    assert sum(1 for _ in TranslationTask(task_section(cfg.task)).read_split("test")) == 1000  # no download
     with pytest.raises(DataError, match="no split 'test_2019'"):
         multi30k.fetch(tmp_path, splits=["test_2019"])
     with pytest.raises(DataError, match="no language 'cs'"):
@@ -172,7 +172,7 @@ def test_the_treebank_sample_is_downloaded_into_nltk_data(nltk_index, server):
     from s2s.plugins.parsing import ParsingConfig, ParsingTask
 
     cfg = load_config("ptb_sample_parsing", task_config_cls=ParsingConfig)
-    assert len(list(ParsingTask(task_section(cfg)).read_split("test"))) == 118  # the preset, as is
+    assert len(list(ParsingTask(task_section(cfg.task)).read_split("test"))) == 118  # the preset, as is
     assert (nltk_index / "corpora" / "treebank.zip").is_file()
     assert "/index.xml" in server.requests and "/treebank.zip" in server.requests
     asked = len(server.requests)

@@ -21,11 +21,15 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 import torch
 
 import s2s.core.train as train_mod
-from s2s.core import checkpoint, data
+from s2s.core import checkpoint, data, members
 from s2s.core.config import load_config
+from s2s.core.members import build_members, load_vocabularies
+
+from conftest import task_keys
 from s2s.core.optim import label_smoothed_loss
 from s2s.core.train import Trainer, train
 
@@ -39,10 +43,12 @@ UPDATES = 6
 EPS = 1e-6
 
 
-def _overrides(tmp, cache, name, *extra):
+def _overrides(tmp, cache, name, *extra, preset="demo"):
     return ["model.layers=1", "model.d_model=32", "model.d_ff=64", "model.heads=2", "model.dropout=0",
-            f"run.dir={tmp / name}", f"data.cache_dir={cache}", "task.train_size=400", "task.valid_size=8",
-            "task.test_size=4", "data.max_tokens=300", "optim.warmup=4", f"optim.max_updates={UPDATES}",
+            f"run.dir={tmp / name}", f"data.cache_dir={cache}",
+            *task_keys(preset, "train_size=400", "valid_size=8", "test_size=4"), "data.max_tokens=300",
+            # seed 2 draws both members of multitask_demo within the updates (seed 1: 7 x translate)
+            f"run.seed={1 if preset == 'demo' else 2}", "optim.warmup=4", f"optim.max_updates={UPDATES}",
             "run.log_interval=1", "run.valid_interval=1000", "run.save_interval=1000", "run.threads=1",
             "run.device=cpu", "run.quiet=true", f"optim.eps={EPS}", *extra]
 
@@ -67,6 +73,12 @@ def _final(run_dir):
     return state, losses
 
 
+def _members_trained(run_dir):
+    """The members named in the train records (one per update with run.log_interval=1)."""
+    return [k.split("/")[0] for line in open(run_dir / "metrics.jsonl") for k in json.loads(line)
+            if k.endswith("/loss") and json.loads(line)["kind"] == "train"]
+
+
 def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return ((a.double() - b.double()).norm() / b.double().norm().clamp_min(1e-30)).item()
 
@@ -84,27 +96,31 @@ def _assert_same_steps(a, b, what, index, skip=()):
     assert np.allclose(la, lb, rtol=1e-5, atol=0), f"{what}: logged losses {la} vs {lb}"
 
 
-def test_two_processes_equal_one_with_twice_the_batch_and_with_update_freq_2(registry, tmp_path, monkeypatch):
+@pytest.mark.parametrize("preset", ["demo", "multitask_demo"])
+def test_two_processes_equal_one_with_twice_the_batch_and_with_update_freq_2(preset, registry, tmp_path, monkeypatch):
+    """A multi-task run too: every process draws the same member for an update."""
     cache = tmp_path / "cache"
-    monkeypatch.setattr(train_mod, "epoch_batches", _plan("2B"))  # this run also prepares the cache
-    train(load_config("demo", _overrides(tmp_path, cache, "one_2B"), registry=registry), registry)
-    monkeypatch.setattr(train_mod, "epoch_batches", _plan("B"))
-    train(load_config("demo", _overrides(tmp_path, cache, "one_B_uf2", "optim.update_freq=2"),
+    monkeypatch.setattr(members, "epoch_batches", _plan("2B"))  # this run also prepares the cache
+    train(load_config(preset, _overrides(tmp_path, cache, "one_2B", preset=preset), registry=registry), registry)
+    monkeypatch.setattr(members, "epoch_batches", _plan("B"))
+    train(load_config(preset, _overrides(tmp_path, cache, "one_B_uf2", "optim.update_freq=2", preset=preset),
                       registry=registry), registry)
     monkeypatch.undo()
 
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                           "-m", "s2s.core.cli", "train", "-q", "demo", *_overrides(tmp_path, cache, "two")],
+                           "-m", "s2s.core.cli", "train", "-q", preset, *_overrides(tmp_path, cache, "two", preset=preset)],
                           env=env, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr[-3000:]
 
     two, one_2b, one_uf2 = (_final(tmp_path / n) for n in ("two", "one_2B", "one_B_uf2"))
-    cfg = load_config("demo", _overrides(tmp_path, cache, "two"), registry=registry)
-    task = train_mod.build_task(cfg, registry)
-    task.load_vocab(tmp_path / "two")
+    cfg = load_config(preset, _overrides(tmp_path, cache, "two", preset=preset), registry=registry)
+    run = build_members(cfg, registry)
+    load_vocabularies(run, tmp_path / "two")
+    if preset != "demo":  # both members trained within the compared updates
+        assert len({r for r in _members_trained(tmp_path / "two")}) == 2
     torch.manual_seed(cfg.run.seed)
-    model = train_mod.build_model(cfg, task)
+    model = train_mod.build_model(cfg, run)
     index = {name: i for i, (name, _) in enumerate(model.named_parameters())}  # a tied tensor once
 
     _assert_same_steps(two, one_uf2, "2 processes vs update_freq 2", index)
@@ -130,13 +146,13 @@ def test_loss_is_normalised_by_the_target_tokens_of_the_whole_update(registry, t
                                    "data.max_tokens=200", "model.dropout=0", "optim.update_freq=2", "run.threads=1"),
                       registry=registry)
     trainer = Trainer(cfg, registry)
-    stream = trainer._batches()
-    batches = [next(stream), next(stream)]
-    out = trainer.train_step(batches)
+    member, stream = trainer.members[0], trainer.streams[0]
+    batches = [stream.next(), stream.next()]
+    out = trainer.gradients(member, batches)
     got = {n: p.grad.clone() for n, p in trainer.model.named_parameters()}
     trainer.optimizer.zero_grad(set_to_none=True)
 
-    split = trainer.data.splits["train"]
+    split = member.data.splits["train"]
     total, ntokens = 0.0, 0
     for idx in batches:
         b = split.batch(idx)

@@ -140,11 +140,11 @@ def test_constrained_search_on_an_untrained_model_writes_trees_over_the_words(se
 
 def test_off_by_default_and_on_in_the_sample_preset(registry):
     from s2s.core.config import load_config
-    from s2s.core.train import build_task
+    from s2s.core.members import build_task
 
     assert ParsingTask(OmegaConf.structured(ParsingTask.Config)).constraint(["a b"]) is None
-    assert build_task(load_config("wsj_parsing", [], registry=registry), registry).constraint(["a"]) is None
-    task = build_task(load_config("ptb_sample_parsing", [], registry=registry), registry)
+    assert build_task(load_config("wsj_parsing", [], registry=registry).task, registry).constraint(["a"]) is None
+    task = build_task(load_config("ptb_sample_parsing", [], registry=registry).task, registry)
     assert task.cfg.constrained and task.constraint(["a b"]) is not None
 
 

@@ -26,14 +26,16 @@ import s2s.core.train as train_mod
 from s2s.core import checkpoint
 from s2s.core.cli import main
 from s2s.core.config import ConfigError, load_config
+from s2s.core.members import build_task
+from conftest import task_keys
 from s2s.core.train import TrainingError, train
 
 UPDATES, KILL_AT = 100, 30
 
 
-def _overrides(run_dir, cache, run_precision="fp32"):
+def _overrides(run_dir, cache, run_precision="fp32", preset="demo"):
     return [f"run.precision={run_precision}", "model.layers=1", "model.d_model=32", "model.d_ff=64", "model.heads=2", f"run.dir={run_dir}",
-            f"data.cache_dir={cache}", "task.train_size=400", "task.valid_size=6", "task.test_size=4",
+            f"data.cache_dir={cache}", *task_keys(preset, "train_size=400", "valid_size=6", "test_size=4"),
             "data.max_tokens=300", "optim.warmup=20", f"optim.max_updates={UPDATES}", "run.log_interval=1",
             "run.valid_interval=30", "run.save_interval=20", "run.keep_last=2", "run.threads=1",
             "run.device=cpu"]
@@ -45,9 +47,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _launch(run_dir, cache, world, log_name, run_precision="fp32"):
+def _launch(run_dir, cache, world, log_name, run_precision="fp32", preset="demo"):
     """`s2s train` in `world` processes, each with the variables torchrun sets for its workers."""
-    cmd = [sys.executable, "-m", "s2s.core.cli", "train", "-q", "demo", *_overrides(run_dir, cache, run_precision)]
+    cmd = [sys.executable, "-m", "s2s.core.cli", "train", "-q", preset, *_overrides(run_dir, cache, run_precision, preset)]
     port = _free_port()
     procs = []
     for rank in range(world):
@@ -105,27 +107,30 @@ def cache(tmp_path_factory):
     path = tmp_path_factory.mktemp("cache")
     registry = Registry.installed()
     cfg = load_config("demo", _overrides(path / "unused", path), registry=registry)
-    prepare(train_mod.build_task(cfg, registry), cfg.data, quiet=True)
+    prepare(build_task(cfg.task, registry), cfg.data, quiet=True)
     return path
 
 
-@pytest.mark.parametrize("world, run_precision", [(1, "fp32"), (2, "fp32"), (1, "bf16")])
-def test_sigkill_then_resume_is_bitwise_identical_to_an_uninterrupted_run(world, run_precision, cache, tmp_path,
+@pytest.mark.parametrize("world, run_precision, preset", [(1, "fp32", "demo"), (2, "fp32", "demo"), (1, "bf16", "demo"),
+                                                          (1, "fp32", "multitask_demo"), (2, "fp32", "multitask_demo")])
+def test_sigkill_then_resume_is_bitwise_identical_to_an_uninterrupted_run(world, run_precision, preset, cache, tmp_path,
                                                                          registry):
-    """bf16 too: the bf16 casts of the fp32 parameters are recomputed from them, bit for bit."""
+    """bf16 too: the bf16 casts of the fp32 parameters are recomputed from them, bit for bit. And
+    a multi-task run: its draws of members and every member's data position come back too."""
     whole, broken = tmp_path / "whole", tmp_path / "broken"
     for d in (whole, broken):
         d.mkdir()
     if world == 1:  # the uninterrupted run: in this process (one thread, as the others) saves a start-up
-        train(load_config("demo", _overrides(whole, cache, run_precision), registry=registry), registry, quiet=True)
+        train(load_config(preset, _overrides(whole, cache, run_precision, preset), registry=registry), registry,
+              quiet=True)
     else:
-        _finish(_launch(whole, cache, world, "whole", run_precision), whole, "whole")
+        _finish(_launch(whole, cache, world, "whole", run_precision, preset), whole, "whole")
 
-    _kill_after(_launch(broken, cache, world, "killed", run_precision), broken, "killed", KILL_AT)
+    _kill_after(_launch(broken, cache, world, "killed", run_precision, preset), broken, "killed", KILL_AT)
     killed_at = _last_update(broken)
     saved = [checkpoint.load(p)["update"] for p in checkpoint.listed(broken)]
     assert not (broken / "result.json").exists() and killed_at < UPDATES and max(saved) < UPDATES
-    _finish(_launch(broken, cache, world, "resumed", run_precision), broken, "resumed")  # the same command again
+    _finish(_launch(broken, cache, world, "resumed", run_precision, preset), broken, "resumed")  # the same command again
     assert f"resumed from {checkpoint.listed(broken)[0].parent}" in _logs(broken, "resumed")
 
     a = checkpoint.load(checkpoint.listed(whole)[-1])
@@ -136,10 +141,12 @@ def test_sigkill_then_resume_is_bitwise_identical_to_an_uninterrupted_run(world,
     for i, sa in a["optimizer"]["state"].items():
         for key, value in sa.items():
             assert torch.equal(value, b["optimizer"]["state"][i][key]), (i, key)
-    assert (a["epoch"], a["batch_pos"]) == (b["epoch"], b["batch_pos"]) and a["epoch"] >= 1
+    assert a["streams"] == b["streams"]  # (epoch, batches taken in it) of each member
+    assert all(epoch >= 1 for epoch, _ in a["streams"].values())
     for ra, rb in zip(a["rng"], b["rng"]):
         assert torch.equal(ra["torch"], rb["torch"])
-    assert len(a["rng"]) == world and a["tokenizer"]["files"].keys() == {"vocab.json"}
+    vocab = {"vocab.json"} if preset == "demo" else {"vocab/translate/vocab.json", "vocab/parse/vocab.json"}
+    assert len(a["rng"]) == world and a["tokenizer"]["files"].keys() == vocab
 
     def figures(run_dir):  # what was logged, without the clock
         return [{k: v for k, v in json.loads(line).items() if k not in ("elapsed", "tgt_tokens_per_s")}
@@ -236,13 +243,13 @@ def test_nonfinite_updates_are_skipped_counted_and_stop_training_after_max_nonfi
 def test_checkpoints_every_m_minutes_and_learning_curves(registry, tiny, monkeypatch, tmp_path):
     """run.save_minutes=2.5 with a clock that advances one minute per training step: saves at
     updates 3 and 6, and at the end (7); run.save_interval is out of the way."""
-    steps, real_step = [0], train_mod.Trainer.train_step
+    steps, real_step = [0], train_mod.Trainer.step
 
-    def step(self, batches):
+    def step(self):
         steps[0] += 1
-        return real_step(self, batches)
+        return real_step(self)
 
-    monkeypatch.setattr(train_mod.Trainer, "train_step", step)
+    monkeypatch.setattr(train_mod.Trainer, "step", step)
     monkeypatch.setattr(train_mod, "clock", lambda: 60.0 * steps[0])
     cfg = _cfg(registry, tiny, "optim.max_updates=7", "run.save_interval=1000", "run.save_minutes=2.5",
                "run.valid_interval=3", "run.log_interval=1")

@@ -112,7 +112,7 @@ def test_wmt14_errors_name_what_is_missing(wmt14_parquet, tmp_path, monkeypatch,
 
 def test_wmt14_preset_reads_a_local_copy(wmt14_parquet):
     cfg = load_config("wmt14_en_de_base", [f"task.local_dir={wmt14_parquet}"], task_config_cls=TranslationConfig)
-    task = TranslationTask(task_section(cfg))
+    task = TranslationTask(task_section(cfg.task))
     assert task.splits == ("train", "valid", "test")
     pairs = list(task.read_split("train"))
     task.build_vocab(iter(pairs))
@@ -200,7 +200,7 @@ def test_wmt14_presets_carry_the_papers_settings(name, size, dropout, updates, a
     assert (cfg.model.dropout, cfg.optim.max_updates, cfg.run.average_last) == (dropout, updates, average)
     assert (cfg.optim.warmup, cfg.optim.label_smoothing, cfg.data.max_tokens) == (4000, 0.1, 25000)
     assert (cfg.task.tokenizer, cfg.task.vocab_size) == (model, 37000 if model == "bpe" else 32000)
-    task = TranslationTask(task_section(cfg))
+    task = TranslationTask(task_section(cfg.task))
     assert task.shared_vocab and (task.decoding.beam, task.decoding.alpha, task.decoding.max_len_b) == (4, 0.6, 50)
     assert cfg.decode.beam is None and cfg.decode.alpha is None
 
@@ -210,6 +210,6 @@ def test_multi30k_presets_read_the_shared_corpus(lang):
     cfg = load_config(f"multi30k_en_{lang}", [f"task.data_dir={corpus(MULTI30K)}"], task_config_cls=TranslationConfig)
     peak = cfg.optim.lr_scale * cfg.model.d_model ** -0.5 * cfg.optim.warmup ** -0.5
     assert peak == pytest.approx(2.0e-3, rel=0.05)  # the preset comment states this figure
-    task = TranslationTask(task_section(cfg))
+    task = TranslationTask(task_section(cfg.task))
     sizes = {split: sum(1 for _ in task.read_split(split)) for split in task.splits}
     assert sizes == {"train": 29000, "valid": 1014, "test": 1000}

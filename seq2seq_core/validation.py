@@ -1,0 +1,79 @@
+"""Validation: each member's dev loss and metric, shared out over the processes and gathered,
+so that every process gets the same figures.
+
+The record of a single-task run holds loss, nll, ppl and the task's figures. A multi-task run
+gives each member's under `MEMBER/...` keys, the loss and nll over all members' dev tokens, and
+`select`: the mean of the members' primary figures weighted by their `select` weights, the
+one figure a multi-task run is compared and selected by.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .data import token_batches
+from .evaluate import decode_settings, translate
+from .members import Member
+from .optim import label_smoothed_loss
+from .rng import rng_preserved
+
+
+def dev_loss(net, member: Member, group, max_tokens: int, eps: float, autocast) -> torch.Tensor:
+    """Sums (label-smoothed loss, nll, target tokens) over the member's dev pairs, all processes."""
+    valid = member.data.splits["valid"]
+    batches = token_batches(valid.src_lens, valid.tgt_lens, max_tokens, seed=0, shuffle=False)
+    sums = torch.zeros(3, dtype=torch.float64, device=group.device)
+    for idx in batches[group.rank::group.world]:
+        b = member.batch("valid", idx)
+        with autocast():
+            logits = net(b["src"].to(group.device), b["tgt_in"].to(group.device))
+        loss, nll = label_smoothed_loss(logits, b["tgt_out"].to(group.device), eps)
+        sums += torch.stack([loss.double(), nll.double(), torch.tensor(float(b["ntokens"]), dtype=torch.float64,
+                                                                       device=group.device)])
+    return group.sum(sums)
+
+
+def dev_score(search_model, member: Member, group, cfg):
+    """The member's metric on (the first run.valid_max_sentences of) its dev sentences."""
+    sources, refs = member.data.texts("valid")
+    if cfg.run.valid_max_sentences:
+        sources, refs = sources[:cfg.run.valid_max_sentences], refs[:cfg.run.valid_max_sentences]
+    hyps = translate(search_model, member, sources[group.rank::group.world],
+                     decode_settings(member.task, cfg.decode), group.device, cfg.decode.max_sentences)
+    shares = group.gather(hyps)
+    hyps = [shares[i % group.world][i // group.world] for i in range(len(sources))]
+    return member.score(hyps, refs, sources)
+
+
+def _figures(sums: torch.Tensor, score) -> dict:
+    loss, nll, n = sums.tolist()
+    record = {"loss": loss / n, "nll": nll / n, "ppl": math.exp(min(nll / n, 700.0)), score.name: score.value}
+    record.update({k: v for k, v in score.figures.items()  # e.g. sentences a metric left out
+                   if isinstance(v, (int, float)) and not isinstance(v, bool) and k not in record})
+    return record
+
+
+def validate(net, search_model, members: list[Member], group, cfg, autocast, update: int) -> dict:
+    """The valid record of `update`. The RNG states are restored afterwards, so that validating
+    (or not) never changes the dropout masks of later updates."""
+    record = {"kind": "valid", "update": update}
+    with rng_preserved():
+        net.eval()
+        try:
+            with torch.no_grad():
+                results = [(m, dev_loss(net, m, group, cfg.data.max_tokens, cfg.optim.label_smoothing, autocast),
+                            dev_score(search_model, m, group, cfg)) for m in members]
+        finally:
+            net.train()
+    if len(members) == 1:
+        _, sums, score = results[0]
+        return {**record, **_figures(sums, score)}
+    total = sum(sums for _, sums, _ in results)
+    loss, nll, n = total.tolist()
+    record.update(loss=loss / n, nll=nll / n, ppl=math.exp(min(nll / n, 700.0)))
+    weights = sum(m.select for m in members)
+    record["select"] = sum(m.select * score.value for m, _, score in results) / weights if weights else 0.0
+    for m, sums, score in results:
+        record.update({f"{m.name}/{k}": v for k, v in _figures(sums, score).items()})
+    return record
