@@ -38,6 +38,7 @@ from s2s.core.cli import load_for_inference  # noqa: E402
 from s2s.core.config import load_config  # noqa: E402
 from s2s.core.data import prepare  # noqa: E402
 from s2s.core.evaluate import decode_settings, translate  # noqa: E402
+from s2s.core.members import data_config  # noqa: E402
 from s2s.core.registry import Registry  # noqa: E402
 from s2s.core.runlog import read_metrics  # noqa: E402
 from s2s.core.train import train  # noqa: E402
@@ -73,17 +74,18 @@ def gold_scores(task, hyps: list[str], sources: list[str]) -> dict:
     return {"gold_evalb": gold_figures(gold, hyps), "right_branching": gold_figures(gold, baseline)}
 
 
-def searches(task, model, sources: list[str], settings, max_sentences: int) -> dict:
+def searches(task, model, sources: list[str], settings, max_sentences: int, searched=None) -> dict:
     """Parsing only: the test set searched with and without the tree constraint (the same model:
     the constraint changes the search, not training): EVALB and all-sentences F1 against the
-    gold trees, error / skipped / repaired counts and sentences/s of each."""
+    gold trees, error / skipped / repaired counts and sentences/s of each. `searched`: what the
+    search serves, `task` or its multi-task member."""
     gold = list(task.references("test"))
     out, was = {}, task.cfg.constrained
     try:
         for constrained in (True, False):
             task.cfg.constrained = constrained
             t0 = time.time()
-            trees = translate(model, task, sources, settings, torch.device("cpu"), max_sentences)
+            trees = translate(model, searched or task, sources, settings, torch.device("cpu"), max_sentences)
             seconds = time.time() - t0
             out["constrained" if constrained else "unconstrained"] = {
                 **gold_figures(gold, trees), "repaired": task.repaired,
@@ -121,7 +123,7 @@ def main() -> None:
 
 
 def budget_row(args, reg, minutes: float, run_dir: str, precision: str | None) -> dict:
-    """Train (or resume) to `minutes`, then decode and score the test split."""
+    """Train (or resume) to `minutes`, then decode and score the test split (of every member)."""
     if precision is not None:
         run_dir = f"{run_dir}_{precision}"
     extra = [] if precision is None else [f"run.precision={precision}"]
@@ -130,25 +132,38 @@ def budget_row(args, reg, minutes: float, run_dir: str, precision: str | None) -
     t0 = time.time()
     train(cfg, reg, quiet=True)
     records = read_metrics(run_dir)
-    speeds = [r["tgt_tokens_per_s"] for r in records if r["kind"] == "train"]
-    cfg_run, task, model = load_for_inference(run_dir, reg)
-    sources, refs = prepare(task, cfg_run.data, quiet=True).texts("test")
+    trains = [r for r in records if r["kind"] == "train"]
+    speeds = [r["tgt_tokens_per_s"] for r in trains]
+    row = {"minutes": minutes, "precision": str(cfg.run.precision), "run_dir": run_dir,
+           "updates": records[-1]["update"],
+           "tgt_tokens_per_s_median": sorted(speeds)[len(speeds) // 2] if speeds else None}
+    if cfg.tasks is None:
+        row.update(test_scores(run_dir, reg, None))
+    else:
+        row["tasks"] = {name: {"updates": sum(r.get(f"{name}/updates", 0) for r in trains),
+                               **test_scores(run_dir, reg, name)} for name in cfg.tasks}
+    row.update(peak_rss_mib=round(peak_rss_mib(), 1), wall_s=round(time.time() - t0, 1))
+    return row
+
+
+def test_scores(run_dir: str, reg, name: str | None) -> dict:
+    """The test split of the run's task (of member `name` of a multi-task run) decoded with its
+    decoding defaults and scored; for parsing also against the gold trees, and both searches."""
+    cfg_run, task, model = load_for_inference(run_dir, reg, task=name)
+    own = getattr(task, "task", task)  # a multi-task member's own task
+    sources, refs = prepare(own, data_config(cfg_run), quiet=True).texts("test")
     t1 = time.time()
-    hyps = translate(model, task, sources, decode_settings(task, cfg_run.decode), torch.device("cpu"),
+    hyps = translate(model, task, sources, decode_settings(own, cfg_run.decode), torch.device("cpu"),
                      cfg_run.decode.max_sentences)
     decode_s = time.time() - t1
     score = task.score(hyps, refs, sources)
-    row = {"minutes": minutes, "precision": str(cfg.run.precision), "run_dir": run_dir,
-           "updates": records[-1]["update"],
-           "tgt_tokens_per_s_median": sorted(speeds)[len(speeds) // 2] if speeds else None,
-           "test": score.as_dict(), "test_sentences": len(sources),
+    row = {"test": score.as_dict(), "test_sentences": len(sources),
            "decode_sentences_per_s": round(len(sources) / decode_s, 2),
-           "decoding": asdict(decode_settings(task, cfg_run.decode)),
-           "peak_rss_mib": round(peak_rss_mib(), 1), "wall_s": round(time.time() - t0, 1)}
-    if task.name == "parsing":
-        row.update(gold_scores(task, hyps, sources))
-        row["search"] = searches(task, model, sources, decode_settings(task, cfg_run.decode),
-                                 cfg_run.decode.max_sentences)
+           "decoding": asdict(decode_settings(own, cfg_run.decode))}
+    if own.name == "parsing":
+        row.update(gold_scores(own, hyps, sources))
+        row["search"] = searches(own, model, sources, decode_settings(own, cfg_run.decode),
+                                 cfg_run.decode.max_sentences, searched=task)
     return row
 
 

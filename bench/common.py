@@ -24,12 +24,20 @@ MULTI30K = SHARED / "multi30k"
 
 
 def corpus_overrides(preset: str) -> list[str]:
-    """Overrides that point a Multi30k or treebank-sample preset at the shared copy, when there is one."""
-    if preset.startswith("multi30k") and MULTI30K.is_dir():
-        return [f"task.data_dir={MULTI30K}"]
-    if preset == "ptb_sample_parsing" and (SHARED / "nltk_data").is_dir():
-        return [f"task.nltk_data={SHARED / 'nltk_data'}"]
-    return []
+    """Overrides that point a preset's Multi30k and treebank-sample task sections (each member's,
+    in a multi-task preset) at the shared copies, where there are some."""
+    from s2s.core.config import load_config
+    from s2s.core.registry import Registry
+
+    cfg = load_config(preset, registry=Registry.installed())
+    sections = {"task": cfg.task} if cfg.tasks is None else {f"tasks.{n}.task": m.task for n, m in cfg.tasks.items()}
+    out = []
+    for prefix, task in sections.items():
+        if task.name == "translation" and task.source == "multi30k" and MULTI30K.is_dir():
+            out.append(f"{prefix}.data_dir={MULTI30K}")
+        if task.name == "parsing" and task.corpus == "nltk_sample" and (SHARED / "nltk_data").is_dir():
+            out.append(f"{prefix}.nltk_data={SHARED / 'nltk_data'}")
+    return out
 
 
 def machine() -> dict:

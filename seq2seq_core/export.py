@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Sequence
 
 import torch
+from omegaconf import OmegaConf
 
 from .config import ModelConfig
 from .model import Transformer
@@ -65,6 +66,10 @@ def export(run_dir: str, to: str, output: str, registry, quantization: str | Non
         raise ExportError(f"{out} is a file, not a folder to export into")
     if out.exists() and any(out.iterdir()) and not force:
         raise ExportError(f"{out} exists and is not empty (use --force to replace it)")
+    config = Path(run_dir) / "config.yaml"
+    if config.is_file() and OmegaConf.load(config).get("tasks"):
+        raise ExportError(f"{run_dir} is a multi-task run: export takes single-task runs (the formats "
+                          "have no place for the members' task tokens and joined vocabularies)")
     cfg, task, model = load_for_inference(run_dir, registry, ["run.device=cpu"])
     model.float().eval()
     # written beside `output` and renamed at the end: a failed export leaves `output` as it was

@@ -28,6 +28,7 @@ from typing import Sequence
 
 import numpy as np
 import torch
+from omegaconf import OmegaConf
 
 from .config import ConfigError, task_section
 from .data import epoch_batches
@@ -121,6 +122,14 @@ def build_members(cfg, registry) -> list[Member]:
     if cfg.tasks is None:
         return [Member(cfg.task.name, build_task(cfg.task, registry))]
     return [Member(name, build_task(m.task, registry), m.weight, m.select) for name, m in cfg.tasks.items()]
+
+
+def data_config(cfg):
+    """The data section the members are prepared with: in a multi-task run a training source
+    must leave room for its task token (data.max_len at most model.max_positions - 1)."""
+    if cfg.tasks is None:
+        return cfg.data
+    return OmegaConf.merge(cfg.data, {"max_len": min(cfg.data.max_len, cfg.model.max_positions - 1)})
 
 
 def vocab_dir(run_dir: Path, member: Member, members: list[Member]) -> Path:

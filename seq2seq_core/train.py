@@ -16,12 +16,9 @@ on CPU. Figures go to RUN_DIR/metrics.jsonl (`s2s.core.runlog`).
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import logging
 import os
-import shutil
-import tempfile
 import time
 from pathlib import Path
 
@@ -32,12 +29,12 @@ from omegaconf import OmegaConf
 from . import checkpoint, precision
 from .distributed import Group, TrainingError
 from .evaluate import decode_settings, translate
-from .members import Member, Stream, build_members, draw, join, probabilities, vocab_dir
+from .members import Member, Stream, build_members, data_config, draw, join, probabilities, vocab_dir
 from .model import Transformer
 from .optim import adam, label_smoothed_loss, lrate
 from .rng import rng_state, seed_everything, set_rng_state
+from .rundir import check_run_dir, save_tokenizer
 from .runlog import RunLog
-from .task import Task
 from .validation import validate
 from .vocab import atomic_write_text
 
@@ -65,51 +62,6 @@ def check_fits(member: Member, max_positions: int) -> None:
                 f"{int(split.src_lens[i]) + extra} source / {int(split.tgt_lens[i])} target tokens (with </s>"
                 f"{' and the task token' if extra else ''}) do not fit model.max_positions={max_positions} "
                 f"({len(too_long)} such pair(s) in {name}); raise model.max_positions or shorten them")
-
-
-def check_run_dir(run_dir: Path, need_bytes: int) -> None:
-    """Fail before training when the run directory is unwritable or the disk too full."""
-    try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        probe = run_dir / f".write_probe{os.getpid()}"
-        probe.write_bytes(b"ok")
-        probe.unlink()
-    except OSError as e:
-        raise TrainingError(f"run directory {run_dir} is not writable: {e}") from None
-    free = shutil.disk_usage(run_dir).free
-    if free < need_bytes:
-        raise TrainingError(f"run directory {run_dir}: {free / 2**20:.0f} MiB free, checkpoints "
-                            f"need about {need_bytes / 2**20:.0f} MiB (run.keep_last + 1 files)")
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def save_tokenizer(task: Task, run_dir: Path, directory: Path) -> dict:
-    """Write the task's vocabulary files into `directory` (in run_dir) and return {file: sha256}.
-
-    They are what `s2s generate` reads; a run directory that holds checkpoints keeps the
-    vocabulary they were trained with, so a different one is refused rather than written.
-    """
-    directory.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=directory, prefix=".vocab") as tmp:
-        task.save_vocab(Path(tmp))
-        files = {p.relative_to(tmp).as_posix(): _sha256(p) for p in sorted(Path(tmp).rglob("*")) if p.is_file()}
-        if checkpoint.listed(run_dir):
-            changed = [n for n, h in files.items() if (directory / n).is_file() and _sha256(directory / n) != h]
-            if changed:
-                raise TrainingError(f"{', '.join(str(directory / n) for n in changed)}: the task's vocabulary now "
-                                    "differs from the one this run's checkpoints were trained with; resume "
-                                    "with the original data and config, or train in a new run.dir")
-        for name in files:
-            (directory / name).parent.mkdir(parents=True, exist_ok=True)
-            os.replace(Path(tmp) / name, directory / name)
-    return {(directory / n).relative_to(run_dir).as_posix(): h for n, h in files.items()}
 
 
 class Trainer:
@@ -163,9 +115,7 @@ class Trainer:
     def _prepare(self, quiet: bool) -> None:
         """Each member's data: rank 0 prepares (or checks its cache), the others read the cache."""
         cfg, g = self.cfg, self.group
-        data_cfg = cfg.data
-        if len(self.members) > 1:  # room for the task token in every source
-            data_cfg = OmegaConf.merge(cfg.data, {"max_len": min(cfg.data.max_len, cfg.model.max_positions - 1)})
+        data_cfg = data_config(cfg)
         from .data import prepare
 
         def check_and_prepare():  # before any data work: an unwritable run dir fails at once
@@ -370,9 +320,10 @@ class Trainer:
         from .progress import progress
 
         self.model.train()
-        # since the last train record, per member: loss, nll, target tokens (the update's), and
-        # this process's tokens and sentences; summed on the device, read once per record
-        since = torch.zeros(len(self.members), 5, dtype=torch.float64, device=self.device)
+        # since the last train record, per member: loss, nll, target tokens (the update's), this
+        # process's tokens and sentences, updates; summed on the device, read once per record
+        since = torch.zeros(len(self.members), 6, dtype=torch.float64, device=self.device)
+        one = torch.ones((), dtype=torch.float64, device=self.device)
         t_log = time.time()
         bar = progress(self.log.quiet or self.group.rank != 0, total=cfg.optim.max_updates, initial=self.update,
                        desc="train", unit=" upd", dynamic_ncols=True)
@@ -385,7 +336,8 @@ class Trainer:
             since[out["member"]] += torch.stack([out["loss_sum"].double(), out["nll_sum"].double(),
                                                  out["ntokens"].double(),
                                                  torch.tensor(float(out["local_tokens"]), device=self.device).double(),
-                                                 torch.tensor(float(out["local_sentences"]), device=self.device).double()])
+                                                 torch.tensor(float(out["local_sentences"]), device=self.device).double(),
+                                                 one])
             if self.update % cfg.run.log_interval == 0:  # the only point where figures leave the device
                 sums = self.group.sum(since[:, :2].clone())  # the updates' losses summed over processes
                 figures, now = since.tolist(), time.time()
@@ -401,8 +353,9 @@ class Trainer:
         return self.finish()
 
     def _train_record(self, losses: list, figures: list, lr: float, seconds: float) -> dict:
-        """Loss and nll per target token over the updates since the last record (per member in
-        a multi-task run), the learning rate, and the target tokens a second of all processes."""
+        """Loss and nll per target token over the updates since the last record (and per member
+        in a multi-task run, with its number of those updates), the learning rate, and the
+        target tokens a second of all processes."""
         def per_token(rows):
             n = sum(figures[k][2] for k in rows)
             return {"loss": sum(losses[k][0] for k in rows) / n, "nll": sum(losses[k][1] for k in rows) / n}
@@ -415,7 +368,8 @@ class Trainer:
                   "skipped": self.skipped_updates}
         if len(self.members) > 1:
             for k in trained:
-                record.update({f"{self.members[k].name}/{key}": v for key, v in per_token([k]).items()})
+                record.update({f"{self.members[k].name}/{key}": v for key, v in per_token([k]).items()},
+                              **{f"{self.members[k].name}/updates": int(figures[k][5])})
         return record
 
     def _out_of_time(self) -> bool:

@@ -10,7 +10,8 @@ from s2s.core.model import Transformer
 @pytest.mark.parametrize("preset", preset_names())
 def test_every_preset_loads_validates_and_builds(preset, registry):
     cfg = load_config(preset, registry=registry)
-    assert cfg.task.name in registry.names()
+    sections = [cfg.task] if cfg.tasks is None else [m.task for m in cfg.tasks.values()]
+    assert sections and all(t.name in registry.names() for t in sections)
     with torch.device("meta"):  # the big presets cost no memory
         model = Transformer(cfg.model, 1000, 1000, shared_vocab=True)
     assert sum(p.numel() for p in model.parameters()) > 0

@@ -131,6 +131,9 @@ def test_multitask_demo_trains_logs_tests_and_generates_per_member(registry, tin
     assert main(["generate", str(tmp_path / "run"), "--input", str(src)]) == 2
     assert "choose one with --task" in capsys.readouterr().err
 
+    assert main(["export", str(tmp_path / "run"), "--to", "safetensors", "--output", str(tmp_path / "x")]) == 2
+    assert "multi-task run: export takes single-task runs" in capsys.readouterr().err
+
     capsys.readouterr()
     assert main(["plot", str(tmp_path / "run"), "--output", str(tmp_path / "plots")]) == 0
     written = {line.rpartition("/")[2] for line in capsys.readouterr().out.split()}

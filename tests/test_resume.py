@@ -23,7 +23,7 @@ import torch
 from omegaconf import OmegaConf
 
 import s2s.core.train as train_mod
-from s2s.core import checkpoint
+from s2s.core import checkpoint, rundir
 from s2s.core.cli import main
 from s2s.core.config import ConfigError, load_config
 from s2s.core.members import build_task
@@ -263,7 +263,7 @@ def test_checkpoints_every_m_minutes_and_learning_curves(registry, tiny, monkeyp
 
 def test_a_full_disk_fails_before_training(registry, tiny, monkeypatch):
     cfg = _cfg(registry, tiny, "optim.max_updates=2")
-    monkeypatch.setattr(train_mod.shutil, "disk_usage", lambda path: types.SimpleNamespace(free=1000))
+    monkeypatch.setattr(rundir.shutil, "disk_usage", lambda path: types.SimpleNamespace(free=1000))
     with pytest.raises(TrainingError, match=r"0 MiB free, checkpoints need about \d+ MiB"):
         train(cfg, registry, quiet=True)
     assert not (Path(cfg.run.dir) / "metrics.jsonl").exists() and not checkpoint.listed(cfg.run.dir)

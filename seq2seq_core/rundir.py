@@ -1,0 +1,58 @@
+"""The run directory before training: writable, room for the checkpoints, and the vocabulary
+files `s2s generate` reads, which a run with checkpoints never lets change under them."""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from . import checkpoint
+from .distributed import TrainingError
+from .task import Task
+
+
+def check_run_dir(run_dir: Path, need_bytes: int) -> None:
+    """Fail before training when the run directory is unwritable or the disk too full."""
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        probe = run_dir / f".write_probe{os.getpid()}"
+        probe.write_bytes(b"ok")
+        probe.unlink()
+    except OSError as e:
+        raise TrainingError(f"run directory {run_dir} is not writable: {e}") from None
+    free = shutil.disk_usage(run_dir).free
+    if free < need_bytes:
+        raise TrainingError(f"run directory {run_dir}: {free / 2**20:.0f} MiB free, checkpoints "
+                            f"need about {need_bytes / 2**20:.0f} MiB (run.keep_last + 1 files)")
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def save_tokenizer(task: Task, run_dir: Path, directory: Path) -> dict:
+    """Write the task's vocabulary files into `directory` (in run_dir) and return {file: sha256}.
+
+    They are what `s2s generate` reads; a run directory that holds checkpoints keeps the
+    vocabulary they were trained with, so a different one is refused rather than written.
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=directory, prefix=".vocab") as tmp:
+        task.save_vocab(Path(tmp))
+        files = {p.relative_to(tmp).as_posix(): _sha256(p) for p in sorted(Path(tmp).rglob("*")) if p.is_file()}
+        if checkpoint.listed(run_dir):
+            changed = [n for n, h in files.items() if (directory / n).is_file() and _sha256(directory / n) != h]
+            if changed:
+                raise TrainingError(f"{', '.join(str(directory / n) for n in changed)}: the task's vocabulary now "
+                                    "differs from the one this run's checkpoints were trained with; resume "
+                                    "with the original data and config, or train in a new run.dir")
+        for name in files:
+            (directory / name).parent.mkdir(parents=True, exist_ok=True)
+            os.replace(Path(tmp) / name, directory / name)
+    return {(directory / n).relative_to(run_dir).as_posix(): h for n, h in files.items()}
