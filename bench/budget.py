@@ -140,8 +140,8 @@ def budget_row(args, reg, minutes: float, run_dir: str, precision: str | None) -
     if cfg.tasks is None:
         row.update(test_scores(run_dir, reg, None))
     else:
-        row["tasks"] = {name: {"updates": sum(r.get(f"{name}/updates", 0) for r in trains),
-                               **test_scores(run_dir, reg, name)} for name in cfg.tasks}
+        trained = json.loads((Path(run_dir) / "result.json").read_text())["member_updates"]
+        row["tasks"] = {name: {"updates": trained[name], **test_scores(run_dir, reg, name)} for name in cfg.tasks}
     row.update(peak_rss_mib=round(peak_rss_mib(), 1), wall_s=round(time.time() - t0, 1))
     return row
 

@@ -106,6 +106,7 @@ class Trainer:
         self.p = probabilities(self.members, cfg.multitask.temperature)
         self.streams = [Stream(m, cfg.data.max_tokens, cfg.run.seed, g.rank, g.world) for m in self.members]
         self.update, self.skipped_updates, self.nonfinite_in_row, self.elapsed = 0, 0, 0, 0.0
+        self.member_updates = [0] * len(self.members)  # the updates each member has trained
         self._resume()
         g.agreed(lambda: atomic_write_text(self.run_dir / "config.yaml", OmegaConf.to_yaml(cfg)), rank0_only=True)
         self.log.start(self.update)
@@ -154,6 +155,7 @@ class Trainer:
         return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
                 "scaler": self.scaler.state_dict(), "update": self.update,
                 "streams": {s.member.name: s.state() for s in self.streams}, "world": self.group.world,
+                "member_updates": dict(zip((m.name for m in self.members), self.member_updates)),
                 "skipped_updates": self.skipped_updates, "nonfinite_in_row": self.nonfinite_in_row,
                 "elapsed": self._elapsed(), "rng": rngs, "config": OmegaConf.to_container(self.cfg, enum_to_str=True),
                 "tokenizer": self.tokenizer, "tasks": [m.name for m in self.members]}
@@ -194,6 +196,8 @@ class Trainer:
                                 "resume with the config it was written with (RUN_DIR/config.yaml) or "
                                 "train in a new run.dir") from None
         self.update = state["update"]
+        done = state.get("member_updates") or {self.members[0].name: self.update}
+        self.member_updates = [done[m.name] for m in self.members]
         self.skipped_updates = state.get("skipped_updates", 0)
         self.nonfinite_in_row = state.get("nonfinite_in_row", 0)
         self.elapsed = state.get("elapsed", 0.0)
@@ -292,6 +296,7 @@ class Trainer:
         if finite:
             self.nonfinite_in_row = 0
             self.update += 1
+            self.member_updates[k] += 1
             return out
         self.skipped_updates += 1
         self.nonfinite_in_row += 1
@@ -386,6 +391,8 @@ class Trainer:
         (several); the outputs go to test.hyp.txt, or test.MEMBER.hyp.txt for each member."""
         cfg = self.cfg
         result = {"update": self.update, "skipped_updates": self.skipped_updates}
+        if len(self.members) > 1:
+            result["member_updates"] = dict(zip((m.name for m in self.members), self.member_updates))
         if self.group.rank != 0:
             return result
         paths = checkpoint.listed(self.run_dir)

@@ -118,6 +118,7 @@ def test_multitask_demo_trains_logs_tests_and_generates_per_member(registry, tin
     assert {"translate/bleu", "translate/loss", "parse/f1", "parse/loss", "select", "loss"} <= set(valid)
     assert valid["select"] == pytest.approx((valid["translate/bleu"] + valid["parse/f1"]) / 2)
     assert set(result["test"]) == {"translate", "parse"} and "f1" in result["test"]["parse"]
+    assert sum(result["member_updates"].values()) == 40 and result["member_updates"]["parse"] > 20
     assert json.loads((tmp_path / "run" / "result.json").read_text())["test"] == result["test"]
 
     src = tmp_path / "in.txt"
