@@ -39,7 +39,7 @@ from omegaconf import OmegaConf
 from . import checkpoint, precision
 from .config import ConfigError, task_section
 from .data import epoch_batches, prepare, token_batches
-from .evaluate import decode_settings, translate
+from .evaluate import decode_settings, hypotheses
 from .model import Transformer
 from .optim import adam, label_smoothed_loss, lrate
 from .task import Task
@@ -503,9 +503,9 @@ class Trainer:
         sources, refs = self.data.texts("valid")
         if cfg.run.valid_max_sentences:
             sources, refs = sources[:cfg.run.valid_max_sentences], refs[:cfg.run.valid_max_sentences]
-        hyps = translate(precision.for_inference(self.model, self.search_precision), self.task,
-                         sources[self.rank::self.world],
-                         decode_settings(self.task, cfg.decode), self.device, cfg.decode.max_sentences)
+        hyps = hypotheses(precision.for_inference(self.model, self.search_precision), self.task,
+                          sources[self.rank::self.world],
+                          decode_settings(self.task, cfg.decode), self.device, cfg.decode.max_sentences)
         if self.world > 1:
             shares = [None] * self.world
             dist.all_gather_object(shares, hyps)
@@ -576,10 +576,11 @@ class Trainer:
             result["averaged"] = len(avg["averaged"])
         if "test" in self.data.splits:
             sources, refs = self.data.texts("test")
-            hyps = translate(precision.for_inference(self.model, self.search_precision), self.task, sources,
-                             decode_settings(self.task, cfg.decode),
-                             self.device, cfg.decode.max_sentences)
-            atomic_write_text(self.run_dir / "test.hyp.txt", "".join(h + "\n" for h in hyps))
+            hyps = hypotheses(precision.for_inference(self.model, self.search_precision), self.task, sources,
+                              decode_settings(self.task, cfg.decode),
+                              self.device, cfg.decode.max_sentences)
+            outputs = (self.task.postprocess(h, s) for h, s in zip(hyps, sources))
+            atomic_write_text(self.run_dir / "test.hyp.txt", "".join(h + "\n" for h in outputs))
             score = self.task.score(hyps, refs, sources)
             result["test"] = score.as_dict()
             self._log({"kind": "test", "update": self.update, score.name: score.value})

@@ -123,7 +123,7 @@ def test_task_separate_vocabularies(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["tokenizer.src.json", "tokenizer.tgt.json"]
     again = _task(shared_vocab=False, vocab_size=400)
     again.load_vocab(tmp_path)
-    src_vocab, tgt_vocab = again.src.tokenizer.get_vocab(), again.tgt.tokenizer.get_vocab()
+    src_vocab, tgt_vocab = again.src_vocab.tokenizer.get_vocab(), again.tgt_vocab.tokenizer.get_vocab()
     assert "ĠFahrrad" in tgt_vocab and "ĠFahrrad" not in src_vocab
     assert again.decode_target(again.encode_target(["Zwei Hunde."])[0]) == "Zwei Hunde."
 
