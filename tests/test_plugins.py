@@ -26,7 +26,7 @@ def readme_plugin() -> str:
 @pytest.fixture
 def plugin_file(tmp_path):
     code = readme_plugin()
-    assert len(code.splitlines()) <= 60
+    assert len(code.splitlines()) <= 50
     path = tmp_path / "chars_task.py"
     path.write_text(code)
     data = tmp_path / "chars"
@@ -63,6 +63,18 @@ def test_readme_plugin_trains_a_few_steps(plugin_file, tiny):
                                         "run.save_interval=3", "data.max_tokens=400"), registry=reg)
     result = train(cfg, reg, quiet=True)
     assert result["update"] == 6 and "accuracy" in result["test"]
+    run = Path(cfg.run.dir)
+    assert (run / "vocab.json").is_file() and not (run / "src_vocab.json").exists()  # the shared default
+    task = reg.get("chars")(cfg.task)
+    task.load_vocab(run)
+    assert task.shared_vocab and type(task.tgt_vocab).__name__ == "Chars"
+    assert task.decode_target(task.encode_target(["beam"])[0]) == "beam"
+    source = path.parent / "words.txt"
+    source.write_text("beam\nsearch\nlayer\n")
+    out = subprocess.run([sys.executable, "-m", "s2s.core.cli", "generate", str(run), "--input", str(source),
+                          "--plugin", str(path), "--beam", "2", "-q"], capture_output=True, text=True, check=True)
+    lines = out.stdout.splitlines()
+    assert len(lines) == 3 and all(" " not in line for line in lines)  # characters joined back into words
 
 
 def test_s2s_tasks_lists_every_task_with_its_origin(plugin_file):

@@ -133,3 +133,15 @@ def test_load_names_the_missing_file(tmp_path):
 
     with pytest.raises(DataError, match="tokenizer.json"):
         _task().load_vocab(tmp_path)
+
+
+def test_vocabularies_fit_the_protocol_and_the_task_says_when_there_is_none():
+    from s2s.core.vocab import Vocabulary, WordTokenizer
+
+    task = _task(vocab_size=400)
+    with pytest.raises(RuntimeError, match="neither built nor loaded"):
+        task.encode_source(["A dog."])
+    task.build_vocab(iter(PAIRS))
+    assert isinstance(task.src_vocab, Vocabulary) and isinstance(WordTokenizer(), Vocabulary)
+    src, tgt = task.tokenizers()
+    assert src is tgt is task.src_vocab.to_tokenizers()
