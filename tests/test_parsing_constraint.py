@@ -145,6 +145,9 @@ def test_off_by_default_and_on_in_the_sample_preset(registry):
     assert ParsingTask(OmegaConf.structured(ParsingTask.Config)).constraint(["a b"]) is None
     assert build_task(load_config("wsj_parsing", [], registry=registry), registry).constraint(["a"]) is None
     task = build_task(load_config("ptb_sample_parsing", [], registry=registry), registry)
+    with pytest.raises(RuntimeError, match="neither built nor loaded"):  # its tokens come from the vocabulary
+        task.constraint(["a b"])
+    task.build_vocab([("a b", "(S a b )S")])
     assert task.cfg.constrained and task.constraint(["a b"]) is not None
 
 

@@ -188,8 +188,9 @@ class ParsingTask(Task):
         if not self.cfg.constrained:
             return None
         if self._tables is None:  # a run trained before tgt_tags.json: every "tags" leaf token is a tag
-            tags = self.tags or [t for t in self.tgt_vocab.itos[len(SPECIALS):] if t[0] not in "()"]
-            self._tables = TokenTables(self.tgt_vocab.itos, tags, self.cfg.scheme)
+            itos = self._vocab("tgt").itos
+            tags = self.tags or [t for t in itos[len(SPECIALS):] if t[0] not in "()"]
+            self._tables = TokenTables(itos, tags, self.cfg.scheme)
         return TreeConstraint(self._tables, sources)
 
     # -- evaluation ---------------------------------------------------------------------------
