@@ -37,7 +37,7 @@ from bench.common import corpus_overrides, peak_rss_mib, write  # noqa: E402
 from s2s.core.cli import load_for_inference  # noqa: E402
 from s2s.core.config import load_config  # noqa: E402
 from s2s.core.data import prepare  # noqa: E402
-from s2s.core.evaluate import decode_settings, translate  # noqa: E402
+from s2s.core.evaluate import decode_settings, hypotheses  # noqa: E402
 from s2s.core.members import data_config  # noqa: E402
 from s2s.core.registry import Registry  # noqa: E402
 from s2s.core.runlog import read_metrics  # noqa: E402
@@ -65,13 +65,13 @@ def gold_figures(gold: list[str], trees: list[str]) -> dict:
     return {**{k: result.summary[k] for k in GOLD_FIGURES}, "f1_all": round(result.all_sentences["f1_all"], 2)}
 
 
-def gold_scores(task, hyps: list[str], sources: list[str]) -> dict:
+def gold_scores(task, trees: list[str], sources: list[str]) -> dict:
     """Parsing only: EVALB against the real gold trees, and the right-branching baseline."""
     from s2s.plugins.parsing.linearise import punctuation_tags
 
     gold = list(task.references("test"))
     baseline = [right_branching(s.split(), punctuation_tags(s.split())) for s in sources]
-    return {"gold_evalb": gold_figures(gold, hyps), "right_branching": gold_figures(gold, baseline)}
+    return {"gold_evalb": gold_figures(gold, trees), "right_branching": gold_figures(gold, baseline)}
 
 
 def searches(task, model, sources: list[str], settings, max_sentences: int, searched=None) -> dict:
@@ -85,12 +85,12 @@ def searches(task, model, sources: list[str], settings, max_sentences: int, sear
         for constrained in (True, False):
             task.cfg.constrained = constrained
             t0 = time.time()
-            trees = translate(model, searched or task, sources, settings, torch.device("cpu"), max_sentences)
+            hyps = hypotheses(model, searched or task, sources, settings, torch.device("cpu"), max_sentences)
+            trees, repaired = task.rebuild(hyps, sources)
             seconds = time.time() - t0
             out["constrained" if constrained else "unconstrained"] = {
-                **gold_figures(gold, trees), "repaired": task.repaired,
+                **gold_figures(gold, trees), "repaired": repaired,
                 "decode_sentences_per_s": round(len(sources) / seconds, 2)}
-            task.repaired = 0
     finally:
         task.cfg.constrained = was
     out["constrained_speed_ratio"] = round(out["constrained"]["decode_sentences_per_s"]
@@ -153,15 +153,15 @@ def test_scores(run_dir: str, reg, name: str | None) -> dict:
     own = getattr(task, "task", task)  # a multi-task member's own task
     sources, refs = prepare(own, data_config(cfg_run), quiet=True).texts("test")
     t1 = time.time()
-    hyps = translate(model, task, sources, decode_settings(own, cfg_run.decode), torch.device("cpu"),
-                     cfg_run.decode.max_sentences)
+    hyps = hypotheses(model, task, sources, decode_settings(own, cfg_run.decode), torch.device("cpu"),
+                      cfg_run.decode.max_sentences)
     decode_s = time.time() - t1
     score = task.score(hyps, refs, sources)
     row = {"test": score.as_dict(), "test_sentences": len(sources),
            "decode_sentences_per_s": round(len(sources) / decode_s, 2),
            "decoding": asdict(decode_settings(own, cfg_run.decode))}
     if own.name == "parsing":
-        row.update(gold_scores(own, hyps, sources))
+        row.update(gold_scores(own, own.rebuild(hyps, sources)[0], sources))
         row["search"] = searches(own, model, sources, decode_settings(own, cfg_run.decode),
                                  cfg_run.decode.max_sentences, searched=task)
     return row

@@ -1,8 +1,10 @@
 """Evaluation: validation loss, and turning source lines into the task's output lines.
 
-`translate` is what `s2s generate`, validation and test evaluation share: encode the sources,
+`hypotheses` is what `s2s generate`, validation and test evaluation share: encode the sources,
 decode them in batches of similar length with the task's defaults (overridden by the decode
-section), turn ids back into text and apply the task's post-processing.
+section) and turn ids back into text. `translate` applies the task's post-processing to them
+(`s2s generate`); validation and test hand `Task.score` the hypotheses with their sources, so
+that a task counts what its post-processing did there, and `postprocess` keeps no state.
 """
 from __future__ import annotations
 
@@ -32,10 +34,17 @@ def source_batch(ids: Sequence[Sequence[int]]) -> torch.Tensor:
     return src
 
 
-@torch.no_grad()
 def translate(model, task: Task, sources: Sequence[str], settings: DecodeDefaults, device,
               max_sentences: int = 128, progress=None) -> list[str]:
-    """The task's output line for every source line, in input order.
+    """The task's output line for every source line, in input order: `hypotheses`, post-processed."""
+    hyps = hypotheses(model, task, sources, settings, device, max_sentences, progress)
+    return [task.postprocess(h, s) for h, s in zip(hyps, sources)]
+
+
+@torch.no_grad()
+def hypotheses(model, task: Task, sources: Sequence[str], settings: DecodeDefaults, device,
+               max_sentences: int = 128, progress=None) -> list[str]:
+    """The decoded target string (before post-processing) for every source line, in input order.
 
     On a CPU with n > 1 intra-op threads, n batches are searched at once, each on one thread:
     a step's operations are small (a few hundred rows), and splitting each of them over threads
@@ -55,7 +64,7 @@ def translate(model, task: Task, sources: Sequence[str], settings: DecodeDefault
         hyps = generate(model, src.to(device), beam=settings.beam, alpha=settings.alpha,
                         max_len_a=settings.max_len_a, max_len_b=settings.max_len_b, stop=settings.stop,
                         constraint=task.constraint([sources[i] for i in batch]))
-        return [task.postprocess(task.decode_target(h.tokens), sources[i]) for i, h in zip(batch, hyps)]
+        return [task.decode_target(h.tokens) for h in hyps]
 
     batches = list(chunks(order, max_sentences))
     threads = torch.get_num_threads()

@@ -4,6 +4,17 @@ A task turns raw (source, target) pairs into ids and hypotheses back into text, 
 The engine owns the model, the data pipeline, training and decoding and never imports a task by
 name; a task imports only this module and `s2s.core.vocab`.
 
+A plugin writes what is its own: `read_split`, `build_vocab` (which sets `src_vocab` and
+`tgt_vocab`, objects of the `s2s.core.vocab.Vocabulary` protocol, one object twice when shared)
+and `score`; optionally `postprocess` and `constraint`. Everything else about vocabularies has
+a default built on those two objects: sizes, sharing, text <-> ids, saving and loading (file
+names `vocab_file` / `vocab_files`, read back with `Vocab.load`), and `tokenizers()` for export.
+
+`postprocess` is a pure function of its arguments and changes no state, so the engine may call
+it anywhere, on any thread. What a task counts about post-processing (parsing: repaired trees)
+it counts in `score`, which validation and test hand the decoded hypotheses, before
+post-processing, with their sources.
+
 Every vocabulary reserves the ids in `SPECIALS` (see `s2s.core.vocab`): 0 <pad>, 1 <s>,
 2 </s>, 3 <unk>. Tokenizers trained with the `tokenizers` library get them by listing
 `SPECIALS` first among their special tokens.
@@ -14,6 +25,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Iterator, Sequence
+
+from .vocab import Vocabulary, WordTokenizer
 
 if TYPE_CHECKING:
     import torch
@@ -92,8 +105,9 @@ class Task:
     """One transduction problem, as a plugin supplies it.
 
     Subclasses set `name`, `Config` (a dataclass subclassing `TaskConfig`), `decoding`, and
-    implement the methods below that raise NotImplementedError. The instance gets its config
-    section (an omegaconf object with `Config`'s fields) as `self.cfg`.
+    implement the methods below that raise NotImplementedError (`read_split`, `build_vocab`,
+    `score`); the rest have defaults. The instance gets its config section (an omegaconf object
+    with `Config`'s fields) as `self.cfg`.
     """
 
     name: ClassVar[str]
@@ -102,8 +116,16 @@ class Task:
     #: names of the splits this task can read; "train" and "valid" are needed to train
     splits: ClassVar[Sequence[str]] = ("train", "valid", "test")
 
+    #: the class whose `load` reads this task's vocabulary files (a `Vocabulary`)
+    Vocab: ClassVar[type] = WordTokenizer
+    #: file names in a run directory: one shared vocabulary, or the source and the target one
+    vocab_file: ClassVar[str] = "vocab.json"
+    vocab_files: ClassVar[tuple[str, str]] = ("src_vocab.json", "tgt_vocab.json")
+
     def __init__(self, cfg):
         self.cfg = cfg
+        self.src_vocab: Vocabulary | None = None  # set by build_vocab or load_vocab
+        self.tgt_vocab: Vocabulary | None = None
 
     # -- data -------------------------------------------------------------------------------
     def read_split(self, split: str) -> Iterator[tuple[str, str]]:
@@ -115,48 +137,80 @@ class Task:
 
     # -- vocabulary -------------------------------------------------------------------------
     def build_vocab(self, pairs: Iterator[tuple[str, str]]) -> None:
-        """Train the tokenizer(s) on the training pairs."""
+        """Train the vocabularies on the training pairs: set `self.src_vocab` and `self.tgt_vocab`
+        (one object twice for a shared vocabulary)."""
         raise NotImplementedError
 
     def save_vocab(self, directory: Path) -> None:
-        """Write the tokenizer(s) into `directory` so that `load_vocab` restores them."""
-        raise NotImplementedError
+        """Write the vocabularies into `directory` (`vocab_file`, or the two `vocab_files`)."""
+        directory = Path(directory)
+        src, tgt = self._vocab("src"), self._vocab("tgt")
+        if src is tgt:
+            src.save(directory / self.vocab_file)
+        else:
+            src.save(directory / self.vocab_files[0])
+            tgt.save(directory / self.vocab_files[1])
 
     def load_vocab(self, directory: Path) -> None:
-        raise NotImplementedError
+        """Read what `save_vocab` wrote, with `Vocab.load`: the shared file where there is one."""
+        directory = Path(directory)
+        shared = directory / self.vocab_file
+        if shared.is_file():
+            self.src_vocab = self.tgt_vocab = self.Vocab.load(shared)
+            return
+        src, tgt = (directory / name for name in self.vocab_files)
+        for path in (src, tgt):
+            if not path.is_file():
+                raise DataError(f"{path} does not exist, nor {shared}: the vocabulary of task {self.name!r}")
+        self.src_vocab, self.tgt_vocab = self.Vocab.load(src), self.Vocab.load(tgt)
 
     @property
     def src_vocab_size(self) -> int:
-        raise NotImplementedError
+        return len(self._vocab("src"))
 
     @property
     def tgt_vocab_size(self) -> int:
-        raise NotImplementedError
+        return len(self._vocab("tgt"))
 
     @property
     def shared_vocab(self) -> bool:
         """True when source and target use one vocabulary (then all embeddings are tied)."""
-        return False
+        return self._vocab("src") is self._vocab("tgt")
 
     def tokenizers(self):
         """The source and target vocabularies as `tokenizers.Tokenizer` objects (one object twice
-        when shared), id for id: what `s2s export` gives CTranslate2 and Hugging Face. Optional."""
-        raise NotImplementedError(f"task {self.name!r} does not give its tokenizers (Task.tokenizers)")
+        when shared), id for id: what `s2s export` gives CTranslate2 and Hugging Face. Optional:
+        the vocabularies' `to_tokenizers()`."""
+        src, tgt = self._vocab("src"), self._vocab("tgt")
+        if not hasattr(src, "to_tokenizers") or not hasattr(tgt, "to_tokenizers"):
+            raise NotImplementedError(f"task {self.name!r} does not give its tokenizers "
+                                      f"({type(src).__name__} has no to_tokenizers())")
+        first = src.to_tokenizers()
+        return (first, first) if src is tgt else (first, tgt.to_tokenizers())
+
+    def _vocab(self, side: str) -> Vocabulary:
+        vocab = self.src_vocab if side == "src" else self.tgt_vocab
+        if vocab is None:
+            raise RuntimeError(f"task {self.name!r}: the vocabulary is neither built nor loaded "
+                               "(build_vocab / load_vocab first)")
+        return vocab
 
     # -- ids <-> text -----------------------------------------------------------------------
     def encode_source(self, lines: Sequence[str]) -> list[list[int]]:
         """Ids of each source line, without <s> or </s> (the engine adds those)."""
-        raise NotImplementedError
+        return self._vocab("src").encode(lines)
 
     def encode_target(self, lines: Sequence[str]) -> list[list[int]]:
-        raise NotImplementedError
+        return self._vocab("tgt").encode(lines)
 
     def decode_target(self, ids: Sequence[int]) -> str:
         """The target string for a sequence of ids (specials already removed)."""
-        raise NotImplementedError
+        return self._vocab("tgt").decode(ids)
 
     def postprocess(self, hypothesis: str, source: str) -> str:
-        """Turn a decoded hypothesis into the task's output for `source` (e.g. rebuild a tree)."""
+        """Turn a decoded hypothesis into the task's output for `source` (e.g. rebuild a tree).
+
+        A pure function: it changes no state (decoding may run it on several threads at once)."""
         return hypothesis
 
     def constraint(self, sources: Sequence[str]) -> Constraint | None:
@@ -166,7 +220,12 @@ class Task:
     # -- evaluation -------------------------------------------------------------------------
     def score(self, hypotheses: Sequence[str], references: Sequence[str],
               sources: Sequence[str] | None = None) -> Score:
-        """Score post-processed hypotheses against references (same number of lines)."""
+        """Score hypotheses against references (same number of lines).
+
+        Validation and test pass the decoded hypotheses before `postprocess`, with `sources`:
+        a task whose post-processing does something applies it here (and counts what it did).
+        `s2s score` passes output lines (with `sources` when given `--src`), so such a task
+        tells the two apart (parsing: a token sequence from a bracketed tree)."""
         raise NotImplementedError
 
 

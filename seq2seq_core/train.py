@@ -28,7 +28,7 @@ from omegaconf import OmegaConf
 
 from . import checkpoint, precision
 from .distributed import Group, TrainingError
-from .evaluate import decode_settings, translate
+from .evaluate import decode_settings, hypotheses
 from .members import Member, Stream, build_members, data_config, draw, join, probabilities, vocab_dir
 from .model import Transformer
 from .optim import adam, label_smoothed_loss, lrate
@@ -407,10 +407,11 @@ class Trainer:
             if "test" not in m.data.splits:
                 continue
             sources, refs = m.data.texts("test")
-            hyps = translate(search_model, m, sources, decode_settings(m.task, cfg.decode), self.device,
-                             cfg.decode.max_sentences)
+            hyps = hypotheses(search_model, m, sources, decode_settings(m.task, cfg.decode), self.device,
+                              cfg.decode.max_sentences)
+            outputs = (m.postprocess(h, s) for h, s in zip(hyps, sources))
             name = "test.hyp.txt" if single else f"test.{m.name}.hyp.txt"
-            atomic_write_text(self.run_dir / name, "".join(h + "\n" for h in hyps))
+            atomic_write_text(self.run_dir / name, "".join(h + "\n" for h in outputs))
             score = m.score(hyps, refs, sources)
             if single:
                 result["test"] = score.as_dict()

@@ -13,7 +13,7 @@ import math
 import torch
 
 from .data import token_batches
-from .evaluate import decode_settings, translate
+from .evaluate import decode_settings, hypotheses
 from .members import Member
 from .optim import label_smoothed_loss
 from .rng import rng_preserved
@@ -39,8 +39,8 @@ def dev_score(search_model, member: Member, group, cfg):
     sources, refs = member.data.texts("valid")
     if cfg.run.valid_max_sentences:
         sources, refs = sources[:cfg.run.valid_max_sentences], refs[:cfg.run.valid_max_sentences]
-    hyps = translate(search_model, member, sources[group.rank::group.world],
-                     decode_settings(member.task, cfg.decode), group.device, cfg.decode.max_sentences)
+    hyps = hypotheses(search_model, member, sources[group.rank::group.world],
+                      decode_settings(member.task, cfg.decode), group.device, cfg.decode.max_sentences)
     shares = group.gather(hyps)
     hyps = [shares[i % group.world][i // group.world] for i in range(len(sources))]
     return member.score(hyps, refs, sources)

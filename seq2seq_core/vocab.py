@@ -1,9 +1,10 @@
-"""Special ids shared by every vocabulary, and a whitespace word-level tokenizer.
+"""Special ids shared by every vocabulary, the `Vocabulary` protocol, and a word-level one.
 
 The engine pads with PAD, starts every target with BOS and ends it with EOS; a task's tokenizer
 must give these ids to the tokens in `SPECIALS` (list them first when training with the
-`tokenizers` library). `WordTokenizer` serves tasks whose text is already split into tokens
-(the demo, linearised trees).
+`tokenizers` library). A task keeps its vocabularies as objects of the `Vocabulary` protocol,
+and `s2s.core.task.Task` does the rest with them. `WordTokenizer` serves tasks whose text is
+already split into tokens (the demo, linearised trees).
 """
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import json
 import os
 from collections import Counter
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Iterable, Protocol, Sequence, runtime_checkable
 
 SPECIALS = ["<pad>", "<s>", "</s>", "<unk>"]
 PAD, BOS, EOS, UNK = range(4)
@@ -26,6 +27,28 @@ def atomic_write_text(path: Path, text: str) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+@runtime_checkable
+class Vocabulary(Protocol):
+    """What a task's vocabulary offers: lines to ids (no specials) and ids back, kept in one file.
+
+    Optional: `to_tokenizers()`, the same vocabulary as a `tokenizers.Tokenizer`, id for id, which
+    `s2s export --to ctranslate2|huggingface` needs.
+    """
+
+    def __len__(self) -> int: ...
+
+    def encode(self, lines: Sequence[str]) -> list[list[int]]: ...
+
+    def decode(self, ids: Sequence[int]) -> str: ...
+
+    def save(self, path: Path) -> None: ...
+
+    @classmethod
+    def load(cls, path: Path) -> "Vocabulary":
+        """The vocabulary `save` wrote to `path`; a missing or damaged file raises `DataError`."""
+        ...
 
 
 class WordTokenizer:

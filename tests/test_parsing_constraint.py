@@ -131,8 +131,8 @@ def test_constrained_search_on_an_untrained_model_writes_trees_over_the_words(se
     src = source_batch(task.encode_source(sentences))
     hyps = generate(model, src, beam=beam, alpha=0.3, max_len_a=2.0, max_len_b=2,
                     constraint=task.constraint(sentences))
-    trees = [task.postprocess(task.decode_target(h.tokens), s) for h, s in zip(hyps, sentences)]
-    assert task.repaired == 0, trees
+    trees, repaired = task.rebuild([task.decode_target(h.tokens) for h in hyps], sentences)
+    assert repaired == 0, trees
     for tree, words in zip(trees, sentences):
         assert read_tree(tree).words == words.split() and read_tree(tree).problem is None
     assert evalb(trees, trees).summary["error_sentences"] == 0
@@ -145,6 +145,9 @@ def test_off_by_default_and_on_in_the_sample_preset(registry):
     assert ParsingTask(OmegaConf.structured(ParsingTask.Config)).constraint(["a b"]) is None
     assert build_task(load_config("wsj_parsing", [], registry=registry).task, registry).constraint(["a"]) is None
     task = build_task(load_config("ptb_sample_parsing", [], registry=registry).task, registry)
+    with pytest.raises(RuntimeError, match="neither built nor loaded"):  # its tokens come from the vocabulary
+        task.constraint(["a b"])
+    task.build_vocab([("a b", "(S a b )S")])
     assert task.cfg.constrained and task.constraint(["a b"]) is not None
 
 
@@ -166,3 +169,33 @@ def test_a_due_word_is_scored_as_any_word():
     opens = [i for i, t in tokens.items() if t.startswith("(")]
     assert torch.equal(scored[0, opens], logp[0, opens])
     assert scored[0, [w for w in words if w != the]].eq(-torch.inf).all()
+
+
+def test_repairs_are_counted_right_when_batches_are_decoded_on_several_threads():
+    """Decoding searches batches on 2 threads at once; score counts the repairs of the decoded
+    hypotheses itself (postprocess keeps no count), the same as one sentence after the other."""
+    from s2s.core.evaluate import hypotheses, translate
+    from s2s.core.task import DecodeDefaults
+    from s2s.plugins.parsing.linearise import delinearise
+
+    task = task_for("vinyals", linearised_pairs("vinyals"))
+    task.cfg.constrained = False
+    model = untrained_model(task, seed=0)
+    sentences = [" ".join(WORDS[i % len(WORDS):][:n]) for i, n in enumerate([3, 5, 2, 7, 4, 6, 1, 8] * 2)]
+    settings = DecodeDefaults(beam=2, alpha=0.3, max_len_a=1.0, max_len_b=6)
+    state = dict(vars(task))
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        hyps = hypotheses(model, task, sentences, settings, "cpu", max_sentences=2)
+        trees = translate(model, task, sentences, settings, "cpu", max_sentences=2)
+    finally:
+        torch.set_num_threads(threads)
+    expected = [delinearise(h, s, "vinyals") for h, s in zip(hyps, sentences)]
+    assert trees == [t for t, _ in expected]
+    repaired = sum(r for _, r in expected)
+    assert repaired > 0  # an untrained model's unconstrained outputs need repairs
+    gold = [t for _, t in linearised_pairs("vinyals")][:1] * len(sentences)
+    for _ in range(2):  # the count is per call, not carried over
+        assert task.score(hyps, gold, sentences).figures["repaired"] == repaired
+    assert vars(task) == state

@@ -130,18 +130,24 @@ def test_any_token_sequence_becomes_a_tree_over_the_words(tokens, words, scheme,
     assert delinearise(linearise(again, scheme, root), words, scheme, root) == (tree, False)
 
 
-def test_task_counts_repairs_until_score():
+def test_score_counts_the_repairs_of_decoded_hypotheses():
     task = ParsingTask(OmegaConf.structured(ParsingTask.Config))
-    src = ["The dog barks .", "The dog barks ."]
+    src = ["The dog barks .", "The dog barks .", "The dog barks ."]
     good = "(S (NP XX XX )NP (VP XX )VP XX )S"
-    hyps = [task.postprocess(good, src[0]), task.postprocess("(S (NP XX )NP", src[1])]
-    score = task.score(hyps, [good, good], src)
-    assert score.figures["repaired"] == 1 and "repaired 1" in score.signature
+    score = task.score([good, "(S (NP XX )NP", ""], [good] * 3, src)  # "": the decoder wrote nothing
+    assert score.figures["repaired"] == 2 and "repaired 2" in score.signature
     assert score.figures["error_sentences"] == 0
-    # linearised hypotheses are rebuilt (and their repairs counted) by score itself
-    score = task.score(["(S XX XX XX XX", good], [good, good], src)
-    assert score.figures["repaired"] == 1
-    assert task.score([good], [good], src[:1]).figures["repaired"] == 0
+    # post-processed hypotheses (trees) are scored as they are: their repairs are not seen again
+    trees = [task.postprocess(good, src[0]), task.postprocess("(S (NP XX )NP", src[1])]
+    assert task.score(trees, [good, good], src[:2]).figures["repaired"] == 0
+    assert task.rebuild(trees, src[:2]) == (trees, 0)
+
+
+def test_postprocess_changes_no_state():
+    task = ParsingTask(OmegaConf.structured(ParsingTask.Config))
+    before = dict(vars(task))
+    assert task.postprocess("(S (NP XX )NP", "The dog barks .") == task.postprocess("(S (NP XX )NP", "The dog barks .")
+    assert vars(task) == before
 
 
 @needs_sample

@@ -26,7 +26,7 @@ def readme_plugin() -> str:
 @pytest.fixture
 def plugin_file(tmp_path):
     code = readme_plugin()
-    assert len(code.splitlines()) <= 60
+    assert len(code.splitlines()) <= 50
     path = tmp_path / "chars_task.py"
     path.write_text(code)
     data = tmp_path / "chars"
@@ -63,6 +63,18 @@ def test_readme_plugin_trains_a_few_steps(plugin_file, tiny):
                                         "run.save_interval=3", "data.max_tokens=400"), registry=reg)
     result = train(cfg, reg, quiet=True)
     assert result["update"] == 6 and "accuracy" in result["test"]
+    run = Path(cfg.run.dir)
+    assert (run / "vocab.json").is_file() and not (run / "src_vocab.json").exists()  # the shared default
+    task = reg.get("chars")(cfg.task)
+    task.load_vocab(run)
+    assert task.shared_vocab and type(task.tgt_vocab).__name__ == "Chars"
+    assert task.decode_target(task.encode_target(["beam"])[0]) == "beam"
+    source = path.parent / "words.txt"
+    source.write_text("beam\nsearch\nlayer\n")
+    out = subprocess.run([sys.executable, "-m", "s2s.core.cli", "generate", str(run), "--input", str(source),
+                          "--plugin", str(path), "--beam", "2", "-q"], capture_output=True, text=True, check=True)
+    lines = out.stdout.splitlines()
+    assert len(lines) == 3 and all(" " not in line for line in lines)  # characters joined back into words
 
 
 def test_s2s_tasks_lists_every_task_with_its_origin(plugin_file):
@@ -82,3 +94,23 @@ def test_bad_plugin_specs_are_named(tmp_path):
     (tmp_path / "empty.py").write_text("x = 1\n")
     with pytest.raises(RegistryError, match="no Task subclass"):
         Registry.installed([str(tmp_path / "empty.py")])
+
+
+def test_readme_plugin_joins_a_multi_task_run_unchanged(plugin_file, tiny, tmp_path):
+    """The same plugin, written only against the public interface, shares a model with the demo."""
+    path, data = plugin_file
+    reg = Registry.installed([str(path)])
+    preset = tmp_path / "mixed.yaml"
+    preset.write_text(f"tasks:\n  chars:\n    task: {{name: chars, data_dir: {data}}}\n"
+                      "  demo:\n    preset: demo\n    task: {train_size: 300, valid_size: 8, test_size: 8}\n")
+    cfg = load_config(str(preset), tiny("optim.max_updates=8", "optim.warmup=2", "run.valid_interval=4",
+                                        "run.save_interval=4", "data.max_tokens=400",
+                                        "run.seed=2"), registry=reg)  # seed 1 draws chars 8 times in 8
+    result = train(cfg, reg, quiet=True)
+    assert result["update"] == 8 and all(n > 0 for n in result["member_updates"].values())
+    assert "accuracy" in result["test"]["chars"] and "bleu" in result["test"]["demo"]
+    src = tmp_path / "words.txt"
+    src.write_text("beam\nsoftmax\n")
+    out = subprocess.run([sys.executable, "-m", "s2s.core.cli", "generate", cfg.run.dir, "--task", "chars",
+                          "--input", str(src), "--plugin", str(path), "-q"], capture_output=True, text=True)
+    assert out.returncode == 0 and len(out.stdout.splitlines()) == 2, out.stderr[-2000:]

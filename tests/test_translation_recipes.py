@@ -201,7 +201,7 @@ def test_wmt14_presets_carry_the_papers_settings(name, size, dropout, updates, a
     assert (cfg.optim.warmup, cfg.optim.label_smoothing, cfg.data.max_tokens) == (4000, 0.1, 25000)
     assert (cfg.task.tokenizer, cfg.task.vocab_size) == (model, 37000 if model == "bpe" else 32000)
     task = TranslationTask(task_section(cfg.task))
-    assert task.shared_vocab and (task.decoding.beam, task.decoding.alpha, task.decoding.max_len_b) == (4, 0.6, 50)
+    assert cfg.task.shared_vocab and (task.decoding.beam, task.decoding.alpha, task.decoding.max_len_b) == (4, 0.6, 50)
     assert cfg.decode.beam is None and cfg.decode.alpha is None
 
 

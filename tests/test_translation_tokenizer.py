@@ -123,7 +123,7 @@ def test_task_separate_vocabularies(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["tokenizer.src.json", "tokenizer.tgt.json"]
     again = _task(shared_vocab=False, vocab_size=400)
     again.load_vocab(tmp_path)
-    src_vocab, tgt_vocab = again.src.tokenizer.get_vocab(), again.tgt.tokenizer.get_vocab()
+    src_vocab, tgt_vocab = again.src_vocab.tokenizer.get_vocab(), again.tgt_vocab.tokenizer.get_vocab()
     assert "ĠFahrrad" in tgt_vocab and "ĠFahrrad" not in src_vocab
     assert again.decode_target(again.encode_target(["Zwei Hunde."])[0]) == "Zwei Hunde."
 
@@ -133,3 +133,15 @@ def test_load_names_the_missing_file(tmp_path):
 
     with pytest.raises(DataError, match="tokenizer.json"):
         _task().load_vocab(tmp_path)
+
+
+def test_vocabularies_fit_the_protocol_and_the_task_says_when_there_is_none():
+    from s2s.core.vocab import Vocabulary, WordTokenizer
+
+    task = _task(vocab_size=400)
+    with pytest.raises(RuntimeError, match="neither built nor loaded"):
+        task.encode_source(["A dog."])
+    task.build_vocab(iter(PAIRS))
+    assert isinstance(task.src_vocab, Vocabulary) and isinstance(WordTokenizer(), Vocabulary)
+    src, tgt = task.tokenizers()
+    assert src is tgt is task.src_vocab.to_tokenizers()

@@ -7,7 +7,6 @@ Held-out sentences never occur in the training split.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 from sacrebleu.metrics import BLEU
 
@@ -37,7 +36,6 @@ class DemoTask(Task):
             raise ValueError(f"task.mode must be 'translate' or 'parse', got {cfg.mode!r}")
         if cfg.mode == "parse":
             self.decoding = DecodeDefaults(beam=4, alpha=0.6, max_len_a=3.0, max_len_b=10)
-        self.vocab = WordTokenizer()
 
     def _pair(self, tree) -> tuple[str, str]:
         target = grammar.translate(tree) if self.cfg.mode == "translate" else grammar.bracketed(tree)
@@ -61,28 +59,7 @@ class DemoTask(Task):
                 yield src, tgt
 
     def build_vocab(self, pairs):
-        self.vocab = WordTokenizer.train(w for pair in pairs for w in pair)
-
-    def save_vocab(self, directory: Path):
-        self.vocab.save(Path(directory) / "vocab.json")
-
-    def load_vocab(self, directory: Path):
-        self.vocab = WordTokenizer.load(Path(directory) / "vocab.json")
-
-    def tokenizers(self):
-        tokenizer = self.vocab.to_tokenizers()
-        return tokenizer, tokenizer
-
-    src_vocab_size = tgt_vocab_size = property(lambda self: len(self.vocab))
-    shared_vocab = True
-
-    def encode_source(self, lines):
-        return self.vocab.encode(lines)
-
-    encode_target = encode_source
-
-    def decode_target(self, ids):
-        return self.vocab.decode(ids)
+        self.src_vocab = self.tgt_vocab = WordTokenizer.train(w for pair in pairs for w in pair)
 
     def score(self, hypotheses, references, sources=None) -> Score:
         if len(hypotheses) != len(references):

@@ -11,12 +11,12 @@ Trees come from s2s.data_recipes.treebank: the user's WSJ (LDC99T42; 02-21 / 22 
 10% sample with a fixed split by file, or one-tree-per-line files; the semi-supervised setting
 adds silver trees to the training split.
 
-Repairs: `postprocess` counts the hypotheses it had to repair; `score` reports that count as
-`repaired` and starts it again from zero, so it covers the hypotheses post-processed since the
-previous `score` call. Given `sources`, `score` also accepts linearised hypotheses or references
-(the targets of `read_split`, which is what the trainer passes) and rebuilds them itself, counting
-the repairs of hypotheses; the signature then says the references were rebuilt (their POS tags
-are placeholders, so tagging accuracy says nothing). Without `sources` every line is a tree.
+Repairs: `postprocess` is a pure function (decoding calls it from several threads). Given
+`sources`, `score` accepts decoded hypotheses (what validation and test pass it: token sequences,
+before post-processing) and linearised references (the targets of `read_split`), rebuilds them
+itself (`rebuild`) and reports how many hypotheses it had to repair as `repaired`; the signature
+then says the references were rebuilt (their POS tags are placeholders, so tagging accuracy says
+nothing). Without `sources` every line is a tree and `score` is exactly EVALB.
 """
 from __future__ import annotations
 
@@ -89,11 +89,8 @@ class ParsingTask(Task):
             raise ValueError(f"task.corpus must be one of {', '.join(CORPORA)}, got {cfg.corpus!r}")
         if cfg.scheme not in SCHEMES:
             raise ValueError(f"task.scheme must be one of {', '.join(SCHEMES)}, got {cfg.scheme!r}")
-        self.src_vocab = WordTokenizer()
-        self.tgt_vocab = WordTokenizer()
         self.tags: list[str] = []  # leaf tags of the tag schemes (tgt_tags.json)
         self._tables = None  # the constraint's TokenTables for the current target vocabulary
-        self.repaired = 0  # hypotheses repaired by postprocess since the last score()
         self.read_stats: dict = {}  # split -> data_recipes.treebank.ReadStats of the last read
 
     # -- data ---------------------------------------------------------------------------------
@@ -157,52 +154,43 @@ class ParsingTask(Task):
         self._tables = None
 
     def save_vocab(self, directory: Path) -> None:
-        self.src_vocab.save(Path(directory) / "src_vocab.json")
-        self.tgt_vocab.save(Path(directory) / "tgt_vocab.json")
+        """src_vocab.json, tgt_vocab.json and, for the tag schemes, tgt_tags.json."""
+        super().save_vocab(directory)
         if self.tags:
             atomic_write_text(Path(directory) / "tgt_tags.json", json.dumps(self.tags, ensure_ascii=False))
 
     def load_vocab(self, directory: Path) -> None:
-        self.src_vocab = WordTokenizer.load(Path(directory) / "src_vocab.json")
-        self.tgt_vocab = WordTokenizer.load(Path(directory) / "tgt_vocab.json")
+        super().load_vocab(directory)
         tags = Path(directory) / "tgt_tags.json"
         self.tags = json.loads(tags.read_text(encoding="utf-8")) if tags.is_file() else []
         self._tables = None
 
-    def tokenizers(self):
-        return self.src_vocab.to_tokenizers(), self.tgt_vocab.to_tokenizers()
-
-    @property
-    def src_vocab_size(self) -> int:
-        return len(self.src_vocab)
-
-    @property
-    def tgt_vocab_size(self) -> int:
-        return len(self.tgt_vocab)
-
     # -- ids <-> text -------------------------------------------------------------------------
-    def encode_source(self, lines: Sequence[str]) -> list[list[int]]:
-        return self.src_vocab.encode(lines)
-
-    def encode_target(self, lines: Sequence[str]) -> list[list[int]]:
-        return self.tgt_vocab.encode(lines)
-
-    def decode_target(self, ids: Sequence[int]) -> str:
-        return self.tgt_vocab.decode(ids)
-
     def postprocess(self, hypothesis: str, source: str) -> str:
         """The tree (one line) over the words of `source` that `hypothesis` describes."""
-        tree, repaired = delinearise(hypothesis, source, self.cfg.scheme, self.cfg.root_label)
-        self.repaired += repaired
-        return tree
+        return delinearise(hypothesis, source, self.cfg.scheme, self.cfg.root_label)[0]
+
+    def rebuild(self, hypotheses: Sequence[str], sources: Sequence[str]) -> tuple[list[str], int]:
+        """The trees of decoded hypotheses, and how many of them had to be repaired.
+
+        A hypothesis that is already a bracketed tree is kept as it is; an empty one is a
+        decoder that wrote nothing, rebuilt (and repaired) like any token sequence."""
+        trees, repaired = [], 0
+        for h, src in zip(hypotheses, sources):
+            if not h.strip() or _is_linearised(h):
+                h, fixed = delinearise(h, src, self.cfg.scheme, self.cfg.root_label)
+                repaired += fixed
+            trees.append(h)
+        return trees, repaired
 
     def constraint(self, sources: Sequence[str]) -> TreeConstraint | None:
         """With `constrained`, the search writes only well-formed trees over each source's words."""
         if not self.cfg.constrained:
             return None
         if self._tables is None:  # a run trained before tgt_tags.json: every "tags" leaf token is a tag
-            tags = self.tags or [t for t in self.tgt_vocab.itos[len(SPECIALS):] if t[0] not in "()"]
-            self._tables = TokenTables(self.tgt_vocab.itos, tags, self.cfg.scheme)
+            itos = self._vocab("tgt").itos
+            tags = self.tags or [t for t in itos[len(SPECIALS):] if t[0] not in "()"]
+            self._tables = TokenTables(itos, tags, self.cfg.scheme)
         return TreeConstraint(self._tables, sources)
 
     # -- evaluation ---------------------------------------------------------------------------
@@ -223,23 +211,20 @@ class ParsingTask(Task):
                             "EVALB pairs them line by line, the counts must agree")
         if sources is not None and len(sources) != len(references):
             raise DataError(f"{len(sources)} sources for {len(references)} gold trees")
-        rebuilt_refs = False
+        rebuilt_refs, repaired = False, 0
         hyps, refs = hypotheses, references
         if sources is not None:  # lines that are token sequences, not trees, are rebuilt first
-            hyps, refs = [], []
-            for h, r, src in zip(hypotheses, references, sources):
-                if _is_linearised(h):
-                    h = self.postprocess(h, src)
+            hyps, repaired = self.rebuild(hypotheses, sources)
+            refs = []
+            for r, src in zip(references, sources):
                 if _is_linearised(r):
                     r = delinearise(r, src, self.cfg.scheme, self.cfg.root_label)[0]
                     rebuilt_refs = True
-                hyps.append(h)
                 refs.append(r)
         result = evalb(refs, hyps)
         figures = {k: round(v, 2) if isinstance(v, float) else v for k, v in result.figures().items()}
         figures.update({k: round(v, 2) if isinstance(v, float) else v for k, v in result.all_sentences.items()})
-        figures["repaired"] = self.repaired
-        self.repaired = 0
+        figures["repaired"] = repaired
         s = result.summary
         signature = (f"evalb COLLINS.prm (s2s) | sentences {s['sentences']} | errors {s['error_sentences']}"
                      f" | skipped {s['skipped_sentences']} | repaired {figures['repaired']}")

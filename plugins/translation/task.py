@@ -53,6 +53,9 @@ class TranslationTask(Task):
     name = "translation"
     Config = TranslationConfig
     decoding = DecodeDefaults(beam=4, alpha=0.6, max_len_a=1.0, max_len_b=50)
+    Vocab = Subwords
+    vocab_file = "tokenizer.json"
+    vocab_files = ("tokenizer.src.json", "tokenizer.tgt.json")
 
     def __init__(self, cfg):
         super().__init__(cfg)
@@ -64,8 +67,6 @@ class TranslationTask(Task):
             raise ConfigError(f"task.src_lang and task.tgt_lang are both {cfg.src_lang!r}")
         if cfg.source == "text" and not cfg.test_prefix:
             self.splits = ("train", "valid")
-        self.src: Subwords | None = None
-        self.tgt: Subwords | None = None
 
     # -- data -------------------------------------------------------------------------------
     def read_split(self, split: str) -> Iterator[tuple[str, str]]:
@@ -94,7 +95,7 @@ class TranslationTask(Task):
     def build_vocab(self, pairs: Iterator[tuple[str, str]]) -> None:
         train = lambda batches: Subwords.train(batches, self.cfg.vocab_size, self.cfg.tokenizer)  # noqa: E731
         if self.cfg.shared_vocab:
-            self.src = self.tgt = train([s for s, _ in chunk] + [t for _, t in chunk] for chunk in _chunks(pairs))
+            self.src_vocab = self.tgt_vocab = train([s for s, _ in chunk] + [t for _, t in chunk] for chunk in _chunks(pairs))
             return
         with tempfile.TemporaryDirectory(prefix="s2s-vocab-") as tmp:  # one pass over the pairs, two sides
             sides = [Path(tmp) / "src.txt", Path(tmp) / "tgt.txt"]
@@ -102,54 +103,7 @@ class TranslationTask(Task):
                 for s, t in pairs:
                     fs.write(s.replace("\n", " ") + "\n")
                     ft.write(t.replace("\n", " ") + "\n")
-            self.src, self.tgt = (train(_chunks(_read(p))) for p in sides)
-
-    def _files(self, directory: Path) -> list[Path]:
-        names = ["tokenizer.json"] if self.cfg.shared_vocab else ["tokenizer.src.json", "tokenizer.tgt.json"]
-        return [Path(directory) / n for n in names]
-
-    def save_vocab(self, directory: Path) -> None:
-        for path, vocab in zip(self._files(directory), (self.src, self.tgt)):
-            vocab.save(path)
-
-    def load_vocab(self, directory: Path) -> None:
-        files = self._files(directory)
-        for path in files:
-            if not path.is_file():
-                raise DataError(f"file {path} does not exist (the task's tokenizer)")
-        loaded = [Subwords.load(p) for p in files]
-        self.src, self.tgt = loaded if len(loaded) == 2 else loaded * 2
-
-    def tokenizers(self):
-        return self._vocab("src").tokenizer, self._vocab("tgt").tokenizer
-
-    @property
-    def src_vocab_size(self) -> int:
-        return len(self._vocab("src"))
-
-    @property
-    def tgt_vocab_size(self) -> int:
-        return len(self._vocab("tgt"))
-
-    @property
-    def shared_vocab(self) -> bool:
-        return bool(self.cfg.shared_vocab)
-
-    def _vocab(self, side: str) -> Subwords:
-        vocab = getattr(self, side)
-        if vocab is None:
-            raise RuntimeError("the vocabulary is neither built nor loaded (build_vocab / load_vocab first)")
-        return vocab
-
-    # -- ids <-> text -----------------------------------------------------------------------
-    def encode_source(self, lines: Sequence[str]) -> list[list[int]]:
-        return self._vocab("src").encode(lines)
-
-    def encode_target(self, lines: Sequence[str]) -> list[list[int]]:
-        return self._vocab("tgt").encode(lines)
-
-    def decode_target(self, ids: Sequence[int]) -> str:
-        return self._vocab("tgt").decode(ids)
+            self.src_vocab, self.tgt_vocab = (train(_chunks(_read(p))) for p in sides)
 
     # -- evaluation -------------------------------------------------------------------------
     def score(self, hypotheses: Sequence[str], references: Sequence[str],

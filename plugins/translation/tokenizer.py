@@ -89,6 +89,10 @@ class Subwords:
     def decode(self, ids: Sequence[int]) -> str:
         return self.tokenizer.decode(list(ids), skip_special_tokens=True)
 
+    def to_tokenizers(self) -> Tokenizer:
+        """The `tokenizers.Tokenizer` itself, for export."""
+        return self.tokenizer
+
     def save(self, path: Path) -> None:
         atomic_write_text(Path(path), self.tokenizer.to_str(pretty=True))
 
