@@ -15,7 +15,6 @@ import torch
 
 from .data import Split, chunks, token_batches
 from .decoding import generate
-from .optim import label_smoothed_loss
 from .task import DecodeDefaults, Task
 from .vocab import EOS, PAD
 
@@ -36,8 +35,7 @@ def valid_loss(model, split: Split, max_tokens: int, eps: float, device, autocas
     for idx in token_batches(split.src_lens, split.tgt_lens, max_tokens, seed=0, shuffle=False):
         b = split.batch(idx)
         with autocast():
-            logits = model(b["src"].to(device), b["tgt_in"].to(device))
-        loss, nll = label_smoothed_loss(logits, b["tgt_out"].to(device), eps)
+            loss, nll = model(b["src"].to(device), b["tgt_in"].to(device), b["tgt_out"].to(device), eps)
         loss_sum += loss.item()
         nll_sum += nll.item()
         ntokens += b["ntokens"]

@@ -41,7 +41,7 @@ from .config import ConfigError, task_section
 from .data import epoch_batches, prepare, token_batches
 from .evaluate import decode_settings, translate
 from .model import Transformer
-from .optim import adam, label_smoothed_loss, lrate
+from .optim import adam, lrate
 from .task import Task
 from .vocab import atomic_write_text
 
@@ -415,9 +415,9 @@ class Trainer:
             ctx = self.ddp.no_sync() if (self.world > 1 and not sync) else contextlib.nullcontext()
             with ctx:
                 with self.autocast():
-                    logits = self.ddp(b["src"].to(self.device, non_blocking=True),
-                                      b["tgt_in"].to(self.device, non_blocking=True))
-                loss, nll = label_smoothed_loss(logits, b["tgt_out"].to(self.device), cfg.optim.label_smoothing)
+                    loss, nll = self.ddp(b["src"].to(self.device, non_blocking=True),
+                                         b["tgt_in"].to(self.device, non_blocking=True),
+                                         b["tgt_out"].to(self.device), cfg.optim.label_smoothing)
                 self.scaler.scale(loss * self.world / ntokens).backward()
             loss_sum += loss.detach()
             nll_sum += nll.detach()
@@ -489,8 +489,8 @@ class Trainer:
             for idx in batches[self.rank::self.world]:
                 b = valid.batch(idx)
                 with self.autocast():
-                    logits = self.net(b["src"].to(self.device), b["tgt_in"].to(self.device))
-                loss, nll = label_smoothed_loss(logits, b["tgt_out"].to(self.device), cfg.optim.label_smoothing)
+                    loss, nll = self.net(b["src"].to(self.device), b["tgt_in"].to(self.device),
+                                         b["tgt_out"].to(self.device), cfg.optim.label_smoothing)
                 sums[0] += loss.double()
                 sums[1] += nll.double()
                 sums[2] += b["ntokens"]
