@@ -28,7 +28,7 @@ from omegaconf import OmegaConf
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from s2s.core.config import ModelConfig, OptimConfig  # noqa: E402
 from s2s.core.model import Transformer  # noqa: E402
-from s2s.core.optim import adam, label_smoothed_loss, lrate  # noqa: E402
+from s2s.core.optim import adam, lrate  # noqa: E402
 from s2s.core.vocab import BOS, EOS  # noqa: E402
 
 
@@ -94,8 +94,7 @@ def main() -> int:
 
     def step(i: int) -> float:
         with torch.autocast(device_type="cuda", dtype=torch.bfloat16):
-            logits = model(src, tgt_in)
-        loss, _ = label_smoothed_loss(logits, tgt_out, 0.1)
+            loss, _ = model(src, tgt_in, tgt_out, 0.1)
         (loss / ntokens).backward()
         for group in optimizer.param_groups:
             group["lr"] = lrate(i + 1, cfg.d_model, 4000)

@@ -52,7 +52,7 @@ def child(data_dir: str, cache_dir: str, run_dir: str, updates: int, threads: in
     trainer = Trainer(cfg, registry, quiet=True)
     rss_built = peak_rss_mib()
     # the epoch's largest batches (padded target, then source tokens): the worst case of any update
-    train = trainer.data.splits["train"]
+    train = trainer.members[0].data.splits["train"]
     batches = epoch_batches(train, cfg.data.max_tokens, cfg.run.seed, 0)
     src_lens, tgt_lens = train.src_lens, train.tgt_lens
     size = [(len(b) * int(tgt_lens[b].max()), len(b) * int(src_lens[b].max())) for b in batches]
@@ -60,9 +60,8 @@ def child(data_dir: str, cache_dir: str, run_dir: str, updates: int, threads: in
     del src_lens, tgt_lens
     t0 = time.perf_counter()
     for i in largest:
-        trainer._apply(trainer.train_step([batches[i]]))
-        trainer.update += 1
-    print(json.dumps({"pairs": len(trainer.data.splits["train"]), "updates": updates,
+        trainer.step([batches[i]])
+    print(json.dumps({"pairs": len(train), "updates": updates,
                       "s_per_update": (time.perf_counter() - t0) / updates, "rss_after_imports_mib": rss_imports,
                       "rss_after_trainer_mib": rss_built, "peak_rss_mib": peak_rss_mib()}))
 

@@ -7,7 +7,8 @@ This times one update in isolation, not what `s2s train` delivers end to end (da
 the loop): that is bench/train_throughput.py's figure. What is timed is the trainer's own
 update: `Trainer.train_step` (batches from the memory-mapped
 corpus, forward, label-smoothed loss, backward, finiteness check) then the optimiser step and
-`zero_grad`, as `Trainer.run` does them, on 2 CPU threads in fp32. The multi30k_en_de preset
+`zero_grad`, as `Trainer.run` does them, on 2 CPU threads in fp32 (`--precision bf16`: the
+trainer's bf16 path, s2s.core.precision). The multi30k_en_de preset
 trains on its own data and batch (4,096 tokens); the base preset (6+6 layers, d_model 512, a
 37,000-token BPE vocabulary) has no WMT14 copy here, so it trains on Multi30k with the same
 vocabulary size and a reduced batch.
@@ -56,7 +57,7 @@ import numpy as np
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from bench.common import mm_rate, peak_rss_mib, table, write
+from bench.common import MULTI30K, mm_rate, peak_rss_mib, table, write
 
 REPO = Path(__file__).resolve().parent.parent
 FLOP_FORMULA = (
@@ -83,14 +84,14 @@ def mm_probe() -> float:
 
 PRESETS = {
     # name: (preset, overrides)
-    "multi30k_en_de": ("multi30k_en_de", []),
+    "multi30k_en_de": ("multi30k_en_de", [f"task.data_dir={MULTI30K}"]),
     "wmt14_en_de_base": ("wmt14_en_de_base", [
-        "task.source=text", "task.data_dir=${shared:multi30k}", "task.train_prefix=train",
+        "task.source=text", f"task.data_dir={MULTI30K}", "task.train_prefix=train",
         "task.valid_prefix=val", "task.test_prefix=test_2016_flickr"]),
 }
 
 
-def build_trainer(name: str, max_tokens: int, threads: int, run_dir: str, cache_dir: str):
+def build_trainer(name: str, max_tokens: int, threads: int, run_dir: str, cache_dir: str, precision: str = "fp32"):
     from s2s.core.config import load_config
     from s2s.core.registry import Registry
     from s2s.core.train import Trainer
@@ -99,14 +100,13 @@ def build_trainer(name: str, max_tokens: int, threads: int, run_dir: str, cache_
     preset, overrides = PRESETS[name]
     cfg = load_config(preset, overrides + [
         f"run.dir={run_dir}", f"data.cache_dir={cache_dir}", f"data.max_tokens={max_tokens}",
-        f"run.threads={threads}", "run.quiet=true", "run.device=cpu", "run.precision=fp32"], registry=registry)
+        f"run.threads={threads}", "run.quiet=true", "run.device=cpu", f"run.precision={precision}"], registry=registry)
     return Trainer(cfg, registry, quiet=True)
 
 
 def one_update(trainer, batch) -> None:
     """Trainer.run's update, without logging, validation and checkpoints."""
-    if trainer._apply(trainer.train_step([batch])):  # optimiser step, zero_grad
-        trainer.update += 1
+    trainer.step([batch])  # optimiser step, zero_grad
 
 
 def profile_update(trainer, stream, updates: int = 2, top: int = 12) -> list[dict]:
@@ -115,7 +115,7 @@ def profile_update(trainer, stream, updates: int = 2, top: int = 12) -> list[dic
 
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         for _ in range(updates):
-            one_update(trainer, next(stream))
+            one_update(trainer, stream.next())
     events = prof.key_averages()
     total = sum(e.self_cpu_time_total for e in events)
     rows = sorted(events, key=lambda e: e.self_cpu_time_total, reverse=True)[:top]
@@ -124,35 +124,35 @@ def profile_update(trainer, stream, updates: int = 2, top: int = 12) -> list[dic
 
 
 def bench_preset(name: str, max_tokens: int, steps: int, variants: list[str], threads: int,
-                 cache_dir: str, profile: bool) -> dict:
+                 cache_dir: str, profile: bool, precision: str = "fp32") -> dict:
     with tempfile.TemporaryDirectory(prefix="s2s-bench-") as run_dir:
-        trainer = build_trainer(name, max_tokens, threads, run_dir, cache_dir)
+        trainer = build_trainer(name, max_tokens, threads, run_dir, cache_dir, precision)
         mcfg = trainer.cfg.model
-        train = trainer.data.splits["train"]
+        train = trainer.members[0].data.splits["train"]
         src_lens, tgt_lens = train.src_lens, train.tgt_lens
-        vocab = trainer.task.tgt_vocab_size
+        vocab = trainer.members[0].task.tgt_vocab_size
         flops_of = lambda idx: update_flops(src_lens[idx], tgt_lens[idx], mcfg.layers, mcfg.d_model,  # noqa: E731
                                             mcfg.d_ff, vocab)
-        eager = trainer.model
+        eager = trainer.ddp  # the model as the run's precision computes it (one process: no DDP)
         models, contexts = {}, {}
         for v in variants:
             models[v] = torch.compile(eager, dynamic=True) if v == "compile" else eager
             contexts[v] = (lambda: sdpa_kernel(SDPBackend.MATH)) if v == "math_attention" else contextlib.nullcontext
-        stream = trainer._batches()
+        stream = trainer.streams[0]
         setup = {}
         for v in variants:
             trainer.ddp = models[v]
             t0 = time.perf_counter()
             with contexts[v]():
                 for _ in range(3 if v == "compile" else 1):  # compile: the forward, the backward, a new shape
-                    one_update(trainer, next(stream))
+                    one_update(trainer, stream.next())
             setup[v] = round(time.perf_counter() - t0, 1)
 
         runs = {v: {"time": [], "mfu": [], "cpu": 0.0, "tokens": 0, "flops": 0.0, "padded": 0, "real": 0}
                 for v in variants}
         probes = []
         for _ in range(steps):
-            idx = next(stream)
+            idx = stream.next()
             flops = flops_of(idx)
             for v in variants:
                 trainer.ddp = models[v]
@@ -176,6 +176,7 @@ def bench_preset(name: str, max_tokens: int, steps: int, variants: list[str], th
     mm = statistics.median(probes)
     result = {"preset": name, "layers": mcfg.layers, "d_model": mcfg.d_model, "d_ff": mcfg.d_ff,
               "heads": mcfg.heads, "vocab": vocab, "parameters": trainer.n_params, "max_tokens": max_tokens,
+              "precision": trainer.precision,
               "timed_updates": steps, "threads": threads, "mm_rate_gflops_median": round(mm / 1e9, 1),
               "variants": {}}
     for v, r in runs.items():
@@ -215,6 +216,7 @@ def main(argv=None) -> dict:
                          "(scaled_dot_product_attention's unfused math backend instead of the fused kernel)")
     ap.add_argument("--base-variants", default="eager")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"], help="run.precision")
     ap.add_argument("--cache-dir", default=str(REPO / ".cache" / "s2s"))
     ap.add_argument("--no-profile", action="store_true")
     ap.add_argument("--name", default="train_step")
@@ -228,7 +230,7 @@ def main(argv=None) -> dict:
         presets.append(bench_preset(
             name, args.base_max_tokens if base else args.max_tokens, args.base_steps if base else args.steps,
             (args.base_variants if base else args.variants).split(","), args.threads, args.cache_dir,
-            not args.no_profile))
+            not args.no_profile, args.precision))
     result = {"benchmark": "isolated training step (issue 6a), not end to end", "flop_formula": FLOP_FORMULA,
               "mfu_reference": "fp32 torch.mm of 1024x1024 matrices, same threads, probed before every update",
               "omp_env": omp_env(), "mm_rate_gflops_start": round(mm_start / 1e9, 1),

@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from s2s.core.optim import label_smoothed_loss
 from s2s.core.vocab import PAD
 
 
@@ -270,17 +271,29 @@ class Transformer(nn.Module):
         keep[:, 0] |= src_pad.all(1)  # an all-PAD row attends to its first position, not to nothing (NaN)
         return keep[:, None, None, :]
 
-    def decode(self, tgt_in: Tensor, memory: Tensor, src_pad: Tensor) -> Tensor:
-        """tgt_in [B*g, T] (BOS y_1 ..., right-padded) -> logits [B*g, T, V], each position seeing
-        only the positions before it. g > 1 consecutive rows may share one sentence's memory."""
+    def decoder_states(self, tgt_in: Tensor, memory: Tensor, src_pad: Tensor) -> Tensor:
+        """tgt_in [B*g, T] (BOS y_1 ..., right-padded) -> the decoder's final states [B*g, T,
+        d_model], each position seeing only the positions before it. g > 1 consecutive rows may
+        share one sentence's memory."""
         mask = self.key_mask(src_pad)
         x = self.embed(self.tgt_embed, tgt_in)
         for layer in self.decoder:
             x = layer(x, layer.cross_attn.keys_values(memory), mask)
-        return self.out(self.dec_norm(x))
+        return self.dec_norm(x)
 
-    def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
-        return self.decode(tgt_in, *self.encode(src))
+    def decode(self, tgt_in: Tensor, memory: Tensor, src_pad: Tensor) -> Tensor:
+        """tgt_in [B*g, T] -> logits [B*g, T, V] (decoder_states, projected)."""
+        return self.out(self.decoder_states(tgt_in, memory, src_pad))
+
+    def forward(self, src: Tensor, tgt_in: Tensor, tgt_out: Optional[Tensor] = None,
+                label_smoothing: float = 0.0):
+        """Logits [B, T, V]; or, given the targets tgt_out [B, T], the summed label-smoothed
+        loss and NLL over its non-PAD tokens (s2s.core.optim.label_smoothed_loss), which
+        projects the decoder states chunk by chunk: training never holds the whole logits."""
+        states = self.decoder_states(tgt_in, *self.encode(src))
+        if tgt_out is None:
+            return self.out(states)
+        return label_smoothed_loss(states, self.out.weight, tgt_out, label_smoothing)
 
     # -- incremental decoding for search ---------------------------------------------------
     def init_cache(self, memory: Tensor, src_pad: Tensor, capacity: int = 16) -> DecoderCache:

@@ -31,7 +31,7 @@ from .distributed import Group, TrainingError
 from .evaluate import decode_settings, hypotheses
 from .members import Member, Stream, build_members, data_config, draw, join, probabilities, vocab_dir
 from .model import Transformer
-from .optim import adam, label_smoothed_loss, lrate
+from .optim import adam, lrate
 from .rng import rng_state, seed_everything, set_rng_state
 from .rundir import check_run_dir, save_tokenizer
 from .runlog import RunLog
@@ -256,18 +256,19 @@ class Trainer:
             ctx = self.ddp.no_sync() if (g.world > 1 and not sync) else contextlib.nullcontext()
             with ctx:
                 with self.autocast():
-                    logits = self.ddp(b["src"].to(self.device, non_blocking=True),
-                                      b["tgt_in"].to(self.device, non_blocking=True))
-                loss, nll = label_smoothed_loss(logits, b["tgt_out"].to(self.device), cfg.optim.label_smoothing)
+                    loss, nll = self.ddp(b["src"].to(self.device, non_blocking=True),
+                                         b["tgt_in"].to(self.device, non_blocking=True),
+                                         b["tgt_out"].to(self.device), cfg.optim.label_smoothing)
                 self.scaler.scale(loss * g.world / ntokens).backward()
             loss_sum += loss.detach()
             nll_sum += nll.detach()
         return {"loss_sum": loss_sum, "nll_sum": nll_sum, "ntokens": ntokens,
                 "local_tokens": sum(b["ntokens"] for b in data), "local_sentences": sum(map(len, batches))}
 
-    def step(self) -> dict | None:
-        """One update from the data streams: draw the member, take its next update_freq batches,
-        and step the optimiser if loss and gradients are finite on every process.
+    def step(self, batches: list | None = None) -> dict | None:
+        """One update: draw the member, take its next update_freq batches (or `batches`, index
+        arrays of its training split, for a benchmark that times chosen batches), and step the
+        optimiser if loss and gradients are finite on every process.
 
         Returns the update's figures (member, loss_sum, nll_sum, ntokens on the device; lr;
         this process's tokens and sentences), or None when the update was skipped: parameters
@@ -277,7 +278,9 @@ class Trainer:
         """
         cfg = self.cfg
         k = draw(self.p, cfg.run.seed, self.update + 1)
-        out = self.gradients(self.members[k], [self.streams[k].next() for _ in range(cfg.optim.update_freq)])
+        if batches is None:
+            batches = [self.streams[k].next() for _ in range(cfg.optim.update_freq)]
+        out = self.gradients(self.members[k], batches)
         out["member"], out["lr"] = k, lrate(self.update + 1, cfg.model.d_model, cfg.optim.warmup, cfg.optim.lr_scale)
         for group in self.optimizer.param_groups:
             group["lr"] = out["lr"]

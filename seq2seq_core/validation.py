@@ -15,7 +15,6 @@ import torch
 from .data import token_batches
 from .evaluate import decode_settings, hypotheses
 from .members import Member
-from .optim import label_smoothed_loss
 from .rng import rng_preserved
 
 
@@ -27,8 +26,7 @@ def dev_loss(net, member: Member, group, max_tokens: int, eps: float, autocast) 
     for idx in batches[group.rank::group.world]:
         b = member.batch("valid", idx)
         with autocast():
-            logits = net(b["src"].to(group.device), b["tgt_in"].to(group.device))
-        loss, nll = label_smoothed_loss(logits, b["tgt_out"].to(group.device), eps)
+            loss, nll = net(b["src"].to(group.device), b["tgt_in"].to(group.device), b["tgt_out"].to(group.device), eps)
         sums += torch.stack([loss.double(), nll.double(), torch.tensor(float(b["ntokens"]), dtype=torch.float64,
                                                                        device=group.device)])
     return group.sum(sums)

@@ -4,6 +4,8 @@ import math
 import pytest
 import torch
 
+from s2s.core.config import ModelConfig
+from s2s.core.model import Transformer
 from s2s.core.optim import label_smoothed_loss, lrate
 
 
@@ -25,47 +27,78 @@ def test_label_smoothed_loss_hand_computed():
     eps = 0.1
     nll = -math.log(0.25)
     smooth = -(math.log(0.5) + math.log(0.25) + 2 * math.log(0.125)) / 4
-    loss, n = label_smoothed_loss(logits, target, eps)
+    loss, n = label_smoothed_loss(logits, torch.eye(4), target, eps)  # logits = logits @ I
     assert n.item() == pytest.approx(nll)
     assert loss.item() == pytest.approx((1 - eps) * nll + eps * smooth)
 
 
 def test_padding_tokens_do_not_count():
-    logits = torch.randn(1, 3, 5)
-    loss_a, _ = label_smoothed_loss(logits[:, :2], torch.tensor([[4, 3]]), 0.1)
-    loss_b, _ = label_smoothed_loss(logits, torch.tensor([[4, 3, 0]]), 0.1)
+    hidden, weight = torch.randn(1, 3, 8), torch.randn(5, 8)
+    loss_a, _ = label_smoothed_loss(hidden[:, :2], weight, torch.tensor([[4, 3]]), 0.1)
+    loss_b, _ = label_smoothed_loss(hidden, weight, torch.tensor([[4, 3, 0]]), 0.1)
     assert loss_a.item() == pytest.approx(loss_b.item())
 
 
 def _reference_loss(logits, target, eps):
-    """The loss written out with autograd's own log_softmax, for comparison."""
+    """The loss written out with autograd's own log_softmax, for comparison: (loss, nll)."""
     lprobs = torch.log_softmax(logits.float(), dim=-1).flatten(0, -2)
     keep = target.reshape(-1) != 0
     nll = -lprobs.gather(1, target.reshape(-1, 1)).squeeze(1)
-    return (((1 - eps) * nll - eps * lprobs.mean(-1)) * keep).sum()
+    return (((1 - eps) * nll - eps * lprobs.mean(-1)) * keep).sum(), (nll * keep).sum()
 
 
-def test_the_chunked_loss_and_its_gradient_match_autograd_on_log_softmax():
+def test_the_chunked_loss_and_its_gradients_match_autograd_on_log_softmax():
     torch.manual_seed(0)
-    logits = torch.randn(3, 700, 3000, dtype=torch.float64).float().requires_grad_()  # several chunks
+    hidden = torch.randn(3, 700, 64).requires_grad_()
+    weight = torch.randn(3000, 64).requires_grad_()  # 2,100 rows of 3,000 logits: several chunks
     target = torch.randint(0, 3000, (3, 700))
     target[0, -50:] = 0  # padding
-    loss, _ = label_smoothed_loss(logits, target, 0.1)
+    loss, nll = label_smoothed_loss(hidden, weight, target, 0.1)
     (0.5 * loss).backward()
-    ref = logits.detach().clone().requires_grad_()
-    ref_loss = _reference_loss(ref, target, 0.1)
+    h, w = hidden.detach().clone().requires_grad_(), weight.detach().clone().requires_grad_()
+    ref_loss, ref_nll = _reference_loss(h @ w.t(), target, 0.1)
     (0.5 * ref_loss).backward()
     assert loss.item() == pytest.approx(ref_loss.item(), rel=1e-5)
-    assert torch.allclose(logits.grad, ref.grad, atol=1e-7)
-    assert logits.grad[0, -50:].abs().max() == 0
+    assert nll.item() == pytest.approx(ref_nll.item(), rel=1e-5)
+    for got, ref in ((hidden.grad, h.grad), (weight.grad, w.grad)):  # fp32 rounding of 3,000-term sums
+        assert torch.allclose(got, ref, rtol=1e-4, atol=1e-5 * ref.abs().max().item())
+    assert hidden.grad[0, -50:].abs().max() == 0
 
 
-def test_bf16_logits_give_an_fp32_loss_and_a_bf16_gradient():
+@pytest.mark.parametrize("tied", [True, False])
+def test_the_models_loss_matches_the_loss_of_its_logits(tied):
+    """Transformer(src, tgt_in, tgt_out, eps) (the projection inside the loss) against the
+    reference loss of Transformer(src, tgt_in) (the logits), values and every gradient; a tied
+    output weight gets both its embedding and its projection gradient."""
+    cfg = ModelConfig(layers=1, d_model=16, d_ff=32, heads=2, dropout=0.0, max_positions=32, tie_output=tied)
     torch.manual_seed(0)
-    logits = (3 * torch.randn(64, 500)).bfloat16().requires_grad_()
+    model = Transformer(cfg, 30, 30, shared_vocab=False)
+    assert (model.out.weight is model.tgt_embed.weight) == tied
+    src, tgt_in, tgt_out = torch.randint(4, 30, (5, 6)), torch.randint(4, 30, (5, 7)), torch.randint(4, 30, (5, 7))
+    tgt_out[1, -3:] = 0
+
+    def run(fused):
+        model.zero_grad()
+        loss, nll = model(src, tgt_in, tgt_out, 0.1) if fused else _reference_loss(model(src, tgt_in), tgt_out, 0.1)
+        loss.backward()
+        return loss.item(), nll.item(), {n: p.grad.clone() for n, p in model.named_parameters()}
+
+    (loss, nll, grads), (ref_loss, ref_nll, ref_grads) = run(True), run(False)
+    assert loss == pytest.approx(ref_loss, rel=1e-5) and nll == pytest.approx(ref_nll, rel=1e-5)
+    scale = max(g.abs().max().item() for g in ref_grads.values())  # some are 0 up to rounding (key biases)
+    for n in ref_grads:
+        assert torch.allclose(grads[n], ref_grads[n], rtol=1e-4, atol=1e-6 * scale), n
+
+
+def test_bf16_inputs_give_an_fp32_loss_and_bf16_gradients():
+    torch.manual_seed(0)
+    hidden = torch.randn(64, 32).bfloat16().requires_grad_()
+    weight = (0.5 * torch.randn(500, 32)).bfloat16().requires_grad_()
     target = torch.randint(1, 500, (64,))
-    loss, nll = label_smoothed_loss(logits, target, 0.1)
+    loss, nll = label_smoothed_loss(hidden, weight, target, 0.1)
     assert loss.dtype == nll.dtype == torch.float32
-    assert loss.item() == pytest.approx(_reference_loss(logits.detach().float(), target, 0.1).item(), rel=1e-5)
+    logits = (hidden @ weight.t()).detach()
+    assert loss.item() == pytest.approx(_reference_loss(logits, target, 0.1)[0].item(), rel=1e-4)
     loss.backward()
-    assert logits.grad.dtype == torch.bfloat16 and torch.isfinite(logits.grad).all()
+    assert hidden.grad.dtype == weight.grad.dtype == torch.bfloat16
+    assert torch.isfinite(hidden.grad).all() and torch.isfinite(weight.grad).all()
