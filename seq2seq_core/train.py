@@ -27,6 +27,7 @@ import torch
 from omegaconf import OmegaConf
 
 from . import checkpoint, precision
+from .data import prepare
 from .distributed import Group, TrainingError
 from .evaluate import decode_settings, hypotheses
 from .members import Member, Stream, build_members, data_config, draw, join, probabilities, vocab_dir
@@ -117,7 +118,6 @@ class Trainer:
         """Each member's data: rank 0 prepares (or checks its cache), the others read the cache."""
         cfg, g = self.cfg, self.group
         data_cfg = data_config(cfg)
-        from .data import prepare
 
         def check_and_prepare():  # before any data work: an unwritable run dir fails at once
             check_run_dir(self.run_dir, need_bytes=0)
