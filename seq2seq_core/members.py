@@ -48,13 +48,13 @@ class IdMap:
 
     def src(self, ids: torch.Tensor) -> torch.Tensor:
         """Source rows [B, S] of member ids -> [B, 1 + S] run ids, the task token first."""
-        mapped = torch.where(ids >= N_SPECIAL, ids + self.src_offset, ids)
+        mapped = torch.where(ids >= N_SPECIAL, ids + self.src_offset, ids) if self.src_offset else ids
         if self.task_token is None:
             return mapped
         return torch.cat([torch.full_like(mapped[:, :1], self.task_token), mapped], dim=1)
 
     def tgt(self, ids: torch.Tensor) -> torch.Tensor:
-        return torch.where(ids >= N_SPECIAL, ids + self.tgt_offset, ids)
+        return torch.where(ids >= N_SPECIAL, ids + self.tgt_offset, ids) if self.tgt_offset else ids
 
     def tgt_back(self, ids: Sequence[int]) -> list[int]:
         return [i - self.tgt_offset if i >= N_SPECIAL else i for i in ids]
@@ -197,9 +197,13 @@ class MappedConstraint(Constraint):
         self.inner, self.n = inner, n
         self.columns = torch.cat([torch.arange(N_SPECIAL), torch.arange(N_SPECIAL, member_vocab) + offset])
         self.offset, self.run_vocab = offset, run_vocab
+        self.outside = None  # 0 at the member's ids, -inf elsewhere: what `score` adds without a constraint
 
     def initial(self, device) -> tuple:
         self.columns = self.columns.to(device)
+        if self.inner is None:
+            self.outside = torch.full((self.run_vocab,), float("-inf"), device=device)
+            self.outside[self.columns] = 0.0
         return self.inner.initial(device) if self.inner is not None else (torch.zeros(self.n, device=device),)
 
     def advance(self, state: tuple, tokens) -> tuple:
@@ -222,9 +226,9 @@ class MappedConstraint(Constraint):
         return self._spread(mask, False)
 
     def score(self, state: tuple, logp: torch.Tensor, remaining) -> torch.Tensor:
-        member = logp.index_select(1, self.columns)
-        if self.inner is not None:
-            member = self.inner.score(state, member, remaining)
+        if self.inner is None:  # one add on the hot path, no gather and scatter
+            return logp + self.outside.to(logp.dtype)
+        member = self.inner.score(state, logp.index_select(1, self.columns), remaining)
         return self._spread(member, float("-inf"))
 
 

@@ -328,10 +328,10 @@ class Trainer:
         from .progress import progress
 
         self.model.train()
-        # since the last train record, per member: loss, nll, target tokens (the update's), this
-        # process's tokens and sentences, updates; summed on the device, read once per record
-        since = torch.zeros(len(self.members), 6, dtype=torch.float64, device=self.device)
-        one = torch.ones((), dtype=torch.float64, device=self.device)
+        # since the last train record, per member: loss, nll and target tokens of the updates,
+        # summed on the device and read once per record; this process's tokens, sentences, updates
+        since = torch.zeros(len(self.members), 3, dtype=torch.float64, device=self.device)
+        counts = [[0, 0, 0] for _ in self.members]
         t_log = time.time()
         bar = progress(self.log.quiet or self.group.rank != 0, total=cfg.optim.max_updates, initial=self.update,
                        desc="train", unit=" upd", dynamic_ncols=True)
@@ -341,16 +341,14 @@ class Trainer:
             if out is None:
                 continue
             bar.update(1)
-            since[out["member"]] += torch.stack([out["loss_sum"].double(), out["nll_sum"].double(),
-                                                 out["ntokens"].double(),
-                                                 torch.tensor(float(out["local_tokens"]), device=self.device).double(),
-                                                 torch.tensor(float(out["local_sentences"]), device=self.device).double(),
-                                                 one])
+            since[out["member"]] += torch.stack([out["loss_sum"], out["nll_sum"], out["ntokens"]]).double()
+            c = counts[out["member"]]
+            c[0], c[1], c[2] = c[0] + out["local_tokens"], c[1] + out["local_sentences"], c[2] + 1
             if self.update % cfg.run.log_interval == 0:  # the only point where figures leave the device
-                sums = self.group.sum(since[:, :2].clone())  # the updates' losses summed over processes
-                figures, now = since.tolist(), time.time()
-                self._record(self._train_record(sums.tolist(), figures, out["lr"], now - t_log))
+                now = time.time()
+                self._record(self._train_record(since, counts, out["lr"], now - t_log))
                 since.zero_()
+                counts = [[0, 0, 0] for _ in self.members]
                 t_log = now
             last = self.update == cfg.optim.max_updates or self._out_of_time()
             if self.update % cfg.run.valid_interval == 0 or last:
@@ -360,24 +358,27 @@ class Trainer:
         bar.close()
         return self.finish()
 
-    def _train_record(self, losses: list, figures: list, lr: float, seconds: float) -> dict:
+    def _train_record(self, since: torch.Tensor, counts: list, lr: float, seconds: float) -> dict:
         """Loss and nll per target token over the updates since the last record (and per member
         in a multi-task run, with its number of those updates), the learning rate, and the
         target tokens a second of all processes."""
+        losses = self.group.sum(since[:, :2].clone()).tolist()  # the updates' losses, all processes
+        ntokens = since[:, 2].tolist()  # each update's count is already every process's
+        tokens, sentences = self.group.sum(torch.tensor([sum(c[0] for c in counts), sum(c[1] for c in counts)],
+                                                        dtype=torch.float64, device=self.device)).tolist()
+
         def per_token(rows):
-            n = sum(figures[k][2] for k in rows)
+            n = sum(ntokens[k] for k in rows)
             return {"loss": sum(losses[k][0] for k in rows) / n, "nll": sum(losses[k][1] for k in rows) / n}
 
-        tokens, sentences = (self.group.sum(torch.tensor([sum(f[3] for f in figures), sum(f[4] for f in figures)],
-                                                         dtype=torch.float64, device=self.device))).tolist()
-        trained = [k for k in range(len(self.members)) if figures[k][2] > 0]
+        trained = [k for k in range(len(self.members)) if counts[k][2] > 0]
         record = {"kind": "train", "update": self.update, **per_token(trained), "lr": lr,
                   "tgt_tokens_per_s": round(tokens / seconds, 1), "sentences": int(sentences),
                   "skipped": self.skipped_updates}
         if len(self.members) > 1:
             for k in trained:
                 record.update({f"{self.members[k].name}/{key}": v for key, v in per_token([k]).items()},
-                              **{f"{self.members[k].name}/updates": int(figures[k][5])})
+                              **{f"{self.members[k].name}/updates": counts[k][2]})
         return record
 
     def _out_of_time(self) -> bool:

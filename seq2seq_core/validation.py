@@ -44,9 +44,13 @@ def dev_score(search_model, member: Member, group, cfg):
     return member.score(hyps, refs, sources)
 
 
-def _figures(sums: torch.Tensor, score) -> dict:
+def _per_token(sums: torch.Tensor) -> dict:
     loss, nll, n = sums.tolist()
-    record = {"loss": loss / n, "nll": nll / n, "ppl": math.exp(min(nll / n, 700.0)), score.name: score.value}
+    return {"loss": loss / n, "nll": nll / n, "ppl": math.exp(min(nll / n, 700.0))}
+
+
+def _figures(sums: torch.Tensor, score) -> dict:
+    record = {**_per_token(sums), score.name: score.value}
     record.update({k: v for k, v in score.figures.items()  # e.g. sentences a metric left out
                    if isinstance(v, (int, float)) and not isinstance(v, bool) and k not in record})
     return record
@@ -67,9 +71,7 @@ def validate(net, search_model, members: list[Member], group, cfg, autocast, upd
     if len(members) == 1:
         _, sums, score = results[0]
         return {**record, **_figures(sums, score)}
-    total = sum(sums for _, sums, _ in results)
-    loss, nll, n = total.tolist()
-    record.update(loss=loss / n, nll=nll / n, ppl=math.exp(min(nll / n, 700.0)))
+    record.update(_per_token(sum(sums for _, sums, _ in results)))
     weights = sum(m.select for m in members)
     record["select"] = sum(m.select * score.value for m, _, score in results) / weights if weights else 0.0
     for m, sums, score in results:
