@@ -12,6 +12,7 @@ from conftest import NLTK_DATA, needs
 from s2s.data_recipes.treebank import Preprocessing, ReadStats, line_trees, preprocess, read_trees, to_string
 from s2s.plugins.parsing import ParsingConfig, ParsingTask
 from s2s.core.task import DataError
+from s2s.core.vocab import SPECIALS, UNK
 
 # A tree as LDC99T42 writes it: blank outer bracket, function tags, co-indices, empty elements.
 MRG_TREE = """\
@@ -164,6 +165,20 @@ def test_vocabulary_caps_and_round_trip(tmp_path):
     src, tgt = next(iter(task.read_split("test")))
     assert other.decode_target(other.encode_target([tgt])[0]) == tgt
     assert 3 in other.encode_source([src])[0]  # the rare section noun is <unk>
+
+
+def test_source_words_seen_once_are_unk():
+    """<unk> must be trained: a word seen once in training is <unk> there, as unseen words are."""
+    pairs = [("the dog barks", "(S (NP XX XX )NP (VP XX )VP )S"), ("the cat", "(NP XX XX )NP")]
+    once = task_for()
+    once.build_vocab(pairs)
+    assert once.src_vocab.itos[len(SPECIALS):] == ["the"]
+    assert once.encode_source(["the dog"])[0][:2] == [once.src_vocab.stoi["the"], UNK]
+    every = task_for(src_min_count=1)
+    every.build_vocab(pairs)
+    assert sorted(every.src_vocab.itos[len(SPECIALS):]) == ["barks", "cat", "dog", "the"]
+    with pytest.raises(ValueError, match="task.src_min_count"):
+        task_for(src_min_count=0)
 
 
 @needs(NLTK_DATA)

@@ -76,6 +76,9 @@ class ParsingConfig(TaskConfig):
     # vocabulary caps, specials included (0 = no cap): 16k WSJ only, 32k semi-supervised
     src_vocab_size: int = 16_000
     tgt_vocab_size: int = 0
+    # source words seen fewer times in the training trees are <unk> there, so that <unk> is
+    # trained for the unseen words of new sentences (1 = every word keeps its own id)
+    src_min_count: int = 2
 
 
 class ParsingTask(Task):
@@ -89,6 +92,8 @@ class ParsingTask(Task):
             raise ValueError(f"task.corpus must be one of {', '.join(CORPORA)}, got {cfg.corpus!r}")
         if cfg.scheme not in SCHEMES:
             raise ValueError(f"task.scheme must be one of {', '.join(SCHEMES)}, got {cfg.scheme!r}")
+        if cfg.src_min_count < 1:
+            raise ValueError(f"task.src_min_count must be at least 1, got {cfg.src_min_count}")
         self.tags: list[str] = []  # leaf tags of the tag schemes (tgt_tags.json)
         self._tables = None  # the constraint's TokenTables for the current target vocabulary
         self.read_stats: dict = {}  # split -> data_recipes.treebank.ReadStats of the last read
@@ -133,15 +138,17 @@ class ParsingTask(Task):
 
     # -- vocabulary ---------------------------------------------------------------------------
     def build_vocab(self, pairs) -> None:
-        """Source words and target tokens, most frequent first. Where targets carry the words,
-        the cap `tgt_vocab_size` drops rare words only (to <unk>), never a label or a tag."""
+        """Source words (those seen `src_min_count` times or more) and target tokens, most
+        frequent first. Where targets carry the words, the cap `tgt_vocab_size` drops rare
+        words only (to <unk>), never a label or a tag."""
         src, tgt, tags = Counter(), Counter(), Counter()
         for s, t in pairs:
             src.update(s.split())
             tgt.update(t.split())
             if self.cfg.scheme in TAG_SCHEMES:
                 tags.update(leaf_tags(t, self.cfg.scheme))
-        self.src_vocab = _ranked(src, self.cfg.src_vocab_size)
+        self.src_vocab = _ranked(Counter({w: c for w, c in src.items() if c >= self.cfg.src_min_count}),
+                                 self.cfg.src_vocab_size)
         if self.cfg.scheme in WORD_SCHEMES:
             structure = [t for t in tgt if t[0] in "()" or t in tags]
             words = Counter({t: c for t, c in tgt.items() if t[0] not in "()" and t not in tags})
