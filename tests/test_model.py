@@ -126,3 +126,21 @@ def test_dropout_zeroes_a_share_p_and_keeps_the_expectation():
         assert y.dtype == dtype and abs((y == 0).float().mean().item() - 0.1) < 0.005
         assert abs(y.float().mean().item() - 1.0) < 0.01
     assert torch.equal(drop.eval()(x), x)
+
+
+def test_initialisation_bounds():
+    """W^Q, W^K, W^V Xavier-uniform as one [3d, d] matrix, W^O Xavier, FFN U(+-1/sqrt(fan_in)),
+    zero biases, embeddings N(0, d^-0.5) with a zero PAD row: each weight fills its bound."""
+    cfg = ModelConfig(layers=1, d_model=64, d_ff=256, heads=4)
+    m = Transformer(cfg, 50, 40, shared_vocab=False)
+    d, ff = 64, 256
+    for attn in (m.encoder[0].self_attn, m.decoder[0].self_attn, m.decoder[0].cross_attn):
+        for w in (attn.w_q, attn.w_k, attn.w_v):
+            assert w.weight.abs().max() <= (6 / (4 * d)) ** 0.5 and w.weight.abs().max() > 0.9 * (6 / (4 * d)) ** 0.5
+        assert 0.9 * (6 / (2 * d)) ** 0.5 < attn.w_o.weight.abs().max() <= (6 / (2 * d)) ** 0.5
+    for ffn in (m.encoder[0].ffn, m.decoder[0].ffn):
+        assert 0.9 * d ** -0.5 < ffn[0].weight.abs().max() <= d ** -0.5
+        assert 0.9 * ff ** -0.5 < ffn[2].weight.abs().max() <= ff ** -0.5
+    assert all(p.abs().max() == 0 for n, p in m.named_parameters() if n.endswith("bias") and "norm" not in n)
+    assert m.src_embed.weight[PAD].abs().max() == 0
+    assert abs(m.src_embed.weight[1:].std().item() - d ** -0.5) < 0.01
