@@ -32,7 +32,7 @@ class ModelConfig:
     attention_dropout: float = 0.0
     pre_norm: bool = False  # the paper is post-norm: LayerNorm(x + Dropout(Sublayer(x)))
     # the pre-softmax projection is the target embedding: None = only with a shared vocabulary
-    # (section 3.4 ties all three); a small separate target vocabulary learns faster untied
+    # (section 3.4 ties all three); a small separate target vocabulary learns a little faster untied
     tie_output: Optional[bool] = None
     max_positions: int = 1024
 

@@ -208,8 +208,9 @@ class Transformer(nn.Module):
     With `shared_vocab` the encoder and decoder embeddings and the pre-softmax projection are one
     tensor (section 3.4). With separate vocabularies the projection is its own matrix, N(0,
     d_model^-0.5) as fairseq's, unless `cfg.tie_output` ties it to the decoder embedding: tied, a
-    small target vocabulary (parsing's 60 tokens) learns markedly slower per update, each row
-    serving at once as an input embedding and as a softmax class at every position.
+    small target vocabulary (parsing's 60 tokens) learns slower per update (dev nll +0.02 at update
+    1,000 on ptb_sample_parsing), each row serving at once as an input embedding and as a softmax
+    class at every position.
     """
 
     def __init__(self, cfg, src_vocab_size: int, tgt_vocab_size: int, shared_vocab: bool):
