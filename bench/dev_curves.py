@@ -28,8 +28,8 @@ def curve(run_dir: str) -> list[dict]:
         if r["kind"] == "train":
             train_nll = r["nll"]
         elif r["kind"] == "valid":
-            figure = next(k for k in ("f1_all", "bleu", "select", "accuracy") if k in r)
-            points.append({"update": r["update"], "dev_nll": round(r["nll"], 4), figure: r[figure],
+            figures = {k: r[k] for k in ("f1_all", "bleu", "select", "accuracy") if k in r}
+            points.append({"update": r["update"], "dev_nll": round(r["nll"], 4), **figures,
                            **{k: r[k] for k in LEFT_OUT if k in r},
                            "train_nll": None if train_nll is None else round(train_nll, 4)})
     return points

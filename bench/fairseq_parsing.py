@@ -94,7 +94,7 @@ def main(argv=None) -> None:
             log = subprocess.run(cmds[1], check=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                  env=env).stdout
     result = {"benchmark": "fairseq on the ptb_sample_parsing pairs (vinyals), per update",
-              "commands": [" ".join(c) for c in cmds], "units": "nats per target token", **figures(log)}
+              "commands": [" ".join(c).replace(tmp, "DIR") for c in cmds], "units": "nats per target token", **figures(log)}
     print(json.dumps(result["valid"]))
     print(write("fairseq_ptb_vinyals", result))
 

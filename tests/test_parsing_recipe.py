@@ -155,7 +155,7 @@ def test_preprocessing_switches():
 
 
 def test_vocabulary_caps_and_round_trip(tmp_path):
-    task = task_for(corpus="wsj", wsj_root=str(write_ldc(tmp_path / "ldc")), src_vocab_size=10)
+    task = task_for(corpus="wsj", wsj_root=str(write_ldc(tmp_path / "ldc")), src_vocab_size=10, src_min_count=1)
     task.build_vocab(task.read_split("train"))
     assert task.src_vocab_size == 10 and not task.shared_vocab
     task.save_vocab(tmp_path)
