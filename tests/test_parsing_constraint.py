@@ -16,7 +16,7 @@ from s2s.core.vocab import EOS
 from conftest import NLTK_DATA, needs
 from s2s.plugins.parsing import ParsingTask
 from s2s.plugins.parsing.evalb import evalb, read_tree
-from s2s.plugins.parsing.linearise import SCHEMES, linearise
+from s2s.plugins.parsing.linearise import SCHEMES, linearise, punctuation_tags
 
 SAMPLE = NLTK_DATA / "corpora" / "treebank.zip"
 needs_sample = needs(SAMPLE)
@@ -72,7 +72,7 @@ def test_the_constraint_admits_every_sample_tree_at_its_own_length(sample, schem
 PAIRS = [("The dog barks .", "(S (NP DT NN )NP (VP VBZ )VP . )S"),
          ("A cat , a dog and `` birds '' sleep", "(S (NP (NP DT NN )NP , (NP DT NN )NP CC `` NNS '' )NP "
                                                  "(VP VBP )VP )S"),
-         ("Stocks fell sharply", "(S (NP NNS )NP (VP VBD (ADVP RB )ADVP )VP )S")]
+         ("Stocks fell -- sharply", "(S (NP NNS )NP (VP VBD : (ADVP RB )ADVP )VP )S")]
 
 
 def linearised_pairs(scheme):
@@ -103,10 +103,20 @@ def test_rejects_what_is_not_a_tree_over_the_words():
         assert not admitted(task, [src], [good], slack=-1).any()  # a budget too short to finish
 
 
-def test_punctuation_words_must_carry_their_tag():
+def test_punctuation_words_must_carry_their_tag_and_only_they(tmp_path):
     task = task_for("tags", linearised_pairs("tags"))
     assert admitted(task, ["The dog barks ."], ["(S (NP DT NN )NP (VP VBZ )VP . )S"]).all()
     assert not admitted(task, ["The dog barks ."], ["(S (NP DT NN )NP (VP VBZ )VP NN )S"]).any()
+    # nor may a word that is not punctuation carry a punctuation tag (EVALB would delete it),
+    # unless the training trees tag it as punctuation somewhere
+    assert not admitted(task, ["The dog barks ."], ["(S (NP DT , )NP (VP VBZ )VP . )S"]).any()
+    task = task_for("tags", linearised_pairs("tags") + [("Wa .", "(S (NP , )NP . )S")])  # as in wsj_0037
+    assert task.punct_tagged == ["Wa"]
+    task.save_vocab(tmp_path)
+    task = ParsingTask(task.cfg)
+    task.load_vocab(tmp_path)  # the words travel with the vocabulary
+    assert admitted(task, ["Wa ."], ["(S (NP , )NP . )S"]).all()
+    assert not admitted(task, ["The dog barks ."], ["(S (NP DT , )NP (VP VBZ )VP . )S"]).any()
 
 
 def untrained_model(task, seed):
@@ -125,7 +135,8 @@ WORDS = ["The", "dog", "barks", ",", ".", "``", "''", "'", "`", "--", "cat", "sl
 def test_constrained_search_on_an_untrained_model_writes_trees_over_the_words(sentences, scheme, beam, seed):
     """Whatever the model, every output is a well-formed tree over exactly the words, found
     within a tight maximum length (2n + 4 tokens; the smallest tree needs n + 2, 2n + 2 with
-    tags_words); nothing is repaired, and EVALB scores it against itself without error."""
+    tags_words); nothing is repaired, and EVALB scores it without error against a reference
+    tree over the same words tagged as the treebank tags punctuation."""
     task = task_for(scheme, linearised_pairs(scheme))
     model = untrained_model(task, seed)
     src = source_batch(task.encode_source(sentences))
@@ -135,7 +146,9 @@ def test_constrained_search_on_an_untrained_model_writes_trees_over_the_words(se
     assert repaired == 0, trees
     for tree, words in zip(trees, sentences):
         assert read_tree(tree).words == words.split() and read_tree(tree).problem is None
-    assert evalb(trees, trees).summary["error_sentences"] == 0
+    gold = ["(TOP (S " + " ".join(f"({tag or 'NN'} {w})" for w, tag in zip(s.split(), punctuation_tags(s.split())))
+            + "))" for s in sentences]
+    assert evalb(gold, trees).summary["error_sentences"] == 0
 
 
 def test_off_by_default_and_on_in_the_sample_preset(registry):

@@ -33,7 +33,7 @@ from s2s.core.vocab import SPECIALS, WordTokenizer, atomic_write_text
 
 from .constraint import TokenTables, TreeConstraint, leaf_tags
 from .evalb import evalb
-from .linearise import SCHEMES, TAG_SCHEMES, WORD_SCHEMES, delinearise, linearise
+from .linearise import PUNCTUATION_TAGS, SCHEMES, TAG_SCHEMES, WORD_SCHEMES, delinearise, linearise, punctuation_tags
 
 __all__ = ["ParsingTask", "ParsingConfig"]
 
@@ -95,6 +95,7 @@ class ParsingTask(Task):
         if cfg.src_min_count < 1:
             raise ValueError(f"task.src_min_count must be at least 1, got {cfg.src_min_count}")
         self.tags: list[str] = []  # leaf tags of the tag schemes (tgt_tags.json)
+        self.punct_tagged: list[str] = []  # words the training trees tag as punctuation, punctuation_tags not
         self._tables = None  # the constraint's TokenTables for the current target vocabulary
         self.read_stats: dict = {}  # split -> data_recipes.treebank.ReadStats of the last read
 
@@ -141,12 +142,17 @@ class ParsingTask(Task):
         """Source words (those seen `src_min_count` times or more) and target tokens, most
         frequent first. Where targets carry the words, the cap `tgt_vocab_size` drops rare
         words only (to <unk>), never a label or a tag."""
-        src, tgt, tags = Counter(), Counter(), Counter()
+        src, tgt, tags, punct_tagged = Counter(), Counter(), Counter(), set()
+        punctuation = set(PUNCTUATION_TAGS.values())
         for s, t in pairs:
-            src.update(s.split())
+            words = s.split()
+            src.update(words)
             tgt.update(t.split())
             if self.cfg.scheme in TAG_SCHEMES:
-                tags.update(leaf_tags(t, self.cfg.scheme))
+                leaves = leaf_tags(t, self.cfg.scheme)
+                tags.update(leaves)
+                punct_tagged.update(w for w, rule, tag in zip(words, punctuation_tags(words), leaves)
+                                    if rule is None and tag in punctuation)
         self.src_vocab = _ranked(Counter({w: c for w, c in src.items() if c >= self.cfg.src_min_count}),
                                  self.cfg.src_vocab_size)
         if self.cfg.scheme in WORD_SCHEMES:
@@ -157,19 +163,24 @@ class ParsingTask(Task):
                                            + _ranked(words, cap - len(structure) if cap else 0).itos[len(SPECIALS):])
         else:
             self.tgt_vocab = _ranked(tgt, self.cfg.tgt_vocab_size)
-        self.tags = sorted(tags)
+        self.tags, self.punct_tagged = sorted(tags), sorted(punct_tagged)
         self._tables = None
 
     def save_vocab(self, directory: Path) -> None:
-        """src_vocab.json, tgt_vocab.json and, for the tag schemes, tgt_tags.json."""
+        """src_vocab.json, tgt_vocab.json and, for the tag schemes, tgt_tags.json: the leaf tags
+        and the words `punct_tagged`."""
         super().save_vocab(directory)
         if self.tags:
-            atomic_write_text(Path(directory) / "tgt_tags.json", json.dumps(self.tags, ensure_ascii=False))
+            atomic_write_text(Path(directory) / "tgt_tags.json", json.dumps(
+                {"tags": self.tags, "punct_tagged": self.punct_tagged}, ensure_ascii=False))
 
     def load_vocab(self, directory: Path) -> None:
         super().load_vocab(directory)
-        tags = Path(directory) / "tgt_tags.json"
-        self.tags = json.loads(tags.read_text(encoding="utf-8")) if tags.is_file() else []
+        path = Path(directory) / "tgt_tags.json"
+        saved = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else []
+        if isinstance(saved, list):  # written before punct_tagged: the tags alone
+            saved = {"tags": saved, "punct_tagged": []}
+        self.tags, self.punct_tagged = saved["tags"], saved["punct_tagged"]
         self._tables = None
 
     # -- ids <-> text -------------------------------------------------------------------------
@@ -197,7 +208,7 @@ class ParsingTask(Task):
         if self._tables is None:  # a run trained before tgt_tags.json: every "tags" leaf token is a tag
             itos = self._vocab("tgt").itos
             tags = self.tags or [t for t in itos[len(SPECIALS):] if t[0] not in "()"]
-            self._tables = TokenTables(itos, tags, self.cfg.scheme)
+            self._tables = TokenTables(itos, tags, self.cfg.scheme, self.punct_tagged)
         return TreeConstraint(self._tables, sources)
 
     # -- evaluation ---------------------------------------------------------------------------

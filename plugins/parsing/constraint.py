@@ -8,8 +8,10 @@ sequences of linearise.py for some tree over the n source words:
 * each leaf is what the scheme writes for the next word: XX ("vinyals"), a tag ("tags"), the
   word itself ("words"), a tag then the word ("tags_words"). A word outside the target
   vocabulary is written <unk>. In the tag schemes a punctuation word (`punctuation_tags`) must
-  carry its punctuation tag, because EVALB decides from each tree's own tags which words are
-  punctuation: any other tag would make the sentence a length-mismatch error;
+  carry its punctuation tag and any other word must not (unless the training trees tag it as
+  punctuation somewhere, as the treebank does with a few, e.g. a "'" closing a quote opened in an
+  earlier sentence), because EVALB decides from each tree's own tags which words are
+  punctuation and deletes them: either mistake would make the sentence a length-mismatch error;
 * it always fits the maximum length: with R tokens left before EOS, a phrase may open only if
   the leaves still to come and the phrases then open can all be written in R - 1 tokens, so a
   hypothesis can always finish (given room for the smallest tree, 2 + n tokens, 2 + 2n with
@@ -36,11 +38,13 @@ OTHER, OPEN, CLOSE = 0, 1, 2  # token kinds
 class TokenTables:
     """What the constraint needs to know about a target vocabulary, computed once.
 
-    itos: the target tokens by id; tags: the tokens that are leaf tags in this scheme.
+    itos: the target tokens by id; tags: the tokens that are leaf tags in this scheme;
+    loose: the words that may take any tag although `punctuation_tags` does not call them
+    punctuation (ParsingTask.punct_tagged: the training trees tag them as punctuation somewhere).
     """
 
-    def __init__(self, itos: Sequence[str], tags: Sequence[str], scheme: str):
-        self.scheme, self.V = scheme, len(itos)
+    def __init__(self, itos: Sequence[str], tags: Sequence[str], scheme: str, loose: Sequence[str] = ()):
+        self.scheme, self.V, self.loose = scheme, len(itos), frozenset(loose)
         self.stoi = {t: i for i, t in enumerate(itos)}
         kind = torch.zeros(self.V, dtype=torch.long)
         close_of = torch.full((self.V,), PAD, dtype=torch.long)  # PAD: no closing token (never allowed)
@@ -54,15 +58,18 @@ class TokenTables:
                 kind[i] = CLOSE
         self.kind, self.close_of = kind, close_of
         self.open_idx = (kind.eq(OPEN) & close_of.ne(PAD)).nonzero().squeeze(1)  # a phrase opens only if it can close
-        # leaf tag columns, and their classes: row 0 any tag, row j > 0 only punctuation tag punct[j - 1]
+        # leaf tag columns, and a row of allowed tags for each class of word: row 0 any tag (a
+        # word in `loose`), row 1 a word that is not punctuation: any tag but the punctuation tags,
+        # which EVALB would delete with the word; row j > 1 a punctuation word: only punct[j - 2]
         leaf_tags = [PLACEHOLDER] if scheme == "vinyals" else list(tags) if scheme in TAG_SCHEMES else []
         self.tag_idx = torch.tensor(sorted({self.stoi[t] for t in leaf_tags if t in self.stoi}), dtype=torch.long)
         tag_set = set(self.tag_idx.tolist())
         self.punct = sorted({t for t in PUNCTUATION_TAGS.values() if self.stoi.get(t) in tag_set}) \
             if scheme in TAG_SCHEMES else []
-        self.classes = torch.ones(1 + len(self.punct), len(self.tag_idx), dtype=torch.bool)
-        for j, t in enumerate(self.punct, 1):
+        self.classes = torch.ones(2 + len(self.punct), len(self.tag_idx), dtype=torch.bool)
+        for j, t in enumerate(self.punct, 2):
             self.classes[j] = self.tag_idx.eq(self.stoi[t])
+            self.classes[1] &= ~self.classes[j]
         self.leaf_cost = 2 if scheme == "tags_words" else 1
         # the word tokens of the word schemes (<unk> included), among which search does not choose
         word = kind.eq(OTHER)
@@ -88,11 +95,12 @@ class TreeConstraint(Constraint):
         self.n_words = torch.tensor([len(w) for w in words], dtype=torch.long)
         self.word_id = torch.full((len(words), width), UNK, dtype=torch.long)
         self.leaf_class = torch.zeros((len(words), width), dtype=torch.long)
-        cls = {t: j + 1 for j, t in enumerate(tables.punct)}
+        cls = {t: j + 2 for j, t in enumerate(tables.punct)}
         for b, ws in enumerate(words):
             if ws:
                 self.word_id[b, :len(ws)] = torch.tensor([tables.stoi.get(w, UNK) for w in ws])
-                self.leaf_class[b, :len(ws)] = torch.tensor([cls.get(p, 0) for p in punctuation_tags(ws)])
+                self.leaf_class[b, :len(ws)] = torch.tensor([cls.get(p, 0 if w in tables.loose else 1)
+                                                             for w, p in zip(ws, punctuation_tags(ws))])
 
     def initial(self, device) -> tuple:
         if self.t.kind.device != torch.device(device):
