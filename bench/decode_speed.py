@@ -69,6 +69,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 def load(preset: str, run: str | None, cache_dir: str):
     """(task, model, decoding settings, description) for a run directory or an untrained model."""
+    from s2s.core import checkpoint
     from s2s.core.cli import load_for_inference
     from s2s.core.config import load_config
     from s2s.core.data import prepare
@@ -86,8 +87,8 @@ def load(preset: str, run: str | None, cache_dir: str):
         desc = {"model": "trained", "run": str(run)}
         if path.is_file():
             desc["checkpoint"] = path.name
-        elif (path / "checkpoint_average.pt").is_file():
-            desc["checkpoint"] = "checkpoint_average.pt"
+        else:
+            desc["checkpoint"] = str(checkpoint.tested(path)[1].relative_to(path))
         if (run_dir / "metrics.jsonl").is_file():
             records = read_metrics(run_dir)
             train = [r for r in records if r.get("kind") == "train"]

@@ -6,10 +6,13 @@ temporary name, fsynced and renamed, so a crash leaves the old file or the new o
 of one. It is read with torch.load(weights_only=True), so loading one never executes pickled
 code, after every entry of the file has passed its CRC-32 check (torch.load alone reads a file
 with flipped bytes without complaint). Averaging follows section 6.1: the element-wise mean of
-the parameters of the last 5 (base) or 20 (big) checkpoints.
+the parameters of the last 5 (base) or 20 (big) checkpoints. Beside them a run keeps
+`checkpoint_best.pt`, its validated model with the highest dev figure; at the end it tests
+whichever of the two scores higher on dev, and names it in result.json (`checkpoint`).
 """
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -20,6 +23,8 @@ import torch
 
 log = logging.getLogger("s2s")
 PATTERN = re.compile(r"checkpoint_(\d{8})\.pt$")
+AVERAGE = "checkpoint_average.pt"  # RUN_DIR/: the mean of the last run.average_last checkpoints
+BEST = "checkpoint_best.pt"  # RUN_DIR/: the validated model with the highest dev figure
 
 
 class CheckpointError(ValueError):
@@ -112,6 +117,26 @@ def load_latest(run_dir: Path, set_aside: bool = False) -> tuple[dict, Path] | t
             else:
                 log.warning("%s; falling back to the previous checkpoint", e)
     return None, None
+
+
+def tested(run_dir: Path) -> tuple[dict, Path] | tuple[None, None]:
+    """(contents, path) of the checkpoint a run directory stands for: the one `s2s train`
+    tested (result.json's "checkpoint"), else the average, else the newest readable one."""
+    run_dir = Path(run_dir)
+    result = run_dir / "result.json"
+    if result.is_file():
+        try:
+            name = json.loads(result.read_text()).get("checkpoint")
+        except (ValueError, AttributeError):
+            name = None
+            log.warning("%s is unreadable: using the average or the newest checkpoint", result)
+        if name and (run_dir / name).is_file():
+            return load(run_dir / name), run_dir / name
+        if name:
+            log.warning("%s names %s, which is gone: using the average or the newest checkpoint", result, name)
+    if (run_dir / AVERAGE).is_file():
+        return load(run_dir / AVERAGE), run_dir / AVERAGE
+    return load_latest(run_dir)
 
 
 def average(paths: list[Path]) -> dict:

@@ -92,8 +92,7 @@ def load_for_inference(path: str, registry, overrides=(), task: str | None = Non
     member = pick(members, task)
     load_vocabularies(members, run_dir)
     if p.is_dir():
-        avg = run_dir / "checkpoint_average.pt"
-        state = checkpoint.load(avg) if avg.is_file() else checkpoint.load_latest(run_dir)[0]
+        state = checkpoint.tested(run_dir)[0]
         if state is None:
             raise FileNotFoundError(f"{run_dir} holds no checkpoint")
     else:

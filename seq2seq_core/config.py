@@ -125,13 +125,13 @@ class RunConfig:
     threads: int = 0  # torch intra-op threads on CPU; 0 = torch's default
     precision: Precision = Precision.fp32  # fp32 | bf16 | fp16 | auto; fp32 unless you ask
     log_interval: int = 100
-    valid_interval: int = 1000  # updates between validations (loss and task metric)
+    valid_interval: int = 1000  # updates between validations (loss and task metric; the best model is kept)
     valid_max_sentences: int = 0  # decode at most this many dev sentences for the metric (0 = all)
     save_interval: int = 1000  # updates between checkpoints
     max_minutes: float = 0.0  # also stop after this many minutes of training, across resumes (0 = off)
     save_minutes: float = 0.0  # also save when this many minutes passed since the last save (0 = off)
     keep_last: int = 5  # checkpoints kept
-    average_last: int = 0  # at the end, average the last K checkpoints (0 = none)
+    average_last: int = 0  # at the end, average the last K checkpoints (0 = none); tested unless the best validated model scores higher on dev
     max_nonfinite: int = 10  # stop after this many non-finite updates in a row
     quiet: bool = False
 

@@ -108,6 +108,8 @@ class Trainer:
         self.streams = [Stream(m, cfg.data.max_tokens, cfg.run.seed, g.rank, g.world) for m in self.members]
         self.update, self.skipped_updates, self.nonfinite_in_row, self.elapsed = 0, 0, 0, 0.0
         self.member_updates = [0] * len(self.members)  # the updates each member has trained
+        self.best = None  # {"update", "select"}: the validated model with the highest dev figure
+        self.validated = None  # (update, figure) of this process's latest validation
         self._resume()
         g.agreed(lambda: atomic_write_text(self.run_dir / "config.yaml", OmegaConf.to_yaml(cfg)), rank0_only=True)
         self.log.start(self.update)
@@ -157,7 +159,7 @@ class Trainer:
                 "streams": {s.member.name: s.state() for s in self.streams}, "world": self.group.world,
                 "member_updates": dict(zip((m.name for m in self.members), self.member_updates)),
                 "skipped_updates": self.skipped_updates, "nonfinite_in_row": self.nonfinite_in_row,
-                "elapsed": self._elapsed(), "rng": rngs, "config": OmegaConf.to_container(self.cfg, enum_to_str=True),
+                "best": self.best, "elapsed": self._elapsed(), "rng": rngs, "config": OmegaConf.to_container(self.cfg, enum_to_str=True),
                 "tokenizer": self.tokenizer, "tasks": [m.name for m in self.members]}
 
     def _resume(self) -> None:
@@ -200,6 +202,7 @@ class Trainer:
         self.member_updates = [done[m.name] for m in self.members]
         self.skipped_updates = state.get("skipped_updates", 0)
         self.nonfinite_in_row = state.get("nonfinite_in_row", 0)
+        self.best = state.get("best")
         self.elapsed = state.get("elapsed", 0.0)
         rngs = state["rng"]
         if len(rngs) == g.world:
@@ -317,10 +320,28 @@ class Trainer:
                 "e.g. with a lower optim.lr_scale, optim.clip_norm > 0 or run.precision=fp32")
         return None
 
-    def validate(self) -> dict:
-        """The valid record of this update (s2s.core.validation)."""
+    def validate(self) -> tuple[dict, float]:
+        """The valid record of this update and its selection figure (s2s.core.validation)."""
         return validate(self.net, precision.for_inference(self.model, self.search_precision), self.members,
                         self.group, self.cfg, self.autocast, self.update)
+
+    def _keep_if_best(self, figure: float) -> None:
+        """Write RUN_DIR/checkpoint_best.pt when this update's dev figure is the highest so far
+        (an earlier model keeps a tie): the model, its update and figure, config and tokenizer."""
+        self.validated = (self.update, figure)
+        if self.best is not None and figure <= self.best["select"]:
+            return
+        self.best = {"update": self.update, "select": figure}
+        state = {"model": self.model.state_dict(), **self.best, "tokenizer": self.tokenizer,
+                 "config": OmegaConf.to_container(self.cfg, enum_to_str=True), "tasks": [m.name for m in self.members]}
+
+        def write():
+            try:
+                checkpoint.atomic_save(state, self.run_dir / checkpoint.BEST)
+            except OSError as e:
+                raise TrainingError(f"cannot write {self.run_dir / checkpoint.BEST}: {e}") from None
+
+        self.group.agreed(write, rank0_only=True)
 
     # -- the loop -----------------------------------------------------------------------------
     def run(self) -> dict:
@@ -352,7 +373,9 @@ class Trainer:
                 t_log = now
             last = self.update == cfg.optim.max_updates or self._out_of_time()
             if self.update % cfg.run.valid_interval == 0 or last:
-                self._record(self.validate())
+                record, figure = self.validate()
+                self._record(record)
+                self._keep_if_best(figure)
             if self._save_due(last):
                 self.save()
         bar.close()
@@ -388,23 +411,49 @@ class Trainer:
         return bool(self.group.max(torch.tensor(float(self._elapsed() >= 60 * self.cfg.run.max_minutes),
                                                 device=self.device)))
 
+    def select(self) -> dict:
+        """Load the model to test, chosen on the dev figure: the average of the last
+        run.average_last checkpoints (or, without averaging, the model as trained), or the best
+        validated model (checkpoint_best.pt) where that scored higher on the same dev sentences.
+        Every process takes part (validation is shared out). Returns what result.json records:
+        the checkpoint tested, relative to the run directory, and each candidate's dev figure."""
+        cfg = self.cfg
+        paths = checkpoint.listed(self.run_dir)
+        chosen = {}
+        if cfg.run.average_last > 1 and len(paths) > 1:
+            avg = checkpoint.average(paths[-cfg.run.average_last:])
+            self.group.agreed(lambda: checkpoint.atomic_save(avg, self.run_dir / checkpoint.AVERAGE), rank0_only=True)
+            self.model.load_state_dict(avg["model"])
+            chosen = {"checkpoint": checkpoint.AVERAGE, "averaged": len(avg["averaged"])}
+            figure = self.validate()[1]
+        else:
+            if paths:
+                chosen["checkpoint"] = str(paths[-1].relative_to(self.run_dir))
+            figure = self.validated[1] if self.validated and self.validated[0] == self.update else self.validate()[1]
+        candidates = {chosen.get("checkpoint", "final"): figure}
+        best = self.best
+        same = best is not None and best["update"] == self.update and "averaged" not in chosen
+        if best is not None and not same and (self.run_dir / checkpoint.BEST).is_file():
+            candidates[checkpoint.BEST] = best["select"]
+            chosen["best_update"] = best["update"]
+            if best["select"] > figure:
+                self.model.load_state_dict(checkpoint.load(self.run_dir / checkpoint.BEST)["model"])
+                chosen["checkpoint"] = checkpoint.BEST
+        chosen["dev_select"] = candidates
+        return chosen
+
     def finish(self) -> dict:
-        """Average the last checkpoints if configured, then evaluate each member on its test split.
+        """Select the model on the dev figure (`select`), then evaluate each member on its test split.
 
         result.json holds the test figures under "test" (a single task) or "test" -> member
-        (several); the outputs go to test.hyp.txt, or test.MEMBER.hyp.txt for each member."""
+        (several), and the checkpoint they come from; the outputs go to test.hyp.txt, or
+        test.MEMBER.hyp.txt for each member."""
         cfg = self.cfg
-        result = {"update": self.update, "skipped_updates": self.skipped_updates}
+        result = {"update": self.update, "skipped_updates": self.skipped_updates, **self.select()}
         if len(self.members) > 1:
             result["member_updates"] = dict(zip((m.name for m in self.members), self.member_updates))
         if self.group.rank != 0:
             return result
-        paths = checkpoint.listed(self.run_dir)
-        if cfg.run.average_last > 1 and len(paths) > 1:
-            avg = checkpoint.average(paths[-cfg.run.average_last:])
-            checkpoint.atomic_save(avg, self.run_dir / "checkpoint_average.pt")
-            self.model.load_state_dict(avg["model"])
-            result["averaged"] = len(avg["averaged"])
         search_model = precision.for_inference(self.model, self.search_precision)
         single = len(self.members) == 1
         for m in self.members:

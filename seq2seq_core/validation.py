@@ -4,7 +4,7 @@ so that every process gets the same figures.
 The record of a single-task run holds loss, nll, ppl and the task's figures. A multi-task run
 gives each member's under `MEMBER/...` keys, the loss and nll over all members' dev tokens, and
 `select`: the mean of the members' primary figures weighted by their `select` weights, the
-one figure a multi-task run is compared and selected by.
+one figure a multi-task run is compared and selected by (a single task's is its primary figure).
 """
 from __future__ import annotations
 
@@ -56,9 +56,11 @@ def _figures(sums: torch.Tensor, score) -> dict:
     return record
 
 
-def validate(net, search_model, members: list[Member], group, cfg, autocast, update: int) -> dict:
-    """The valid record of `update`. The RNG states are restored afterwards, so that validating
-    (or not) never changes the dropout masks of later updates."""
+def validate(net, search_model, members: list[Member], group, cfg, autocast, update: int) -> tuple[dict, float]:
+    """The valid record of `update` and the figure the run selects its checkpoint by: the
+    task's primary figure (higher is better), or a multi-task run's `select`. The RNG states are
+    restored afterwards, so that validating (or not) never changes the dropout masks of later
+    updates."""
     record = {"kind": "valid", "update": update}
     with rng_preserved():
         net.eval()
@@ -70,10 +72,10 @@ def validate(net, search_model, members: list[Member], group, cfg, autocast, upd
             net.train()
     if len(members) == 1:
         _, sums, score = results[0]
-        return {**record, **_figures(sums, score)}
+        return {**record, **_figures(sums, score)}, score.value
     record.update(_per_token(sum(sums for _, sums, _ in results)))
     weights = sum(m.select for m in members)
     record["select"] = sum(m.select * score.value for m, _, score in results) / weights if weights else 0.0
     for m, sums, score in results:
         record.update({f"{m.name}/{k}": v for k, v in _figures(sums, score).items()})
-    return record
+    return record, record["select"]

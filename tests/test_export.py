@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -70,12 +71,13 @@ def test_safetensors_round_trip(registry, demo_run, tmp_path):
     meta = json.loads((tmp_path / "st" / "config.json").read_text())
     assert meta["model"]["d_model"] == 32 and meta["shared_vocab"] is True
     back = load_safetensors(tmp_path / "st")
-    _, _, model = load_for_inference(run_dir, registry, ["run.device=cpu"])  # the averaged checkpoint
+    _, _, model = load_for_inference(run_dir, registry, ["run.device=cpu"])  # the checkpoint the run tested
     src, tgt = torch.randint(4, meta["src_vocab_size"], (3, 7)), torch.randint(4, meta["tgt_vocab_size"], (3, 5))
     assert torch.equal(back(src, tgt), model(src, tgt))
     assert back.out.weight is back.tgt_embed.weight is back.src_embed.weight  # still tied
-    latest = checkpoint.load_latest(run_dir)[0]["model"]["tgt_embed.weight"]
-    assert not torch.equal(latest, back.tgt_embed.weight)  # the average of the last two, not the newest
+    tested = json.loads((Path(run_dir) / "result.json").read_text())["checkpoint"]
+    assert tested in ("checkpoint_average.pt", "checkpoint_best.pt")  # the average of the last two, or the best
+    assert torch.equal(checkpoint.load(Path(run_dir) / tested)["model"]["tgt_embed.weight"], back.tgt_embed.weight)
 
 
 def test_export_errors_are_one_line(demo_run, tmp_path, capsys):

@@ -120,3 +120,50 @@ def test_batches_searched_in_parallel_equal_one_after_another(registry, tiny):
     parallel = translate(model, task, sources, settings, "cpu", max_sentences=3)
     assert torch.get_num_threads() == 2
     assert parallel == serial and len(serial) == 20
+
+
+def _scripted_dev_figures(monkeypatch, figures):
+    """Replace the selection figure of each validation, in order, by the next of `figures` (the
+    records themselves stay real), so that which model is best is known in advance."""
+    import s2s.core.train as train_module
+
+    real, left = train_module.validate, list(figures)
+
+    def scripted(*args, **kwargs):
+        record, _ = real(*args, **kwargs)
+        return record, left.pop(0)
+
+    monkeypatch.setattr(train_module, "validate", scripted)
+    return left
+
+
+def test_the_best_validated_model_is_tested_when_it_beats_the_final_one(registry, tiny, monkeypatch, tmp_path):
+    left = _scripted_dev_figures(monkeypatch, [10.0, 30.0, 20.0])  # validations at updates 4, 8, 12
+    result = train(_cfg(registry, tiny, "optim.max_updates=12"), registry, quiet=True)
+    assert not left
+    run = tmp_path / "run"
+    assert result["checkpoint"] == "checkpoint_best.pt" and result["best_update"] == 8
+    assert result["dev_select"] == {"checkpoints/checkpoint_00000012.pt": 20.0, "checkpoint_best.pt": 30.0}
+    assert json.loads((run / "result.json").read_text())["checkpoint"] == "checkpoint_best.pt"
+    best = checkpoint.load(run / "checkpoint_best.pt")
+    assert (best["update"], best["select"]) == (8, 30.0)
+    at_8 = checkpoint.load(run / "checkpoints" / "checkpoint_00000008.pt")["model"]
+    assert best["model"].keys() == at_8.keys() and all(torch.equal(best["model"][k], v) for k, v in at_8.items())
+    assert checkpoint.tested(run)[1] == run / "checkpoint_best.pt"  # what `s2s generate RUN_DIR` loads
+
+
+def test_the_average_is_tested_unless_the_best_scores_higher_and_resuming_keeps_the_best(
+        registry, tiny, monkeypatch, tmp_path):
+    run = tmp_path / "run"
+    # updates 4, 8, then the average of the checkpoints of 4 and 8
+    left = _scripted_dev_figures(monkeypatch, [10.0, 30.0, 25.0])
+    result = train(_cfg(registry, tiny, "optim.max_updates=8", "run.average_last=2"), registry, quiet=True)
+    assert not left and result["checkpoint"] == "checkpoint_best.pt" and result["averaged"] == 2
+    assert result["dev_select"] == {"checkpoint_average.pt": 25.0, "checkpoint_best.pt": 30.0}
+    # resumed to update 12: a tie with the best keeps the earlier model; the new average wins
+    left.extend([30.0, 35.0])
+    result = train(_cfg(registry, tiny, "optim.max_updates=12", "run.average_last=2"), registry, quiet=True)
+    assert not left and result["checkpoint"] == "checkpoint_average.pt" and result["best_update"] == 8
+    assert result["dev_select"] == {"checkpoint_average.pt": 35.0, "checkpoint_best.pt": 30.0}
+    assert checkpoint.load(run / "checkpoint_best.pt")["update"] == 8
+    assert checkpoint.tested(run)[1] == run / "checkpoint_average.pt"
