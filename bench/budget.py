@@ -11,7 +11,7 @@ of the JSON names its precision.
 
 The budget counts the training loop's wall time, validation included (`run.max_minutes`, kept
 across resumes): the run trains until the first budget, is evaluated on the test split with the
-task's decoding defaults, then resumes until the next budget. Writes bench/results/budget_PRESET.json with, per budget: updates,
+task's decoding defaults, then resumes until the next budget. Writes bench/results/budget_PRESET.json with, per budget: updates, the checkpoint selected on dev,
 target tokens/s, the test score and its figures, decoding sentences/s and peak RSS. For parsing
 it also scores a right-branching baseline on the same sentences against the same gold trees, and
 decodes the test set with and without the tree constraint (`search`): EVALB F1, all-sentences
@@ -137,10 +137,12 @@ def budget_row(args, reg, minutes: float, run_dir: str, precision: str | None) -
     row = {"minutes": minutes, "precision": str(cfg.run.precision), "run_dir": run_dir,
            "updates": records[-1]["update"],
            "tgt_tokens_per_s_median": sorted(speeds)[len(speeds) // 2] if speeds else None}
+    result = json.loads((Path(run_dir) / "result.json").read_text())
+    row["selection"] = {k: result[k] for k in ("checkpoint", "dev_select", "best_update") if k in result}
     if cfg.tasks is None:
         row.update(test_scores(run_dir, reg, None))
     else:
-        trained = json.loads((Path(run_dir) / "result.json").read_text())["member_updates"]
+        trained = result["member_updates"]
         row["tasks"] = {name: {"updates": trained[name], **test_scores(run_dir, reg, name)} for name in cfg.tasks}
     row.update(peak_rss_mib=round(peak_rss_mib(), 1), wall_s=round(time.time() - t0, 1))
     return row
