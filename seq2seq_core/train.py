@@ -152,15 +152,29 @@ class Trainer:
         self.log(record, self._elapsed())
 
     # -- checkpoints --------------------------------------------------------------------------
+    def _model_state(self) -> dict:
+        """The model at this update with what reads it back: config, tokenizer, tasks."""
+        return {"model": self.model.state_dict(), "update": self.update, "tokenizer": self.tokenizer,
+                "config": OmegaConf.to_container(self.cfg, enum_to_str=True), "tasks": [m.name for m in self.members]}
+
     def _state(self) -> dict:
         rngs = self.group.gather(rng_state())  # every rank's, so that each resumes its own dropout stream
-        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "scaler": self.scaler.state_dict(), "update": self.update,
+        return {**self._model_state(), "optimizer": self.optimizer.state_dict(),
+                "scaler": self.scaler.state_dict(),
                 "streams": {s.member.name: s.state() for s in self.streams}, "world": self.group.world,
                 "member_updates": dict(zip((m.name for m in self.members), self.member_updates)),
                 "skipped_updates": self.skipped_updates, "nonfinite_in_row": self.nonfinite_in_row,
-                "best": self.best, "elapsed": self._elapsed(), "rng": rngs, "config": OmegaConf.to_container(self.cfg, enum_to_str=True),
-                "tokenizer": self.tokenizer, "tasks": [m.name for m in self.members]}
+                "best": self.best, "elapsed": self._elapsed(), "rng": rngs}
+
+    def _write(self, write, what: str, kept: str) -> None:
+        """Run `write` on rank 0; an OSError becomes one TrainingError naming `what`, everywhere."""
+        def guarded():
+            try:
+                write()
+            except OSError as e:
+                raise TrainingError(f"cannot write {what}: {e}; {kept}") from None
+
+        self.group.agreed(guarded, rank0_only=True)
 
     def _resume(self) -> None:
         """Continue from the newest readable checkpoint, which rank 0 picks for everyone."""
@@ -218,16 +232,9 @@ class Trainer:
 
     def save(self) -> None:
         state = self._state()  # every rank joins the RNG gather
-
-        def write():
-            try:
-                checkpoint.save(state, self.run_dir, self.update, self.cfg.run.keep_last)
-            except OSError as e:
-                raise TrainingError(f"cannot write the checkpoint of update {self.update} into "
-                                    f"{checkpoint.checkpoint_dir(self.run_dir)}: {e}; the earlier "
-                                    "checkpoints are intact") from None
-
-        self.group.agreed(write, rank0_only=True)
+        self._write(lambda: checkpoint.save(state, self.run_dir, self.update, self.cfg.run.keep_last),
+                    f"the checkpoint of update {self.update} into {checkpoint.checkpoint_dir(self.run_dir)}",
+                    "the earlier checkpoints are intact")
         self._last_save = clock()
 
     def _save_due(self, last: bool) -> bool:
@@ -332,16 +339,9 @@ class Trainer:
         if self.best is not None and figure <= self.best["select"]:
             return
         self.best = {"update": self.update, "select": figure}
-        state = {"model": self.model.state_dict(), **self.best, "tokenizer": self.tokenizer,
-                 "config": OmegaConf.to_container(self.cfg, enum_to_str=True), "tasks": [m.name for m in self.members]}
-
-        def write():
-            try:
-                checkpoint.atomic_save(state, self.run_dir / checkpoint.BEST)
-            except OSError as e:
-                raise TrainingError(f"cannot write {self.run_dir / checkpoint.BEST}: {e}") from None
-
-        self.group.agreed(write, rank0_only=True)
+        state = {**self._model_state(), "select": figure}
+        self._write(lambda: checkpoint.atomic_save(state, self.run_dir / checkpoint.BEST),
+                    str(self.run_dir / checkpoint.BEST), "the previous best model is intact")
 
     # -- the loop -----------------------------------------------------------------------------
     def run(self) -> dict:
@@ -417,29 +417,26 @@ class Trainer:
         validated model (checkpoint_best.pt) where that scored higher on the same dev sentences.
         Every process takes part (validation is shared out). Returns what result.json records:
         the checkpoint tested, relative to the run directory, and each candidate's dev figure."""
-        cfg = self.cfg
-        paths = checkpoint.listed(self.run_dir)
-        chosen = {}
-        if cfg.run.average_last > 1 and len(paths) > 1:
-            avg = checkpoint.average(paths[-cfg.run.average_last:])
-            self.group.agreed(lambda: checkpoint.atomic_save(avg, self.run_dir / checkpoint.AVERAGE), rank0_only=True)
+        paths, k = checkpoint.listed(self.run_dir), self.cfg.run.average_last
+        averaged = k > 1 and len(paths) > 1
+        if averaged:
+            avg = checkpoint.average(paths[-k:])
+            self._write(lambda: checkpoint.atomic_save(avg, self.run_dir / checkpoint.AVERAGE),
+                        str(self.run_dir / checkpoint.AVERAGE), "the checkpoints are intact")
             self.model.load_state_dict(avg["model"])
             chosen = {"checkpoint": checkpoint.AVERAGE, "averaged": len(avg["averaged"])}
-            figure = self.validate()[1]
-        else:
-            if paths:
-                chosen["checkpoint"] = str(paths[-1].relative_to(self.run_dir))
-            figure = self.validated[1] if self.validated and self.validated[0] == self.update else self.validate()[1]
-        candidates = {chosen.get("checkpoint", "final"): figure}
-        best = self.best
-        same = best is not None and best["update"] == self.update and "averaged" not in chosen
-        if best is not None and not same and (self.run_dir / checkpoint.BEST).is_file():
-            candidates[checkpoint.BEST] = best["select"]
+        else:  # the model as trained, which the last save wrote
+            chosen = {"checkpoint": str(paths[-1].relative_to(self.run_dir)) if paths else None}
+        known = not averaged and self.validated is not None and self.validated[0] == self.update
+        figure = self.validated[1] if known else self.validate()[1]
+        chosen["dev_select"] = {chosen["checkpoint"]: figure}
+        best = self.best  # a candidate unless it is the model as trained
+        if best is not None and (averaged or best["update"] != self.update) and (self.run_dir / checkpoint.BEST).is_file():
+            chosen["dev_select"][checkpoint.BEST] = best["select"]
             chosen["best_update"] = best["update"]
             if best["select"] > figure:
                 self.model.load_state_dict(checkpoint.load(self.run_dir / checkpoint.BEST)["model"])
                 chosen["checkpoint"] = checkpoint.BEST
-        chosen["dev_select"] = candidates
         return chosen
 
     def finish(self) -> dict:

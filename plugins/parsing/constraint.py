@@ -39,12 +39,12 @@ class TokenTables:
     """What the constraint needs to know about a target vocabulary, computed once.
 
     itos: the target tokens by id; tags: the tokens that are leaf tags in this scheme;
-    loose: the words that may take any tag although `punctuation_tags` does not call them
+    punct_tagged: the words that may take any tag although `punctuation_tags` does not call them
     punctuation (ParsingTask.punct_tagged: the training trees tag them as punctuation somewhere).
     """
 
-    def __init__(self, itos: Sequence[str], tags: Sequence[str], scheme: str, loose: Sequence[str] = ()):
-        self.scheme, self.V, self.loose = scheme, len(itos), frozenset(loose)
+    def __init__(self, itos: Sequence[str], tags: Sequence[str], scheme: str, punct_tagged: Sequence[str] = ()):
+        self.scheme, self.V, self.punct_tagged = scheme, len(itos), frozenset(punct_tagged)
         self.stoi = {t: i for i, t in enumerate(itos)}
         kind = torch.zeros(self.V, dtype=torch.long)
         close_of = torch.full((self.V,), PAD, dtype=torch.long)  # PAD: no closing token (never allowed)
@@ -59,7 +59,7 @@ class TokenTables:
         self.kind, self.close_of = kind, close_of
         self.open_idx = (kind.eq(OPEN) & close_of.ne(PAD)).nonzero().squeeze(1)  # a phrase opens only if it can close
         # leaf tag columns, and a row of allowed tags for each class of word: row 0 any tag (a
-        # word in `loose`), row 1 a word that is not punctuation: any tag but the punctuation tags,
+        # word in `punct_tagged`), row 1 a word that is not punctuation: any tag but the punctuation tags,
         # which EVALB would delete with the word; row j > 1 a punctuation word: only punct[j - 2]
         leaf_tags = [PLACEHOLDER] if scheme == "vinyals" else list(tags) if scheme in TAG_SCHEMES else []
         self.tag_idx = torch.tensor(sorted({self.stoi[t] for t in leaf_tags if t in self.stoi}), dtype=torch.long)
@@ -99,7 +99,7 @@ class TreeConstraint(Constraint):
         for b, ws in enumerate(words):
             if ws:
                 self.word_id[b, :len(ws)] = torch.tensor([tables.stoi.get(w, UNK) for w in ws])
-                self.leaf_class[b, :len(ws)] = torch.tensor([cls.get(p, 0 if w in tables.loose else 1)
+                self.leaf_class[b, :len(ws)] = torch.tensor([cls.get(p, 0 if w in tables.punct_tagged else 1)
                                                              for w, p in zip(ws, punctuation_tags(ws))])
 
     def initial(self, device) -> tuple:
