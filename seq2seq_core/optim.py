@@ -44,24 +44,22 @@ class _ProjectedLabelSmoothedLoss(torch.autograd.Function):
         grad = h.new_empty(N, V) if want_grad else None
         loss = torch.zeros((), dtype=torch.float32, device=h.device)
         nll = torch.zeros_like(loss)
+        offset = torch.tensor(-eps / V, dtype=torch.float32, device=h.device)
         for i in range(0, N, rows):
             t = target[i:i + rows, None]
             n = t.size(0)
             f = zf[:n]
             torch.mm(h[i:i + n], w.t(), out=z[:n])
-            if f is not z:
-                f.copy_(z[:n])
-            f.sub_(f.amax(1, keepdim=True))  # z - m
+            torch.sub(z[:n], z[:n].amax(1, keepdim=True).float(), out=f)  # z - m, in fp32 from any dtype
             z_y, z_mean = f.gather(1, t).squeeze(1), f.mean(1)
             s = f.exp_().sum(1)
             log_s = s.log()
             token_nll = log_s - z_y
             loss += ((1.0 - eps) * token_nll + eps * (log_s - z_mean)).sum()
             nll += token_nll.sum()
-            if grad is not None:  # exp(z - m) / s - eps / V, and - (1 - eps) at the reference
-                f.mul_(s.reciprocal()[:, None]).sub_(eps / V)
-                f.scatter_add_(1, t, torch.full((n, 1), eps - 1.0, device=f.device))
-                grad[i:i + n].copy_(f)
+            if grad is not None:  # (exp(z - m) - (1 - eps) s [at the reference]) / s - eps / V
+                f.scatter_add_(1, t, ((eps - 1.0) * s)[:, None])
+                torch.addcmul(offset, f, s.reciprocal()[:, None], out=grad[i:i + n])
         ctx.save_for_backward(h, w, grad)
         ctx.mark_non_differentiable(nll)
         return loss, nll

@@ -128,6 +128,43 @@ def test_dropout_zeroes_a_share_p_and_keeps_the_expectation():
     assert torch.equal(drop.eval()(x), x)
 
 
+def test_residual_dropout_is_one_mask():
+    """x + Dropout(y) drops y's values with the same mask as Dropout(y): equal draws, equal results."""
+    from s2s.core.model import Dropout
+
+    drop = Dropout(0.3).train()
+    x, y = torch.randn(50, 64), torch.randn(50, 64)
+    torch.manual_seed(1)
+    fused = drop.add(x, y)
+    torch.manual_seed(1)
+    assert torch.allclose(fused, x + drop(y))
+    assert 0.25 < (fused == x).float().mean().item() < 0.35
+    assert torch.equal(drop.eval().add(x, y), x + y)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_bf16_cpu_attention_matches_the_fused_kernel(causal):
+    """bf16 on CPU writes equation 1 out (s2s.core.model.attention); its output and gradients
+    agree with the fused fp32 kernel's to bf16 precision, padding and causal masks included."""
+    import torch.nn.functional as F
+
+    from s2s.core.model import attention
+
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(3, 4, 7, 16, requires_grad=True) for _ in range(3))
+    mask = None if causal else (torch.arange(7) < torch.tensor([7, 4, 1])[:, None])[:, None, None, :]
+    g = torch.randn(3, 4, 7, 16)
+    ref = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
+    ref_grads = torch.autograd.grad(ref, (q, k, v), g)
+    low = [t.detach().bfloat16().requires_grad_() for t in (q, k, v)]
+    out = attention(*low, mask, causal, 0.0)
+    grads = torch.autograd.grad(out, low, g.bfloat16())
+    assert out.dtype == torch.bfloat16
+    assert (out.float() - ref).abs().max() < 0.05
+    for a, b in zip(grads, ref_grads):
+        assert (a.float() - b).abs().max() < 0.05 * b.abs().max()
+
+
 def test_initialisation_bounds():
     """W^Q, W^K, W^V Xavier-uniform as one [3d, d] matrix, W^O Xavier, FFN U(+-1/sqrt(fan_in)),
     zero biases, embeddings N(0, d^-0.5) with a zero PAD row: each weight fills its bound."""
