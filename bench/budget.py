@@ -22,6 +22,10 @@ changes the search, so one run per linearisation scheme gives both:
 """
 from __future__ import annotations
 
+import os
+
+os.environ.setdefault("GOMP_SPINCOUNT", "1000")  # before torch, as `s2s train` sets it (s2s.core.cli)
+
 import argparse
 import json
 import sys
