@@ -1,7 +1,7 @@
 """The Transformer of "Attention Is All You Need" (Vaswani et al. 2017), section 3, in one file.
 
 An encoder and a decoder stack of N layers each (3.1); multi-head scaled dot-product attention
-(3.2) through PyTorch's fused `scaled_dot_product_attention`; position-wise feed-forward networks
+(3.2) through PyTorch's fused kernel, written out in bf16 on CPU (`attention`); position-wise feed-forward networks
 (3.3); embeddings scaled by sqrt(d_model) and, with a shared vocabulary, tied with the
 pre-softmax projection (3.4); sinusoidal positional encodings (3.5). Residual blocks are post-norm as in the paper,
 LayerNorm(x + Dropout(Sublayer(x))), or pre-norm with `cfg.pre_norm`.
@@ -43,8 +43,8 @@ def attention(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor], causal: b
     PyTorch's fused scaled_dot_product_attention, except bf16 on CPU: there its fused kernel is
     2-8x slower than unfused bf16 products, and its unfused (math) kernel casts q, k and v to
     fp32 and back. So on CPU bf16 the equation is written out: both products in bf16, the softmax
-    computed in fp32 by torch's kernel and returned in bf16. Measured in the training step of
-    multi30k_en_de (bf16, 2 threads): 1.10x the math kernel's updates/s."""
+    computed in fp32 by torch's kernel and returned in bf16 (end to end with this file's bf16
+    dropout: README, "Performance")."""
     if not (q.dtype == torch.bfloat16 and q.device.type == "cpu"):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, dropout_p=dropout)
     scores = torch.matmul(q, k.transpose(-1, -2)).mul_(q.size(-1) ** -0.5)
@@ -122,9 +122,13 @@ class Dropout(nn.Module):
     def active(self) -> bool:
         return self.training and self.p > 0.0
 
+    @property
+    def scale(self) -> float:
+        return 1.0 / (1.0 - self.p)
+
     def keep(self, x: Tensor) -> Tensor:
         """1 with probability 1 - p, else 0, in x's shape and dtype (CPU): compared straight
-        into x's dtype, which is one pass where a bool mask and its conversion take 20x longer."""
+        into x's dtype, one pass (a bool mask converted by `where` took 20x longer, timed alone)."""
         n = x.numel()
         bits = torch.randint(-2 ** 63, 2 ** 63 - 1, ((n + 3) // 4,), dtype=torch.int64).view(torch.int16)
         return torch.ge(bits[:n].view(x.shape), round(self.p * 65536) - 32768, out=torch.empty_like(x))
@@ -134,12 +138,12 @@ class Dropout(nn.Module):
             return x
         if x.device.type != "cpu":
             return F.dropout(x, self.p, training=True)
-        return torch.mul(x, self.keep(x)).mul_(1.0 / (1.0 - self.p))
+        return torch.mul(x, self.keep(x)).mul_(self.scale)
 
     def add(self, x: Tensor, y: Tensor) -> Tensor:
         """x + Dropout(y)."""
         if self.active and y.device.type == "cpu":
-            return torch.addcmul(x, y, self.keep(y), value=1.0 / (1.0 - self.p))
+            return torch.addcmul(x, y, self.keep(y), value=self.scale)
         return x + self(y)
 
 
