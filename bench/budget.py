@@ -22,9 +22,7 @@ changes the search, so one run per linearisation scheme gives both:
 """
 from __future__ import annotations
 
-import os
-
-os.environ.setdefault("GOMP_SPINCOUNT", "1000")  # before torch, as `s2s train` sets it (s2s.core.cli)
+import s2s.core  # noqa: E402,F401  before torch: the CPU runtime defaults (s2s.core.RUNTIME_ENV)
 
 import argparse
 import json

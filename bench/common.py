@@ -61,6 +61,14 @@ def mm_rate(n: int = 1024, repeats: int = 5, seconds: float = 1.0, dtype: torch.
     return statistics.median(rates)
 
 
+def runtime_env() -> dict:
+    """The environment that sets how the CPU runtime behaves: s2s's defaults (s2s.core.RUNTIME_ENV)
+    as they are in effect, and OpenMP's own settings."""
+    from s2s.core import RUNTIME_ENV
+
+    return {k: os.environ.get(k) for k in (*RUNTIME_ENV, "OMP_WAIT_POLICY", "OMP_NUM_THREADS")}
+
+
 def peak_rss_mib() -> float:
     """This process's peak resident set size (Linux reports KiB)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

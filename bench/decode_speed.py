@@ -42,14 +42,7 @@ The JSON gives each variant's rate, its speed-up over s2s at the same search, an
 """
 from __future__ import annotations
 
-import os
-
-# libgomp's threads spin for about 300,000 iterations at every barrier before they sleep; on a
-# machine shared with other processes a spinning thread holds the core its partner needs, and
-# each of the hundreds of small parallel regions of an update can then wait a whole scheduler
-# time slice (measured: training 3.4x, beam search 12x slower on a busy 2-core machine). A short
-# spin keeps the benefit when the machine is idle. Set before torch is imported; overridable.
-os.environ.setdefault("GOMP_SPINCOUNT", "1000")
+import s2s.core  # noqa: E402,F401  before torch: the CPU runtime defaults (s2s.core.RUNTIME_ENV)
 
 import argparse
 import importlib.util
@@ -62,7 +55,7 @@ from pathlib import Path
 
 import torch
 
-from bench.common import MULTI30K, corpus_overrides, machine, mm_rate, peak_rss_mib, table, write
+from bench.common import runtime_env, MULTI30K, corpus_overrides, machine, mm_rate, peak_rss_mib, table, write
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -317,10 +310,6 @@ def precision_rates(model, task, sources, refs, settings, precisions: list[str],
     return result
 
 
-def omp_env() -> dict:
-    return {k: os.environ.get(k) for k in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY", "OMP_NUM_THREADS")}
-
-
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--run", help="a trained multi30k_en_de run directory (else an untrained model)")
@@ -348,7 +337,7 @@ def main(argv=None) -> dict:
     args.parsing_full_sentences = pick(args.parsing_full_sentences, 16, 2, args.parsing_run)
     torch.set_num_threads(args.threads)
     result = {"benchmark": "decoding speed (issue 6b)", "threads": args.threads, "max_sentences": args.max_sentences,
-              "omp_env": omp_env(), "load_avg_1m_start": machine()["load_avg_1m"],
+              "runtime_env": runtime_env(), "load_avg_1m_start": machine()["load_avg_1m"],
               "clock": "rates: translate() as s2s generate runs it (tokenise, search, ids to text; on CPU "
                        "run.threads batches at once, one thread each); full recompute ratio: generate() per batch"}
     mm = mm_rate()

@@ -14,12 +14,7 @@ from __future__ import annotations
 
 import os
 
-# libgomp's threads spin for about 300,000 iterations at every barrier before they sleep; on a
-# machine shared with other processes a spinning thread holds the core its partner needs, and
-# each of the hundreds of small parallel regions of an update can then wait a whole scheduler
-# time slice (measured: training 3.4x, beam search 12x slower on a busy 2-core machine). A short
-# spin keeps the benefit when the machine is idle. Set before torch is imported; overridable.
-os.environ.setdefault("GOMP_SPINCOUNT", "1000")
+import s2s.core  # noqa: E402,F401  before torch: the CPU runtime defaults (s2s.core.RUNTIME_ENV)
 
 import argparse
 import itertools
@@ -31,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.common import MULTI30K, table, write
+from bench.common import runtime_env, MULTI30K, table, write
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -87,10 +82,6 @@ def run_child(data_dir: Path, cache_dir: Path) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def omp_env() -> dict:
-    return {k: os.environ.get(k) for k in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY", "OMP_NUM_THREADS")}
-
-
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--pairs", type=int, default=1_000_000)
@@ -112,7 +103,7 @@ def main(argv=None) -> dict:
             runs.append(run_child(data_dir, Path(tmp) / f"cache{i}"))
     runs.sort(key=lambda r: r["total_s"])
     r = runs[len(runs) // 2]
-    result = {"benchmark": "data preparation (issue 6c)", "omp_env": omp_env(), "pairs": args.pairs,
+    result = {"benchmark": "data preparation (issue 6c)", "runtime_env": runtime_env(), "pairs": args.pairs,
               "text_mib": round(text_mib, 1),
               "vocab": r["vocab"], "train_pairs_kept": r["train_pairs"], "train_tokens": r["train_tokens"],
               "total_s": round(r["total_s"], 2), "tokenizer_s": round(r["tokenizer_s"], 2),

@@ -15,12 +15,7 @@ from __future__ import annotations
 
 import os
 
-# libgomp's threads spin for about 300,000 iterations at every barrier before they sleep; on a
-# machine shared with other processes a spinning thread holds the core its partner needs, and
-# each of the hundreds of small parallel regions of an update can then wait a whole scheduler
-# time slice (measured: training 3.4x, beam search 12x slower on a busy 2-core machine). A short
-# spin keeps the benefit when the machine is idle. Set before torch is imported; overridable.
-os.environ.setdefault("GOMP_SPINCOUNT", "1000")
+import s2s.core  # noqa: E402,F401  before torch: the CPU runtime defaults (s2s.core.RUNTIME_ENV)
 
 import argparse
 import json
@@ -30,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.common import table, write
+from bench.common import runtime_env, table, write
 from bench.prepare_speed import make_corpus, run_child as run_prepare
 
 REPO = Path(__file__).resolve().parent.parent
@@ -72,10 +67,6 @@ def run_child(*args) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def omp_env() -> dict:
-    return {k: os.environ.get(k) for k in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY", "OMP_NUM_THREADS")}
-
-
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sizes", type=int, nargs="+", default=[100_000, 1_000_000])
@@ -104,7 +95,7 @@ def main(argv=None) -> dict:
     base = rows[0]["peak_rss_mib"]
     for r in rows:
         r["peak_vs_smallest"] = round(r["peak_rss_mib"] / base, 4)
-    result = {"benchmark": "training peak RSS vs corpus size (issue 6d)", "omp_env": omp_env(),
+    result = {"benchmark": "training peak RSS vs corpus size (issue 6d)", "runtime_env": runtime_env(),
               "preset": "multi30k_en_de",
               "target": "peak RSS with 1M pairs within 10% of 100k", "runs": rows,
               "within_10_percent": all(r["peak_vs_smallest"] <= 1.10 for r in rows)}

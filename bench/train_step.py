@@ -37,14 +37,7 @@ the same batches.
 """
 from __future__ import annotations
 
-import os
-
-# libgomp's threads spin for about 300,000 iterations at every barrier before they sleep; on a
-# machine shared with other processes a spinning thread holds the core its partner needs, and
-# each of the hundreds of small parallel regions of an update can then wait a whole scheduler
-# time slice (measured: training 3.4x, beam search 12x slower on a busy 2-core machine). A short
-# spin keeps the benefit when the machine is idle. Set before torch is imported; overridable.
-os.environ.setdefault("GOMP_SPINCOUNT", "1000")
+import s2s.core  # noqa: E402,F401  before torch: the CPU runtime defaults (s2s.core.RUNTIME_ENV)
 
 import argparse
 import contextlib
@@ -57,7 +50,7 @@ import numpy as np
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from bench.common import MULTI30K, mm_rate, peak_rss_mib, table, write
+from bench.common import runtime_env, MULTI30K, mm_rate, peak_rss_mib, table, write
 
 REPO = Path(__file__).resolve().parent.parent
 FLOP_FORMULA = (
@@ -200,10 +193,6 @@ def bench_preset(name: str, max_tokens: int, steps: int, variants: list[str], th
     return result
 
 
-def omp_env() -> dict:
-    return {k: os.environ.get(k) for k in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY", "OMP_NUM_THREADS")}
-
-
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--presets", nargs="+", default=list(PRESETS), choices=list(PRESETS))
@@ -233,7 +222,7 @@ def main(argv=None) -> dict:
             not args.no_profile, args.precision))
     result = {"benchmark": "isolated training step (issue 6a), not end to end", "flop_formula": FLOP_FORMULA,
               "mfu_reference": "fp32 torch.mm of 1024x1024 matrices, same threads, probed before every update",
-              "omp_env": omp_env(), "mm_rate_gflops_start": round(mm_start / 1e9, 1),
+              "runtime_env": runtime_env(), "mm_rate_gflops_start": round(mm_start / 1e9, 1),
               "peak_rss_mib": round(peak_rss_mib(), 1),
               "targets": {"multi30k_en_de": 0.5, "wmt14_en_de_base": 0.6}, "presets": presets}
     path = write(args.name, result)

@@ -22,9 +22,7 @@ reported against both. The isolated update of bench/train_step.py is a different
 """
 from __future__ import annotations
 
-import os
-
-os.environ.setdefault("GOMP_SPINCOUNT", "1000")  # before torch: see bench/train_step.py
+import s2s.core  # noqa: E402,F401  before torch: the CPU runtime defaults (s2s.core.RUNTIME_ENV)
 
 import argparse
 import json
@@ -38,8 +36,8 @@ from pathlib import Path
 
 import torch
 
-from bench.common import MULTI30K, mm_rate, table, write
-from bench.train_step import FLOP_FORMULA, omp_env, update_flops
+from bench.common import runtime_env, MULTI30K, mm_rate, table, write
+from bench.train_step import FLOP_FORMULA, update_flops
 
 REPO = Path(__file__).resolve().parent.parent
 PRESET = "multi30k_en_de"
@@ -166,7 +164,7 @@ def main(argv=None) -> dict:
               "preset": PRESET, "model": model, "threads": args.threads, "rounds": args.rounds,
               "warmup_updates": args.warmup_updates, "timed_seconds_per_run": args.seconds,
               "flops_per_training_pair": round(flops_per_pair), "flop_formula": FLOP_FORMULA,
-              "omp_env": omp_env(), "targets": {"bf16_sentences_per_s_vs_fp32": 1.8},
+              "runtime_env": runtime_env(), "targets": {"bf16_sentences_per_s_vs_fp32": 1.8},
               "summary": summary, "runs": runs}
     path = write(args.name, result)
     print(table([{"precision": p, "sent/s": s["sentences_per_s_median"], "tok/s": s["tgt_tokens_per_s_median"],

@@ -7,10 +7,6 @@ import json
 import logging
 import os
 import sys
-
-# torch's OpenMP threads otherwise spin long at every barrier; on a shared CPU that collapsed
-# training throughput 3.4x (bench/train_throughput.py). Set before torch is first imported.
-os.environ.setdefault("GOMP_SPINCOUNT", "1000")
 from itertools import islice
 from pathlib import Path
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-os.environ.setdefault("GOMP_SPINCOUNT", "1000")  # before torch: see seq2seq_core/cli.py
+import s2s.core  # noqa: E402,F401  before torch: the CPU runtime defaults (s2s.core.RUNTIME_ENV)
 
 import pytest  # noqa: E402
 import torch  # noqa: E402

@@ -1,5 +1,9 @@
 """Precision: bf16 training with fp32 master weights, auto / fallback, bf16 and int8 search."""
+import json
 import logging
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -94,3 +98,14 @@ def test_bf16_gradients_summed_over_many_positions_do_not_stall():
     (emb_low, ln_low), (emb_full, ln_full) = grads(net), grads(model)
     assert torch.allclose(emb_low, emb_full, rtol=0.05, atol=0.05 * emb_full.abs().max().item())
     assert torch.allclose(ln_low, ln_full, rtol=0.05, atol=0.05 * ln_full.abs().max().item())
+
+
+def test_importing_s2s_sets_the_cpu_runtime_defaults_before_torch_and_the_environment_wins():
+    env = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "ONEDNN_PRIMITIVE_CACHE_CAPACITY")}
+    env["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] = "8"
+    code = ("import os, json, sys, s2s.core; print(json.dumps([{k: os.environ.get(k) for k in s2s.core.RUNTIME_ENV},"
+            " 'torch' in sys.modules]))")
+    seen, torch_loaded = json.loads(subprocess.run([sys.executable, "-c", code], env=env, check=True,
+                                                   capture_output=True, text=True).stdout)
+    assert seen == {"GOMP_SPINCOUNT": "1000", "ONEDNN_PRIMITIVE_CACHE_CAPACITY": "8"}
+    assert not torch_loaded  # so that both still take effect when torch loads
