@@ -55,7 +55,7 @@ from pathlib import Path
 
 import torch
 
-from bench.common import runtime_env, MULTI30K, corpus_overrides, machine, mm_rate, peak_rss_mib, table, write
+from bench.common import MULTI30K, corpus_overrides, machine, mm_rate, peak_rss_mib, runtime_env, table, write
 
 REPO = Path(__file__).resolve().parent.parent
 

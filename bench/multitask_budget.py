@@ -12,6 +12,8 @@ bench/results/multitask_budget.json, with `comparison`: each task's figure singl
 """
 from __future__ import annotations
 
+import s2s.core  # noqa: F401  before torch: the CPU runtime defaults (s2s.core.RUNTIME_ENV), as `s2s train` has them
+
 import argparse
 import json
 import sys

@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.common import runtime_env, MULTI30K, table, write
+from bench.common import MULTI30K, runtime_env, table, write
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -50,7 +50,7 @@ import numpy as np
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from bench.common import runtime_env, MULTI30K, mm_rate, peak_rss_mib, table, write
+from bench.common import MULTI30K, mm_rate, peak_rss_mib, runtime_env, table, write
 
 REPO = Path(__file__).resolve().parent.parent
 FLOP_FORMULA = (

@@ -36,7 +36,7 @@ from pathlib import Path
 
 import torch
 
-from bench.common import runtime_env, MULTI30K, mm_rate, table, write
+from bench.common import MULTI30K, mm_rate, runtime_env, table, write
 from bench.train_step import FLOP_FORMULA, update_flops
 
 REPO = Path(__file__).resolve().parent.parent

@@ -13,8 +13,8 @@ command, the tests and the benchmarks import s2s first:
 * ONEDNN_PRIMITIVE_CACHE_CAPACITY=64: oneDNN keeps up to 1,024 compiled primitives, one per
   shape of a bf16 product, and nearly every training batch has a token count of its own, so the
   cache only grows: 300 bf16 updates of `s2s train multi30k_en_de` peaked at 3.18-3.24 GB, 2.43
-  GB with 64 at the same speed (README, "Performance"). 64 still holds the shapes that recur
-  within a search.
+  GB with 64 at the same speed (README, "CPU runtime defaults"). 64 still holds the shapes that
+  recur within a search.
 """
 import os as _os
 
