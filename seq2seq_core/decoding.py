@@ -92,11 +92,13 @@ class _Stepper:
             logits = self.model.decode(tokens, self.memory, self.src_pad)[:, -1]
         if self.logp is None:
             self.logp = logits.new_empty(logits.shape, dtype=torch.float32)
-        # in place in the buffer: a fresh [n, V] tensor per step cost more than the softmax
-        # (a new mapping of memory to fault in: 3.4 against 8.3 ms at 512 rows x 8,000 tokens,
-        # timed alone; end to end, README "Performance")
-        logp = self.logp[: logits.size(0)].copy_(logits)
-        logp = torch.log_softmax(logp, dim=-1, out=logp).index_fill_(1, self.banned, -torch.inf)
+        # into the buffer: a fresh [n, V] tensor per step cost more than the softmax (a new
+        # mapping of memory to fault in: 3.4 against 8.3 ms at 512 rows x 8,000 tokens, timed
+        # alone; end to end, README "Performance"). bf16 logits are copied in first: the
+        # kernel's own bf16-to-fp32 path is slower than the copy and an in-place softmax.
+        logp = self.logp[: logits.size(0)]
+        torch.log_softmax(logits if logits.dtype == torch.float32 else logp.copy_(logits), dim=-1, out=logp)
+        logp.index_fill_(1, self.banned, -torch.inf)
         at_max = max_len.eq(t)
         if at_max.any():
             eos = logp[at_max, EOS]  # the model's, even where a constraint would not allow it
