@@ -36,10 +36,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch  # noqa: E402
 
 from bench.common import corpus_overrides, peak_rss_mib, write  # noqa: E402
-from s2s.core.cli import load_for_inference  # noqa: E402
+from s2s.core.inference import load_for_inference  # noqa: E402
 from s2s.core.config import load_config  # noqa: E402
 from s2s.core.data import prepare  # noqa: E402
-from s2s.core.evaluate import decode_settings, hypotheses  # noqa: E402
+from s2s.core.inference import decode_settings, hypotheses  # noqa: E402
 from s2s.core.members import data_config  # noqa: E402
 from s2s.core.registry import Registry  # noqa: E402
 from s2s.core.runlog import read_metrics  # noqa: E402
@@ -153,8 +153,8 @@ def budget_row(args, reg, minutes: float, run_dir: str, precision: str | None) -
 def test_scores(run_dir: str, reg, name: str | None) -> dict:
     """The test split of the run's task (of member `name` of a multi-task run) decoded with its
     decoding defaults and scored; for parsing also against the gold trees, and both searches."""
-    cfg_run, task, model = load_for_inference(run_dir, reg, task=name)
-    own = getattr(task, "task", task)  # a multi-task member's own task
+    cfg_run, task, model = load_for_inference(run_dir, reg, task=name)  # task: the run's member
+    own = task.task
     sources, refs = prepare(own, data_config(cfg_run), quiet=True).texts("test")
     t1 = time.time()
     hyps = hypotheses(model, task, sources, decode_settings(own, cfg_run.decode), torch.device("cpu"),

@@ -14,6 +14,8 @@ import sys
 import time
 from pathlib import Path
 
+from s2s.core.files import atomic_write_text  # s2s first: its CPU runtime defaults precede torch
+
 import torch
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -77,9 +79,7 @@ def peak_rss_mib() -> float:
 def write(name: str, result: dict) -> Path:
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{name}.json"
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps({"machine": machine(), **result}, indent=1) + "\n")
-    os.replace(tmp, path)
+    atomic_write_text(path, json.dumps({"machine": machine(), **result}, indent=1) + "\n")
     return path
 
 

@@ -23,7 +23,7 @@ JSON says which kind of model was measured and gives mean output and reference l
 also times beam 21 with the tree constraint on and off on the same model
 (`constrained_vs_unconstrained`; target: constrained >= 0.8x the unconstrained rate).
 
-Rates are those of `s2s generate`'s path (s2s.core.evaluate.translate: sentences sorted by
+Rates are those of `s2s generate`'s path (s2s.core.inference.translate: sentences sorted by
 length, `--max-sentences` at a time, on CPU `--threads` batches at once, one thread each); the
 clock covers tokenising, search and turning ids back into text; medians of `--repeats` runs,
 the variants interleaved. Full recompute (the decoder re-run over the whole prefix at every step) is quadratic in the
@@ -63,20 +63,19 @@ REPO = Path(__file__).resolve().parent.parent
 def load(preset: str, run: str | None, cache_dir: str):
     """(task, model, decoding settings, description) for a run directory or an untrained model."""
     from s2s.core import checkpoint
-    from s2s.core.cli import load_for_inference
+    from s2s.core.inference import load_for_inference, run_dir_of
     from s2s.core.config import load_config
     from s2s.core.data import prepare
-    from s2s.core.evaluate import decode_settings
+    from s2s.core.inference import decode_settings
     from s2s.core.registry import Registry
     from s2s.core.members import Member, build_task
     from s2s.core.runlog import read_metrics
-    from s2s.core.train import build_model
+    from s2s.core.members import build_model
 
     registry = Registry.installed()
     if run:
-        cfg, task, model = load_for_inference(run, registry, ["run.device=cpu", "decode.precision=fp32"])
-        path = Path(run)
-        run_dir = path if path.is_dir() else path.parent.parent if path.parent.name == "checkpoints" else path.parent
+        cfg, member, model = load_for_inference(run, registry, ["run.device=cpu", "decode.precision=fp32"])
+        task, path, run_dir = member.task, Path(run), run_dir_of(run)
         desc = {"model": "trained", "run": str(run)}
         if path.is_file():
             desc["checkpoint"] = path.name
@@ -104,7 +103,7 @@ def load(preset: str, run: str | None, cache_dir: str):
 
 def batches_of(task, sources: list[str], max_sentences: int) -> list[tuple[list[int], torch.Tensor]]:
     """(sentence numbers, padded source ids + EOS) per batch, sorted by length as `translate` does."""
-    from s2s.core.evaluate import source_batch
+    from s2s.core.inference import source_batch
 
     ids = task.encode_source(sources)
     order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
@@ -132,7 +131,7 @@ def rates(model, task, sources, variants: dict, repeats: int, max_sentences: int
     the median of `repeats` runs, variants interleaved so that a change in the machine's load
     touches them alike. Also the rate had the process had its threads' cores to itself
     (sentences per CPU-second times threads), which a shared machine's load disturbs less."""
-    from s2s.core.evaluate import translate
+    from s2s.core.inference import translate
 
     runs = {name: [] for name in variants}
     outputs, rows = {}, {}
@@ -175,7 +174,7 @@ def constraint_speed(model, task, sources, settings, repeats: int, max_sentences
     """Parsing: sentences/s of `translate` with the tree constraint on and off (task setting
     `constrained`), same model and settings, interleaved, medians of `repeats` runs; with the
     repairs the unconstrained outputs needed (the constrained ones need none by construction)."""
-    from s2s.core.evaluate import hypotheses
+    from s2s.core.inference import hypotheses
 
     runs, repaired, was = {True: [], False: []}, {}, task.cfg.constrained
     try:
@@ -235,7 +234,7 @@ def versus_ctranslate2(model, task, sources, refs, settings, threads: int, repea
 
     import ctranslate2
 
-    from s2s.core.evaluate import translate
+    from s2s.core.inference import translate
     from s2s.core.export import to_ctranslate2, translate_ctranslate2
 
     greedy = replace(settings, beam=1)
@@ -282,7 +281,7 @@ def precision_rates(model, task, sources, refs, settings, precisions: list[str],
     """Search in each precision (s2s.core.precision.for_inference: the model `s2s generate` loads
     with decode.precision) with both stopping rules, sentences/s and test BLEU, each against fp32:
     every repeat runs all of them in turn, so that fp32 is measured next to the others."""
-    from s2s.core.evaluate import translate
+    from s2s.core.inference import translate
     from s2s.core.precision import for_inference, resolve
 
     chosen = {p: resolve(p, torch.device("cpu"), "--precisions") for p in ["fp32", *precisions]}

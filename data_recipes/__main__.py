@@ -12,7 +12,7 @@ import logging
 import sys
 from pathlib import Path
 
-from s2s.core.task import DataError
+from s2s.core.errors import DataError
 
 from . import multi30k, treebank
 

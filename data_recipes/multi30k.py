@@ -18,7 +18,7 @@ import os
 from pathlib import Path
 from typing import Iterable
 
-from s2s.core.task import DataError
+from s2s.core.errors import DataError
 
 from . import data_home
 from .download import fetch_gzip

@@ -34,7 +34,7 @@ from typing import Iterable, Iterator
 from nltk.tree import Tree
 
 from s2s.core import textio
-from s2s.core.task import DataError
+from s2s.core.errors import DataError
 
 WSJ_SPLIT = {"train": "02-21", "valid": "22", "test": "23"}
 SAMPLE_SPLIT = {"train": (1, 179), "valid": (180, 189), "test": (190, 199)}

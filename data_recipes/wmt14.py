@@ -17,7 +17,7 @@ import logging
 from pathlib import Path
 from typing import Iterator
 
-from s2s.core.task import DataError
+from s2s.core.errors import DataError
 
 log = logging.getLogger(__name__)
 

@@ -21,14 +21,13 @@ from pathlib import Path
 
 import torch
 
+from .errors import CheckpointError
+from .files import replacing
+
 log = logging.getLogger("s2s")
 PATTERN = re.compile(r"checkpoint_(\d{8})\.pt$")
 AVERAGE = "checkpoint_average.pt"  # RUN_DIR/: the mean of the last run.average_last checkpoints
 BEST = "checkpoint_best.pt"  # RUN_DIR/: the validated model with the highest dev figure
-
-
-class CheckpointError(ValueError):
-    """A checkpoint file that cannot be used; the message names the file."""
 
 
 def checkpoint_dir(run_dir: Path) -> Path:
@@ -42,29 +41,17 @@ def listed(run_dir: Path) -> list[Path]:
 
 
 def atomic_save(obj, path: Path) -> None:
-    """torch.save to a temporary name, fsync, rename, fsync the folder: the old file or the new."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    """torch.save `obj` to `path` whole (`files.replacing`): the old file or the new."""
     ser = torch.serialization
     crc = ser.get_crc32_options() if hasattr(ser, "get_crc32_options") else None
     if crc is False:
         ser.set_crc32_options(True)  # `load` checks every entry against its CRC
     try:
-        with open(tmp, "wb") as f:
+        with replacing(path, "wb") as f:
             torch.save(obj, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(fd)  # the rename itself survives a power cut
-        finally:
-            os.close(fd)
     finally:
         if crc is False:
             ser.set_crc32_options(False)
-        if tmp.exists():
-            tmp.unlink()
 
 
 def save(state: dict, run_dir: Path, update: int, keep_last: int) -> Path:

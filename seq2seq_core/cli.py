@@ -7,10 +7,12 @@ import json
 import logging
 import os
 import sys
-from itertools import islice
 from pathlib import Path
 
 from omegaconf import OmegaConf
+
+from .errors import S2SError
+from .errors import UsageError
 
 log = logging.getLogger("s2s")
 
@@ -67,43 +69,6 @@ def cmd_train(args) -> int:
     return 0
 
 
-def load_for_inference(path: str, registry, overrides=(), task: str | None = None):
-    """(cfg, task, model) from a run directory or a checkpoint file inside one. For a
-    multi-task run `task` names the member, and what comes back is that `Member`: the task in
-    the run's id space, which `translate` serves the same way."""
-    from . import checkpoint, precision
-    from .checkpoint import CheckpointError
-    from .config import load_config
-    from .distributed import resolve_device
-    from .members import build_members, load_vocabularies, pick
-    from .train import build_model
-
-    p = Path(path)
-    run_dir = p if p.is_dir() else p.parent.parent if p.parent.name == "checkpoints" else p.parent
-    if not (run_dir / "config.yaml").is_file():
-        raise FileNotFoundError(f"{run_dir} holds no config.yaml: not a run directory of `s2s train`")
-    # checked against today's schema: settings added since the run was trained take their defaults
-    cfg = load_config(run_dir / "config.yaml", list(overrides), registry=registry)
-    members = build_members(cfg, registry)
-    member = pick(members, task)
-    load_vocabularies(members, run_dir)
-    if p.is_dir():
-        state = checkpoint.tested(run_dir)[0]
-        if state is None:
-            raise FileNotFoundError(f"{run_dir} holds no checkpoint")
-    else:
-        state = checkpoint.load(p)
-    model = build_model(cfg, members)
-    try:
-        model.load_state_dict(state["model"])
-    except (RuntimeError, KeyError) as e:
-        raise CheckpointError(f"the checkpoint in {p} does not fit {run_dir / 'config.yaml'} "
-                              f"({(str(e).splitlines() or [''])[0]})") from None
-    device = resolve_device(cfg.run.device)
-    model.to(device).eval()
-    return cfg, member.task if len(members) == 1 else member, precision.for_inference(model, precision.resolve(cfg.decode.precision, device, "decode.precision"))
-
-
 def _writable(path: str) -> None:
     """Fail before any work when the output file cannot be written (what is there stays)."""
     p = Path(path)
@@ -125,16 +90,14 @@ def _readable(path: str) -> None:
 
 
 def cmd_generate(args) -> int:
-    """Stream source lines to output lines, exactly one out per line in.
+    """Stream source lines to output lines, exactly one out per line in (`inference.generate_lines`).
 
-    A line that cannot be decoded (invalid UTF-8, too long for the model's positions) gets an
-    empty output line and a warning naming its line number; the rest of the run goes on. With
-    --output, the file appears complete at the end (written under a temporary name first).
+    With --output, a regular file appears complete at the end (`files.replacing`); a device or
+    a pipe is written as it goes. The output may not be the input.
     """
-    import torch
-
     from . import textio
-    from .evaluate import decode_settings, translate
+    from .files import replacing
+    from .inference import generate_lines, load_for_inference
     from .progress import progress
 
     reg = _registry(args)
@@ -146,73 +109,31 @@ def cmd_generate(args) -> int:
         _readable(args.input)
     if args.output:
         _writable(args.output)
+        if args.input and Path(args.output).exists() and Path(args.output).samefile(args.input):
+            raise UsageError(f"--output {args.output} is the input file: write the output elsewhere")
     cfg, task, model = load_for_inference(args.checkpoint, reg, overrides, args.task)
-    settings = decode_settings(task, cfg.decode)
-    device = next(model.parameters()).device
     name = args.input or "<stdin>"
     raw = textio.raw_lines(args.input) if args.input else (
         line[:-1] if line.endswith(b"\n") else line for line in sys.stdin.buffer)
-    block = cfg.decode.max_sentences * max(1, torch.get_num_threads())  # what one translate call shares out
-    # a regular file appears complete at the end; a device or a pipe is written as it goes
     regular = args.output and (Path(args.output).is_file() or not Path(args.output).exists())
-    tmp = Path(args.output).with_name(f".{Path(args.output).name}.tmp{os.getpid()}") if regular else None
-    out = open(tmp or args.output, "w", encoding="utf-8") if args.output else sys.stdout
-    number = bad = 0
     try:
-        with progress(args.quiet, desc="generate", unit=" sent") as bar:
-            while chunk := list(islice(raw, block)):
-                lines = []
-                for raw_line in chunk:
-                    number += 1
-                    lines.append(_source_line(raw_line, name, number, task, model.max_positions))
-                good = [i for i, line in enumerate(lines) if line is not None]
-                hyps = translate(model, task, [lines[i] for i in good], settings, device,
-                                 cfg.decode.max_sentences, progress=bar)
-                result = [""] * len(lines)
-                for i, h in zip(good, hyps):
-                    result[i] = h.replace("\r", " ").replace("\n", " ")
-                bad += len(lines) - len(good)
-                out.write("".join(h + "\n" for h in result))
-                out.flush()
-        if args.output:
-            out.close()
-        if tmp:
-            os.replace(tmp, args.output)
+        with contextlib.ExitStack() as stack:
+            out = (stack.enter_context(replacing(args.output)) if regular else
+                   stack.enter_context(open(args.output, "w", encoding="utf-8")) if args.output else sys.stdout)
+            bar = stack.enter_context(progress(args.quiet, desc="generate", unit=" sent"))
+            number, bad = generate_lines(model, task, cfg, raw, name, out, progress=bar)
     except OSError as e:  # a full disk, a closed pipe (reading errors are DataErrors)
         raise UsageError(f"cannot write {args.output or '<stdout>'}: {e.strerror or e}") from None
-    finally:
-        if args.output:
-            with contextlib.suppress(OSError):
-                out.close()
-        if tmp and tmp.exists():
-            tmp.unlink()
     if bad:
         log.warning("%s: %d of %d line(s) could not be decoded and got an empty output line", name, bad, number)
     return 0
 
 
-def _source_line(raw: bytes, name: str, number: int, task, max_positions: int) -> str | None:
-    """The text of one source line, or None (with a warning) when it cannot be decoded."""
-    from . import textio
-    from .task import DataError
-
-    try:
-        line = textio.decode_line(raw, name, number)
-    except DataError as e:
-        log.warning("%s; its output line is empty", e)
-        return None
-    n = len(task.encode_source([line])[0]) + 1  # + EOS
-    if n > max_positions:
-        log.warning("%s, line %d: %d source tokens do not fit model.max_positions=%d; its output line is empty",
-                    name, number, n, max_positions)
-        return None
-    return line
-
-
 def cmd_score(args) -> int:
     from . import textio
-    from .config import ConfigError, load_config, preset_names
-    from .task import DataError
+    from .config import load_config, preset_names
+    from .errors import ConfigError
+    from .errors import DataError
 
     from .members import build_task
 
@@ -281,7 +202,7 @@ def cmd_quickstart(args) -> int:
     """Train the demo end to end and compare its held-out score with the copy baseline."""
     import time
 
-    from .evaluate import decode_settings, translate
+    from .inference import decode_settings, load_for_inference, translate
     from .train import train
 
     reg = _registry(args)
@@ -289,13 +210,13 @@ def cmd_quickstart(args) -> int:
     cfg = _config(args, reg)
     t0 = time.time()
     train(cfg, reg, quiet=args.quiet)
-    cfg, task, model = load_for_inference(cfg.run.dir, reg)
+    cfg, member, model = load_for_inference(cfg.run.dir, reg)
     from .data import prepare
 
-    sources, refs = prepare(task, cfg.data, quiet=True).texts("test")
-    hyps = translate(model, task, sources, decode_settings(task, cfg.decode), next(model.parameters()).device)
-    trained = task.score(hyps, refs, sources)
-    baseline = task.score(sources, refs, sources)
+    sources, refs = prepare(member.task, cfg.data, quiet=True).texts("test")
+    hyps = translate(model, member, sources, decode_settings(member, cfg.decode), next(model.parameters()).device)
+    trained = member.score(hyps, refs, sources)
+    baseline = member.score(sources, refs, sources)
     elapsed = time.time() - t0
     print(f"\ndemo ({cfg.task.mode}) on {len(sources)} held-out sentences, {elapsed:.0f} s:")
     print(f"  trained model  {trained}")
@@ -377,10 +298,6 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-class UsageError(Exception):
-    """A command line that cannot work (a missing input, an unwritable output, a bad option)."""
-
-
 #: what sets memory use, by command: named when memory runs out
 MEMORY_SETTINGS = {"train": "data.max_tokens (or the model's size)", "quickstart": "data.max_tokens",
                    "prepare": "data.max_tokens", "generate": "decode.max_sentences or --beam",
@@ -389,19 +306,11 @@ MEMORY_SETTINGS = {"train": "data.max_tokens (or the model's size)", "quickstart
 
 def explain(e: BaseException, command: str) -> tuple[str, int]:
     """The one-line message and exit code for an error: 2 for a known failure, 1 otherwise."""
-    from .config import ConfigError
-    from .registry import RegistryError
-    from .task import DataError
-
-    known = [ConfigError, RegistryError, DataError, UsageError]
-    for module, name in (("train", "TrainingError"), ("checkpoint", "CheckpointError"), ("export", "ExportError")):
-        if f"{__package__}.{module}" in sys.modules:  # (not imported: not what was raised)
-            known.append(getattr(sys.modules[f"{__package__}.{module}"], name))
 
     def first(x) -> str:
         return (str(x).strip().splitlines() or [type(x).__name__])[0]
 
-    if isinstance(e, tuple(known)):
+    if isinstance(e, S2SError):
         return first(e), 2
     if isinstance(e, MemoryError) or type(e).__name__ == "OutOfMemoryError":
         return f"out of memory ({first(e)[:100]}): lower {MEMORY_SETTINGS.get(command, 'the batch size')}", 2

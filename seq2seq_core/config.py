@@ -19,6 +19,8 @@ from typing import Any, Optional
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from .errors import ConfigError
+
 
 @dataclass
 class ModelConfig:
@@ -166,10 +168,6 @@ class Config:
     data: DataConfig = field(default_factory=DataConfig)
     decode: DecodeConfig = field(default_factory=DecodeConfig)
     run: RunConfig = field(default_factory=RunConfig)
-
-
-class ConfigError(ValueError):
-    """A config that cannot be used; the message names the key (and the nearest valid one)."""
 
 
 def _preset_dir() -> Path:

@@ -35,9 +35,11 @@ import numpy as np
 import torch
 from omegaconf import OmegaConf
 
-from . import textio
-from .task import DataError, Task
-from .vocab import BOS, EOS, PAD, atomic_write_text
+from . import files, textio
+from .task import Task
+from .errors import DataError
+from .vocab import BOS, EOS, PAD
+from .files import atomic_write_text
 
 log = logging.getLogger("s2s")
 CHUNK = 20_000  # pairs encoded per call to the tokenizer
@@ -194,23 +196,23 @@ def _problem(directory: Path) -> str | None:
     """Why the cache in `directory` cannot be used as it is (None: it can)."""
     try:
         manifest = json.loads((directory / MANIFEST).read_text(encoding="utf-8"))
-        files, inputs = manifest["files"], manifest["inputs"]
+        digests, inputs = manifest["files"], manifest["inputs"]
     except (OSError, ValueError, KeyError, TypeError):
         return f"its manifest {directory / MANIFEST} is missing or unreadable (an older or damaged cache)"
     if manifest.get("format") != FORMAT:
         return f"it was written in format {manifest.get('format')}, this version reads {FORMAT}"
     present = {p.name for p in directory.iterdir() if p.name != MANIFEST}
-    if present != set(files):
-        return f"its files differ from its manifest ({', '.join(sorted(present ^ set(files))[:3])})"
-    for name, digest in files.items():
-        if textio.file_sha256(directory / name) != digest:
+    if present != set(digests):
+        return f"its files differ from its manifest ({', '.join(sorted(present ^ set(digests))[:3])})"
+    for name, digest in digests.items():
+        if files.sha256(directory / name) != digest:
             return f"{directory / name} is damaged (its checksum differs from the manifest's)"
     for path, was in inputs.items():
         if not Path(path).is_file():
             return f"its input {path} is gone"
         st = os.stat(path)
         if (st.st_size, st.st_mtime_ns) != (was["size"], was["mtime_ns"]) and \
-                (st.st_size != was["size"] or textio.file_sha256(path) != was["sha256"]):
+                (st.st_size != was["size"] or files.sha256(path) != was["sha256"]):
             return f"its input {path} changed since the cache was built"
     return None
 
@@ -282,11 +284,11 @@ def _build(task: Task, data_cfg, tmp: Path, quiet: bool) -> None:
                 stats[split] = _binarise(task, split, tmp, data_cfg, keep_text=split != "train", progress=bar)
             log.info("%s: %d pairs kept, %d filtered by length", split, stats[split]["pairs"],
                      stats[split]["filtered"])
-    files = {p.name: textio.file_sha256(p) for p in sorted(tmp.iterdir()) if p.is_file()}
+    digests = {p.name: files.sha256(p) for p in sorted(tmp.iterdir()) if p.is_file()}
     atomic_write_text(tmp / MANIFEST, json.dumps(
         {"format": FORMAT, "task": task.name, "splits": stats, "src_vocab": task.src_vocab_size,
-         "tgt_vocab": task.tgt_vocab_size, "files": files,
-         "inputs": {path: textio.fingerprint(path) for path in sorted(inputs)}}, indent=1))
+         "tgt_vocab": task.tgt_vocab_size, "files": digests,
+         "inputs": {path: files.fingerprint(path) for path in sorted(inputs)}}, indent=1))
 
 
 def token_batches(src_lens: np.ndarray, tgt_lens: np.ndarray, max_tokens: int, seed: int,

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from s2s.core.vocab import BOS, EOS, PAD
+from .vocab import BOS, EOS, PAD
 
 
 @dataclass

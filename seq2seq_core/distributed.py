@@ -11,9 +11,7 @@ import os
 import torch
 import torch.distributed as dist
 
-
-class TrainingError(RuntimeError):
-    pass
+from .errors import TrainingError
 
 
 def resolve_device(name: str, local_rank: int = 0) -> torch.device:

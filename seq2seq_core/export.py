@@ -39,6 +39,7 @@ import torch
 from omegaconf import OmegaConf
 
 from .config import ModelConfig
+from .errors import ExportError
 from .model import Transformer
 from .vocab import BOS, EOS, PAD, SPECIALS, UNK
 
@@ -46,14 +47,10 @@ FORMATS = ("ctranslate2", "huggingface", "safetensors")
 QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16")
 
 
-class ExportError(ValueError):
-    """A model or option that an exporter cannot express; the message says which."""
-
-
 def export(run_dir: str, to: str, output: str, registry, quantization: str | None = None,
            force: bool = False) -> Path:
     """Write the run's model (what `s2s generate RUN_DIR` decodes with) in format `to` into `output`."""
-    from .cli import load_for_inference
+    from .inference import load_for_inference
 
     if to not in FORMATS:
         raise ExportError(f"unknown export format {to!r}: choose one of {', '.join(FORMATS)}")
@@ -70,7 +67,8 @@ def export(run_dir: str, to: str, output: str, registry, quantization: str | Non
     if config.is_file() and OmegaConf.load(config).get("tasks"):
         raise ExportError(f"{run_dir} is a multi-task run: export takes single-task runs (the formats "
                           "have no place for the members' task tokens and joined vocabularies)")
-    cfg, task, model = load_for_inference(run_dir, registry, ["run.device=cpu"])
+    cfg, member, model = load_for_inference(run_dir, registry, ["run.device=cpu"])
+    task = member.task
     model.float().eval()
     # written beside `output` and renamed at the end: a failed export leaves `output` as it was
     tmp = out.with_name(f".{out.name}.tmp{os.getpid()}")

@@ -21,8 +21,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from s2s.core.optim import label_smoothed_loss
-from s2s.core.vocab import PAD
+from .loss import label_smoothed_loss
+from .vocab import PAD
 
 
 def sinusoids(n_positions: int, d_model: int) -> Tensor:

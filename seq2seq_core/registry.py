@@ -18,13 +18,10 @@ import sys
 from importlib.metadata import entry_points
 from pathlib import Path
 
+from .errors import RegistryError
 from .task import Task
 
 GROUP = "s2s.tasks"
-
-
-class RegistryError(LookupError):
-    pass
 
 
 class Registry:

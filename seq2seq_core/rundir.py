@@ -2,14 +2,14 @@
 files `s2s generate` reads, which a run with checkpoints never lets change under them."""
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import tempfile
 from pathlib import Path
 
 from . import checkpoint
-from .distributed import TrainingError
+from .files import sha256
+from .errors import TrainingError
 from .task import Task
 
 
@@ -28,14 +28,6 @@ def check_run_dir(run_dir: Path, need_bytes: int) -> None:
                             f"need about {need_bytes / 2**20:.0f} MiB (run.keep_last + 1 files)")
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def save_tokenizer(task: Task, run_dir: Path, directory: Path) -> dict:
     """Write the task's vocabulary files into `directory` (in run_dir) and return {file: sha256}.
 
@@ -45,9 +37,9 @@ def save_tokenizer(task: Task, run_dir: Path, directory: Path) -> dict:
     directory.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=directory, prefix=".vocab") as tmp:
         task.save_vocab(Path(tmp))
-        files = {p.relative_to(tmp).as_posix(): _sha256(p) for p in sorted(Path(tmp).rglob("*")) if p.is_file()}
+        files = {p.relative_to(tmp).as_posix(): sha256(p) for p in sorted(Path(tmp).rglob("*")) if p.is_file()}
         if checkpoint.listed(run_dir):
-            changed = [n for n, h in files.items() if (directory / n).is_file() and _sha256(directory / n) != h]
+            changed = [n for n, h in files.items() if (directory / n).is_file() and sha256(directory / n) != h]
             if changed:
                 raise TrainingError(f"{', '.join(str(directory / n) for n in changed)}: the task's vocabulary now "
                                     "differs from the one this run's checkpoints were trained with; resume "

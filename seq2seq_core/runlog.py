@@ -11,7 +11,7 @@ import json
 import logging
 from pathlib import Path
 
-from .vocab import atomic_write_text
+from .files import atomic_write_text
 
 log = logging.getLogger("s2s")
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Iterator, Sequence
 
+from .errors import DataError
 from .vocab import Vocabulary, WordTokenizer
 
 if TYPE_CHECKING:
@@ -227,10 +228,6 @@ class Task:
         `s2s score` passes output lines (with `sources` when given `--src`), so such a task
         tells the two apart (parsing: a token sequence from a bracketed tree)."""
         raise NotImplementedError
-
-
-class DataError(ValueError):
-    """Bad or missing input data; the message names the file (and line) at fault."""
 
 
 def config_fields(task_cls: type[Task]) -> list[str]:

@@ -14,13 +14,11 @@ from __future__ import annotations
 
 import contextlib
 import gzip
-import hashlib
-import os
 import zlib
 from pathlib import Path
 from typing import BinaryIO, Iterator
 
-from .task import DataError
+from .errors import DataError
 
 _recorders: list[set] = []
 
@@ -96,15 +94,4 @@ def split_lines(text: str) -> list[str]:
     return [line[:-1] if line.endswith("\r") else line for line in lines]
 
 
-def file_sha256(path: str | Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
-
-def fingerprint(path: str | Path) -> dict:
-    """Size, modification time and content hash of a file (what a cache built from it keeps)."""
-    st = os.stat(path)
-    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": file_sha256(path)}

@@ -28,24 +28,21 @@ from omegaconf import OmegaConf
 
 from . import checkpoint, precision
 from .data import prepare
-from .distributed import Group, TrainingError
-from .evaluate import decode_settings, hypotheses
-from .members import Member, Stream, build_members, data_config, draw, join, probabilities, vocab_dir
-from .model import Transformer
+from .distributed import Group
+from .errors import TrainingError
+from .inference import decode_settings, hypotheses
+from .idspace import join
+from .members import Member, build_members, build_model, data_config, vocab_dir
+from .schedule import Stream, draw, probabilities
 from .optim import adam, lrate
 from .rng import rng_state, seed_everything, set_rng_state
 from .rundir import check_run_dir, save_tokenizer
 from .runlog import RunLog
 from .validation import validate
-from .vocab import atomic_write_text
+from .files import atomic_write_text
 
 log = logging.getLogger("s2s")
 clock = time.monotonic  # what run.save_minutes is measured with (tests substitute their own)
-
-
-def build_model(cfg, members: list[Member]) -> Transformer:
-    """The Transformer over the run's id space (which `join` gives the members)."""
-    return Transformer(cfg.model, *join(members))
 
 
 def check_fits(member: Member, max_positions: int) -> None:

@@ -13,7 +13,7 @@ import math
 import torch
 
 from .data import token_batches
-from .evaluate import decode_settings, hypotheses
+from .inference import decode_settings, hypotheses
 from .members import Member
 from .rng import rng_preserved
 

@@ -9,24 +9,15 @@ already split into tokens (the demo, linearised trees).
 from __future__ import annotations
 
 import json
-import os
 from collections import Counter
 from pathlib import Path
 from typing import Iterable, Protocol, Sequence, runtime_checkable
 
+from .errors import DataError
+from .files import atomic_write_text
+
 SPECIALS = ["<pad>", "<s>", "</s>", "<unk>"]
 PAD, BOS, EOS, UNK = range(4)
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write `text` to `path` through a temporary file and a rename, so no half file is left."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 @runtime_checkable
@@ -90,8 +81,6 @@ class WordTokenizer:
 
     @classmethod
     def load(cls, path: Path) -> "WordTokenizer":
-        from .task import DataError
-
         try:
             tokens = json.loads(Path(path).read_text(encoding="utf-8"))
         except FileNotFoundError:

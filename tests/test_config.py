@@ -3,7 +3,8 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from s2s.core.config import ConfigError, load_config, preset_names
+from s2s.core.config import load_config, preset_names
+from s2s.core.errors import ConfigError
 from s2s.core.model import Transformer
 
 
@@ -49,7 +50,7 @@ def test_unknown_preset_lists_the_known_ones(registry):
 
 
 def test_unknown_task_lists_the_known_ones(registry, tmp_path):
-    from s2s.core.registry import RegistryError
+    from s2s.core.errors import RegistryError
 
     path = tmp_path / "p.yaml"
     path.write_text("task:\n  name: nosuchtask\n")

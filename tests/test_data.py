@@ -5,7 +5,7 @@ from omegaconf import OmegaConf
 
 from s2s.core.config import DataConfig
 from s2s.core.data import epoch_batches, prepare, token_batches
-from s2s.core.task import DataError
+from s2s.core.errors import DataError
 from s2s.core.vocab import BOS, EOS, PAD
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from conftest import MULTI30K, NLTK_DATA, corpus
 from s2s.core.config import load_config, task_section
-from s2s.core.task import DataError
+from s2s.core.errors import DataError
 from s2s.data_recipes import data_home, multi30k, treebank
 from s2s.data_recipes.__main__ import main as fetch_main
 from s2s.plugins.translation import TranslationConfig, TranslationTask

@@ -24,10 +24,9 @@ import numpy as np
 import pytest
 import torch
 
-import s2s.core.train as train_mod
-from s2s.core import checkpoint, data, members
+from s2s.core import checkpoint, data, schedule
 from s2s.core.config import load_config
-from s2s.core.members import build_members, load_vocabularies
+from s2s.core.members import build_members, build_model, load_vocabularies
 
 from conftest import task_keys
 from s2s.core.train import Trainer, train
@@ -99,9 +98,9 @@ def _assert_same_steps(a, b, what, index, skip=()):
 def test_two_processes_equal_one_with_twice_the_batch_and_with_update_freq_2(preset, registry, tmp_path, monkeypatch):
     """A multi-task run too: every process draws the same member for an update."""
     cache = tmp_path / "cache"
-    monkeypatch.setattr(members, "epoch_batches", _plan("2B"))  # this run also prepares the cache
+    monkeypatch.setattr(schedule, "epoch_batches", _plan("2B"))  # this run also prepares the cache
     train(load_config(preset, _overrides(tmp_path, cache, "one_2B", preset=preset), registry=registry), registry)
-    monkeypatch.setattr(members, "epoch_batches", _plan("B"))
+    monkeypatch.setattr(schedule, "epoch_batches", _plan("B"))
     train(load_config(preset, _overrides(tmp_path, cache, "one_B_uf2", "optim.update_freq=2", preset=preset),
                       registry=registry), registry)
     monkeypatch.undo()
@@ -119,7 +118,7 @@ def test_two_processes_equal_one_with_twice_the_batch_and_with_update_freq_2(pre
     if preset != "demo":  # both members trained within the compared updates
         assert len({r for r in _members_trained(tmp_path / "two")}) == 2
     torch.manual_seed(cfg.run.seed)
-    model = train_mod.build_model(cfg, run)
+    model = build_model(cfg, run)
     index = {name: i for i, (name, _) in enumerate(model.named_parameters())}  # a tied tensor once
 
     _assert_same_steps(two, one_uf2, "2 processes vs update_freq 2", index)

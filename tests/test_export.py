@@ -14,11 +14,12 @@ import pytest
 import torch
 
 from s2s.core import checkpoint
-from s2s.core.cli import load_for_inference, main
+from s2s.core.cli import main
+from s2s.core.inference import load_for_inference
 from s2s.core.config import load_config
 from s2s.core.data import prepare
 from s2s.core.decoding import generate
-from s2s.core.evaluate import decode_settings, source_batch
+from s2s.core.inference import decode_settings, source_batch
 from s2s.core.export import load_safetensors, to_ctranslate2, translate_ctranslate2, translate_huggingface
 from s2s.core.train import train
 from conftest import MULTI30K, multi30k_slice, needs
@@ -51,7 +52,8 @@ def demo_run(tmp_path_factory):
 
 def _greedy(run_dir, registry, n=None):
     """(task, model, settings, test sources, s2s's greedy ids) as `s2s generate --beam 1` decodes."""
-    cfg, task, model = load_for_inference(run_dir, registry, ["run.device=cpu", "decode.beam=1"])
+    cfg, member, model = load_for_inference(run_dir, registry, ["run.device=cpu", "decode.beam=1"])
+    task = member.task
     sources = prepare(task, cfg.data, quiet=True).texts("test")[0][:n]
     settings = decode_settings(task, cfg.decode)
     ids = task.encode_source(sources)

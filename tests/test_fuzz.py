@@ -16,9 +16,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from s2s.core.cli import main
-from s2s.core.config import RULES, ConfigError, load_config
-from s2s.core.registry import Registry, RegistryError
-from s2s.core.task import DataError
+from s2s.core.config import RULES, load_config
+from s2s.core.errors import ConfigError
+from s2s.core.registry import Registry
+from s2s.core.errors import RegistryError
+from s2s.core.errors import DataError
 from s2s.data_recipes import treebank
 from s2s.plugins.parsing.linearise import delinearise
 

@@ -8,8 +8,11 @@ import pytest
 import torch
 
 from s2s.core.cli import main
-from s2s.core.config import ConfigError, load_config
-from s2s.core.members import MappedConstraint, Member, build_members, draw, join
+from s2s.core.config import load_config
+from s2s.core.errors import ConfigError
+from s2s.core.idspace import MappedConstraint, join
+from s2s.core.members import Member, build_members
+from s2s.core.schedule import draw
 from s2s.core.runlog import read_metrics
 from s2s.core.train import train
 from s2s.core.vocab import EOS, SPECIALS

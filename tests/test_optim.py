@@ -6,7 +6,8 @@ import torch
 
 from s2s.core.config import ModelConfig
 from s2s.core.model import Transformer
-from s2s.core.optim import label_smoothed_loss, lrate
+from s2s.core.loss import label_smoothed_loss
+from s2s.core.optim import lrate
 
 
 def test_schedule_known_values():

@@ -10,7 +10,7 @@ from omegaconf import OmegaConf
 
 from s2s.core.config import ModelConfig
 from s2s.core.decoding import generate
-from s2s.core.evaluate import source_batch
+from s2s.core.inference import source_batch
 from s2s.core.model import Transformer
 from s2s.core.vocab import EOS
 from conftest import NLTK_DATA, needs
@@ -187,7 +187,7 @@ def test_a_due_word_is_scored_as_any_word():
 def test_repairs_are_counted_right_when_batches_are_decoded_on_several_threads():
     """Decoding searches batches on 2 threads at once; score counts the repairs of the decoded
     hypotheses itself (postprocess keeps no count), the same as one sentence after the other."""
-    from s2s.core.evaluate import hypotheses, translate
+    from s2s.core.inference import hypotheses, translate
     from s2s.core.task import DecodeDefaults
     from s2s.plugins.parsing.linearise import delinearise
 

@@ -9,7 +9,7 @@ from omegaconf import OmegaConf
 
 from s2s.plugins.parsing import ParsingTask
 from s2s.plugins.parsing.evalb import SHORT_FIELDS, evalb, evalb_files, read_tree
-from s2s.core.task import DataError
+from s2s.core.errors import DataError
 
 CASES = Path(__file__).resolve().parent / "data" / "evalb_cases"  # public test files, in the repository
 EXPECTED = json.loads((CASES / "expected.json").read_text())

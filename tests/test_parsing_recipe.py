@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 from conftest import NLTK_DATA, needs
 from s2s.data_recipes.treebank import Preprocessing, ReadStats, line_trees, preprocess, read_trees, to_string
 from s2s.plugins.parsing import ParsingConfig, ParsingTask
-from s2s.core.task import DataError
+from s2s.core.errors import DataError
 from s2s.core.vocab import SPECIALS, UNK
 
 # A tree as LDC99T42 writes it: blank outer bracket, function tags, co-indices, empty elements.

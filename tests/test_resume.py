@@ -26,10 +26,12 @@ import s2s.core.model as model_mod
 import s2s.core.train as train_mod
 from s2s.core import checkpoint, rundir
 from s2s.core.cli import main
-from s2s.core.config import ConfigError, load_config
+from s2s.core.config import load_config
+from s2s.core.errors import ConfigError
 from s2s.core.members import build_task
 from conftest import task_keys
-from s2s.core.train import TrainingError, train
+from s2s.core.train import train
+from s2s.core.errors import TrainingError
 
 UPDATES, KILL_AT = 100, 30
 

@@ -8,7 +8,8 @@ import torch
 
 from s2s.core import checkpoint
 from s2s.core.config import load_config
-from s2s.core.train import TrainingError, train
+from s2s.core.train import train
+from s2s.core.errors import TrainingError
 
 
 def _cfg(registry, tiny, *extra):
@@ -103,9 +104,9 @@ def test_batches_searched_in_parallel_equal_one_after_another(registry, tiny):
     """On a CPU with 2 threads, translate searches 2 batches at once, one thread each: the same
     lines as one batch after the other, and the thread setting is given back."""
     from s2s.core.data import prepare
-    from s2s.core.evaluate import decode_settings, translate
+    from s2s.core.inference import decode_settings, translate
     from s2s.core.members import Member, build_task
-    from s2s.core.train import build_model
+    from s2s.core.members import build_model
 
     cfg = _cfg(registry, tiny, "optim.max_updates=4")
     train(cfg, registry, quiet=True)

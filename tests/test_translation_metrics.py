@@ -12,7 +12,7 @@ from conftest import MULTI30K, corpus
 from s2s.plugins.translation import TranslationConfig, TranslationTask
 from s2s.plugins.translation import metrics
 from s2s.plugins.translation.moses import split_compounds, tokenize
-from s2s.core.task import DataError
+from s2s.core.errors import DataError
 
 
 def _task(**kw):

@@ -129,7 +129,7 @@ def test_task_separate_vocabularies(tmp_path):
 
 
 def test_load_names_the_missing_file(tmp_path):
-    from s2s.core.task import DataError
+    from s2s.core.errors import DataError
 
     with pytest.raises(DataError, match="tokenizer.json"):
         _task().load_vocab(tmp_path)

@@ -28,8 +28,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from s2s.core.task import DataError, DecodeDefaults, Score, Task, TaskConfig
-from s2s.core.vocab import SPECIALS, WordTokenizer, atomic_write_text
+from s2s.core.task import DecodeDefaults, Score, Task, TaskConfig
+from s2s.core.errors import DataError
+from s2s.core.vocab import SPECIALS, WordTokenizer
+from s2s.core.files import atomic_write_text
 
 from .constraint import TokenTables, TreeConstraint, leaf_tags
 from .evalb import evalb

@@ -13,7 +13,7 @@ from typing import Sequence
 
 from sacrebleu.metrics import BLEU, CHRF
 
-from s2s.core.task import DataError
+from s2s.core.errors import DataError
 
 from . import moses
 

@@ -14,8 +14,9 @@ from itertools import islice
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
-from s2s.core.config import ConfigError
-from s2s.core.task import DataError, DecodeDefaults, Score, Task, TaskConfig
+from s2s.core.errors import ConfigError
+from s2s.core.task import DecodeDefaults, Score, Task, TaskConfig
+from s2s.core.errors import DataError
 
 from . import metrics
 from .tokenizer import MODELS, Subwords

@@ -25,8 +25,9 @@ from typing import Iterable, Sequence
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from s2s.core.task import DataError
-from s2s.core.vocab import SPECIALS, UNK, atomic_write_text
+from s2s.core.errors import DataError
+from s2s.core.vocab import SPECIALS, UNK
+from s2s.core.files import atomic_write_text
 
 MODELS = ("bpe", "wordpiece")
 CONTINUATION = "\uff03\uff03"  # "＃＃"

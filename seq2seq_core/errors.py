@@ -1,0 +1,38 @@
+"""Every error s2s reports to a user: each names the file, line, key or value at fault.
+
+The command line prints an `S2SError` as one line and exits with 2; anything else is an
+internal error. Each class also derives from the built-in exception its kind of failure is
+(a `DataError` is a ValueError), so that library callers can catch either.
+"""
+
+
+class S2SError(Exception):
+    """A failure s2s explains in its message: bad input, a bad setting, an unusable file."""
+
+
+class ConfigError(S2SError, ValueError):
+    """A setting that does not exist or has a value outside its range; names the key."""
+
+
+class DataError(S2SError, ValueError):
+    """Bad or missing input data; the message names the file (and line) at fault."""
+
+
+class RegistryError(S2SError, LookupError):
+    """A task name that no plugin registers, or a plugin that cannot be loaded."""
+
+
+class TrainingError(S2SError, RuntimeError):
+    """A run that cannot start or go on (run directory, splits that do not fit, non-finite updates)."""
+
+
+class CheckpointError(S2SError, ValueError):
+    """A checkpoint file that cannot be used; the message names the file."""
+
+
+class ExportError(S2SError, ValueError):
+    """A model that a format cannot express, or an export folder that cannot be written."""
+
+
+class UsageError(S2SError):
+    """A command line that cannot work (a missing input, an unwritable output, a bad option)."""

@@ -1,0 +1,179 @@
+"""Inference: a trained model from its run directory, and source lines turned into output lines.
+
+`load_for_inference` reads a run directory (or a checkpoint in one) back into the config, the
+task and the model. `hypotheses` is what `s2s generate`, validation and test evaluation share: encode the sources,
+decode them in batches of similar length with the task's defaults (overridden by the decode
+section) and turn ids back into text. `translate` applies the task's post-processing to them
+(`s2s generate`); validation and test hand `Task.score` the hypotheses with their sources, so
+that a task counts what its post-processing did there, and `postprocess` keeps no state.
+"""
+from __future__ import annotations
+
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import fields, replace
+from itertools import islice
+from pathlib import Path
+from typing import IO, Iterable, Sequence
+
+import torch
+
+from . import checkpoint, precision, textio
+from .config import load_config
+from .data import chunks
+from .decoding import generate
+from .distributed import resolve_device
+from .errors import CheckpointError, DataError, UsageError
+from .members import build_members, build_model, load_vocabularies, pick
+from .task import DecodeDefaults, Task
+from .vocab import EOS, PAD
+
+log = logging.getLogger("s2s")
+
+
+def run_dir_of(path: str | Path) -> Path:
+    """The run directory that `path` (a run directory, or a checkpoint file in one) belongs to."""
+    p = Path(path)
+    if not p.exists():
+        raise UsageError(f"{p}: no such run directory or checkpoint file")
+    run_dir = p if p.is_dir() else p.parent.parent if p.parent.name == "checkpoints" else p.parent
+    if not (run_dir / "config.yaml").is_file():
+        raise UsageError(f"{run_dir} holds no config.yaml: not a run directory of `s2s train`")
+    return run_dir
+
+
+def load_for_inference(path: str | Path, registry, overrides=(), task: str | None = None):
+    """(cfg, member, model) from a run directory (the checkpoint its run tested) or a checkpoint
+    file inside one. The member is the run's task `task` (None: its only one) in the run's id
+    space, which `translate` serves as it serves a task; the model is on the configured device,
+    in decode.precision, in eval mode."""
+    p = Path(path)
+    run_dir = run_dir_of(p)
+    # checked against today's schema: settings added since the run was trained take their defaults
+    cfg = load_config(run_dir / "config.yaml", list(overrides), registry=registry)
+    members = build_members(cfg, registry)
+    member = pick(members, task)
+    load_vocabularies(members, run_dir)
+    if p.is_dir():
+        state = checkpoint.tested(run_dir)[0]
+        if state is None:
+            raise CheckpointError(f"{run_dir} holds no checkpoint")
+    else:
+        state = checkpoint.load(p)
+    model = build_model(cfg, members)
+    try:
+        model.load_state_dict(state["model"])
+    except (RuntimeError, KeyError) as e:
+        raise CheckpointError(f"the checkpoint in {p} does not fit {run_dir / 'config.yaml'} "
+                              f"({(str(e).splitlines() or [''])[0]})") from None
+    device = resolve_device(cfg.run.device)
+    model.to(device).eval()
+    return cfg, member, precision.for_inference(model, precision.resolve(cfg.decode.precision, device, "decode.precision"))
+
+
+def decode_settings(task: Task, decode_cfg) -> DecodeDefaults:
+    """The task's decoding defaults with any field the decode section sets."""
+    chosen = {f.name: getattr(decode_cfg, f.name) for f in fields(DecodeDefaults)}
+    return replace(task.decoding, **{k: v for k, v in chosen.items() if v is not None})
+
+
+def source_batch(ids: Sequence[Sequence[int]]) -> torch.Tensor:
+    """Source rows as the model takes them: ids + EOS, right-padded with PAD, [B, S]."""
+    src = torch.full((len(ids), max(map(len, ids)) + 1), PAD, dtype=torch.long)
+    for row, seq in enumerate(ids):
+        src[row, :len(seq) + 1] = torch.tensor(list(seq) + [EOS])
+    return src
+
+
+def translate(model, task: Task, sources: Sequence[str], settings: DecodeDefaults, device,
+              max_sentences: int = 128, progress=None) -> list[str]:
+    """The task's output line for every source line, in input order: `hypotheses`, post-processed."""
+    hyps = hypotheses(model, task, sources, settings, device, max_sentences, progress)
+    return [task.postprocess(h, s) for h, s in zip(hyps, sources)]
+
+
+@torch.no_grad()
+def hypotheses(model, task: Task, sources: Sequence[str], settings: DecodeDefaults, device,
+               max_sentences: int = 128, progress=None) -> list[str]:
+    """The decoded target string (before post-processing) for every source line, in input order.
+
+    On a CPU with n > 1 intra-op threads, n batches are searched at once, each on one thread:
+    a step's operations are small (a few hundred rows), and splitting each of them over threads
+    pays a synchronisation per operation that independent batches do not. On a GPU batches go
+    one after the other.
+    """
+    if not sources:
+        return []
+    was_training = model.training
+    model.eval()
+    ids = task.encode_source(list(sources))
+    order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
+    out: list[str] = [""] * len(ids)
+
+    def search(batch: list[int]) -> list[str]:
+        src = source_batch([ids[i] for i in batch])
+        hyps = generate(model, src.to(device), beam=settings.beam, alpha=settings.alpha,
+                        max_len_a=settings.max_len_a, max_len_b=settings.max_len_b, stop=settings.stop,
+                        constraint=task.constraint([sources[i] for i in batch]))
+        return [task.decode_target(h.tokens) for h in hyps]
+
+    batches = list(chunks(order, max_sentences))
+    threads = torch.get_num_threads()
+    workers = min(threads, len(batches)) if torch.device(device).type == "cpu" else 1
+    try:
+        if workers > 1:
+            torch.set_num_threads(1)
+        with ThreadPoolExecutor(workers) as pool:
+            for batch, lines in zip(batches, pool.map(search, batches)):
+                for i, line in zip(batch, lines):
+                    out[i] = line
+                if progress is not None:
+                    progress.update(len(batch))
+    finally:
+        if workers > 1:
+            torch.set_num_threads(threads)
+        model.train(was_training)
+    return out
+
+
+def generate_lines(model, task, cfg, raw: Iterable[bytes], name: str, out: IO[str], progress=None) -> tuple[int, int]:
+    """Write one output line to `out` for every raw source line (bytes without "\\n"), in
+    order, and return (lines read, lines that could not be decoded).
+
+    A line that cannot be decoded (invalid UTF-8, too long for the model's positions) gets an
+    empty output line and a warning naming `name` and its line number; the rest goes on."""
+    settings = decode_settings(task, cfg.decode)
+    device = next(model.parameters()).device
+    block = cfg.decode.max_sentences * max(1, torch.get_num_threads())  # what one translate call shares out
+    raw = iter(raw)
+    number = bad = 0
+    while chunk := list(islice(raw, block)):
+        lines = []
+        for raw_line in chunk:
+            number += 1
+            lines.append(_source_line(raw_line, name, number, task, model.max_positions))
+        good = [i for i, line in enumerate(lines) if line is not None]
+        hyps = translate(model, task, [lines[i] for i in good], settings, device, cfg.decode.max_sentences,
+                         progress=progress)
+        result = [""] * len(lines)
+        for i, h in zip(good, hyps):
+            result[i] = h.replace("\r", " ").replace("\n", " ")
+        bad += len(lines) - len(good)
+        out.write("".join(h + "\n" for h in result))
+        out.flush()
+    return number, bad
+
+
+def _source_line(raw: bytes, name: str, number: int, task, max_positions: int) -> str | None:
+    """The text of one source line, or None (with a warning) when it cannot be decoded."""
+    try:
+        line = textio.decode_line(raw, name, number)
+    except DataError as e:
+        log.warning("%s; its output line is empty", e)
+        return None
+    n = len(task.encode_source([line])[0]) + 1  # + EOS
+    if n > max_positions:
+        log.warning("%s, line %d: %d source tokens do not fit model.max_positions=%d; its output line is empty",
+                    name, number, n, max_positions)
+        return None
+    return line
