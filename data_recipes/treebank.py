@@ -33,7 +33,7 @@ from typing import Iterable, Iterator
 
 from nltk.tree import Tree
 
-from s2s.core import textio
+from s2s.core import files, textio
 from s2s.core.errors import DataError
 
 WSJ_SPLIT = {"train": "02-21", "valid": "22", "test": "23"}
@@ -308,7 +308,6 @@ def wsj_trees(root: str | Path, section_spec: str, prep: Preprocessing | None = 
                 stream.close()
         except (OSError, UnicodeDecodeError) as e:
             raise DataError(f"{name}: cannot read: {e}") from None
-        textio.note_input(name)
         yield from _trees(textio.split_lines(text), name, prep, skip_malformed, stats)
 
 
@@ -398,7 +397,7 @@ def sample_trees(nltk_data: str | Path | None, split: str,
             raise DataError(f"{name}: missing from the NLTK treebank sample")
         text = reader.open(fid).read()
         archive = getattr(reader.root, "zipfile", None)  # the sample usually stays in its .zip
-        textio.note_input(archive.filename if archive is not None else name)
+        files.note_input(archive.filename if archive is not None else name)
         yield from _trees(textio.split_lines(text), name, prep, skip_malformed, stats)
 
 

@@ -7,8 +7,8 @@ Python lists. The result is cached under a key derived from the task section and
 filters, and written to a temporary folder renamed into place once complete.
 
 The cache cannot lie: its manifest (`prepared.json`) holds the SHA-256 of every file in it and
-the fingerprint (size, mtime, content hash) of every input file the recipe read through
-`s2s.core.textio`. Both are checked when the cache is opened; a damaged cache, or one whose
+the fingerprint (size, mtime, content hash) of every file the task read while preparing,
+by any reader (`s2s.core.files.recording`). Both are checked when the cache is opened; a damaged cache, or one whose
 inputs changed since, is rebuilt with a message saying why. Temporary folders left by killed
 runs on this machine are removed.
 
@@ -276,7 +276,7 @@ def _build(task: Task, data_cfg, tmp: Path, quiet: bool) -> None:
 
     log.info("preparing %s into %s", task.name, tmp.parent)
     stats = {}
-    with _collector_paused(), textio.recording() as inputs:
+    with _collector_paused(), files.recording(exclude=[tmp.parent]) as inputs:
         task.build_vocab(task.read_split("train"))
         task.save_vocab(tmp)
         for split in task.splits:

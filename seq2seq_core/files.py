@@ -1,16 +1,25 @@
-"""Files written whole or not at all, and their content hashes.
+"""Files written whole or not at all, their content hashes, and the files a piece of code reads.
 
 Whatever s2s writes (config, results, checkpoints, vocabularies, outputs) goes through
 `replacing`: a temporary name beside the target, fsync, one rename, so that a crash or a full
 disk leaves the old file or the new one, never half of one.
+
+`recording` finds every file opened for reading inside it, by whatever reader (`open`, gzip,
+numpy, nltk; Python's audit hook sees them all), so the prepared-data cache fingerprints the
+files a task's data came from without the task having to list them.
 """
 from __future__ import annotations
 
 import contextlib
 import hashlib
 import os
+import sys
+import sysconfig
 from pathlib import Path
-from typing import IO, Iterator
+from typing import IO, Iterable, Iterator
+
+_recorders: list[set] = []
+_WRITING = os.O_WRONLY | os.O_RDWR | os.O_CREAT
 
 
 def temporary_name(path: Path) -> Path:
@@ -54,6 +63,46 @@ def sha256(path: str | Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
+
+
+def _on_open(event: str, args: tuple) -> None:
+    if event != "open" or not _recorders:
+        return
+    path, _mode, flags = args
+    if isinstance(path, int) or (flags or 0) & _WRITING:  # a file descriptor, or a file being written
+        return
+    for seen in _recorders:
+        seen.add(os.fsdecode(path))
+
+
+def note_input(path: str | Path) -> None:
+    """Tell an active `recording()` about a file read through a handle opened before it began."""
+    for seen in _recorders:
+        seen.add(os.fsdecode(path))
+
+
+@contextlib.contextmanager
+def recording(exclude: Iterable[Path] = ()) -> Iterator[set]:
+    """The set of regular files opened for reading inside the block, as resolved paths (filled
+    when the block ends): Python's own files (modules, the standard library, installed
+    packages) and anything under `exclude` left out."""
+    if not hasattr(_on_open, "installed"):
+        sys.addaudithook(_on_open)  # for the life of the process; it returns at once when nothing records
+        _on_open.installed = True
+    seen: set = set()
+    found: set = set()
+    _recorders.append(seen)
+    try:
+        yield found
+    finally:
+        _recorders.remove(seen)
+        skip = [Path(p).resolve() for p in (*exclude, sys.prefix, sys.base_prefix, sys.exec_prefix,
+                                             *sysconfig.get_paths().values())]
+        for name in seen:
+            path = Path(name).resolve()
+            if path.is_file() and path.suffix not in (".py", ".pyc", ".so") and \
+                    not any(path.is_relative_to(s) for s in skip):
+                found.add(str(path))
 
 
 def fingerprint(path: str | Path) -> dict:

@@ -6,13 +6,9 @@ would shift every later line against its reference. Here a file is read as bytes
 b"\\n", a trailing "\\r" (Windows line ends) is stripped, and each line is decoded on its own, so
 invalid UTF-8 is reported with its file and line. A UTF-8 byte-order mark at the start is dropped.
 Files ending in `.gz` are decompressed; a corrupt one is a `DataError` naming the file.
-
-Every file read here is noted while a `recording()` is active: the prepared-data cache keeps a
-fingerprint of exactly the files its data came from.
 """
 from __future__ import annotations
 
-import contextlib
 import gzip
 import zlib
 from pathlib import Path
@@ -20,30 +16,9 @@ from typing import BinaryIO, Iterator
 
 from .errors import DataError
 
-_recorders: list[set] = []
-
-
-@contextlib.contextmanager
-def recording() -> Iterator[set]:
-    """Collect the resolved paths of every input file read (or `note_input`ed) inside."""
-    seen: set = set()
-    _recorders.append(seen)
-    try:
-        yield seen
-    finally:
-        _recorders.remove(seen)
-
-
-def note_input(path: str | Path) -> None:
-    """Tell an active `recording()` that `path` is read (for readers that open files themselves)."""
-    for seen in _recorders:
-        seen.add(str(Path(path).resolve()))
-
-
 def open_binary(path: str | Path) -> BinaryIO:
     """`path` opened for reading bytes (decompressed when it ends in .gz); errors name the path."""
     path = Path(path)
-    note_input(path)
     try:
         return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
     except FileNotFoundError:

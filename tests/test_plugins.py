@@ -3,6 +3,7 @@
 The plugin is the one printed in docs/plugins.md ("Write your own task"), taken from that page itself,
 so the documentation cannot drift from what works.
 """
+import json
 import re
 import subprocess
 import sys
@@ -55,6 +56,7 @@ def test_plugin_by_file_and_by_module(plugin_file, monkeypatch):
     assert reg.get("chars").__name__ == "CharTask" and reg.origin("chars") == "--plugin chars_task:CharTask"
 
 
+@pytest.mark.slow
 def test_readme_plugin_trains_a_few_steps(plugin_file, tiny):
     path, data = plugin_file
     reg = Registry.installed([str(path)])
@@ -97,6 +99,7 @@ def test_bad_plugin_specs_are_named(tmp_path):
         Registry.installed([str(tmp_path / "empty.py")])
 
 
+@pytest.mark.slow
 def test_readme_plugin_joins_a_multi_task_run_unchanged(plugin_file, tiny, tmp_path):
     """The same plugin, written only against the public interface, shares a model with the demo."""
     path, data = plugin_file
@@ -115,3 +118,25 @@ def test_readme_plugin_joins_a_multi_task_run_unchanged(plugin_file, tiny, tmp_p
     out = subprocess.run([sys.executable, "-m", "s2s.core.cli", "generate", cfg.run.dir, "--task", "chars",
                           "--input", str(src), "--plugin", str(path), "-q"], capture_output=True, text=True)
     assert out.returncode == 0 and len(out.stdout.splitlines()) == 2, out.stderr[-2000:]
+
+
+def test_docs_plugin_prepares_again_after_its_train_file_is_edited(plugin_file, tmp_path, caplog):
+    """The plugin reads its files with plain open(): the cache still fingerprints them."""
+    from s2s.core.data import MANIFEST, prepare
+    from s2s.core.members import build_task
+
+    path, data = plugin_file
+    reg = Registry.installed([str(path)])
+    cfg = load_config(None, ["task.name=chars", f"task.data_dir={data}", f"data.cache_dir={tmp_path / 'cache'}"],
+                      registry=reg)
+    first = prepare(build_task(cfg.task, reg), cfg.data, quiet=True)
+    inputs = json.loads((first.directory / MANIFEST).read_text())["inputs"]
+    assert {Path(p).name for p in inputs} == {"train.tsv", "valid.tsv", "test.tsv"}
+    assert len(first.splits["train"]) == 400
+
+    with open(data / "train.tsv", "a") as f:
+        f.write("beam\tmaeb\n")
+    with caplog.at_level("INFO", logger="s2s"):
+        again = prepare(build_task(cfg.task, reg), cfg.data, quiet=True)
+    assert len(again.splits["train"]) == 401
+    assert any("train.tsv changed" in r.getMessage() for r in caplog.records), [r.getMessage() for r in caplog.records]
