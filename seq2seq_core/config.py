@@ -2,7 +2,7 @@
 
 A preset names its task (`task.name`); the task section is then checked against that task's own
 `Config` dataclass. Any unknown key or wrongly typed value fails at once with the dotted key and
-the nearest valid one; values out of range (`RULES`), non-finite numbers and broken relations
+the nearest valid one; values out of the range a field declares (`s2s.core.checks`), non-finite numbers and broken relations
 (heads dividing d_model, ...) fail the same way, before any data is read. Each component
 receives only its own section.
 """
@@ -19,6 +19,7 @@ from typing import Any, Optional
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from .checks import PROBABILITY, NOT_EMPTY, Allowed, above, at_least, check_section, setting
 from .errors import ConfigError
 
 
@@ -26,17 +27,17 @@ from .errors import ConfigError
 class ModelConfig:
     """The Transformer of section 3: N layers in each stack, d_model, d_ff, h heads, P_drop."""
 
-    layers: int = 6
-    d_model: int = 512
-    d_ff: int = 2048
-    heads: int = 8
-    dropout: float = 0.1
-    attention_dropout: float = 0.0
+    layers: int = setting(6, at_least(1))
+    d_model: int = setting(512, at_least(1))
+    d_ff: int = setting(2048, at_least(1))
+    heads: int = setting(8, at_least(1))
+    dropout: float = setting(0.1, PROBABILITY)
+    attention_dropout: float = setting(0.0, PROBABILITY)
     pre_norm: bool = False  # the paper is post-norm: LayerNorm(x + Dropout(Sublayer(x)))
     # the pre-softmax projection is the target embedding: None = only with a shared vocabulary
     # (section 3.4 ties all three); a small separate target vocabulary learns a little faster untied
     tie_output: Optional[bool] = None
-    max_positions: int = 1024
+    max_positions: int = setting(1024, at_least(2))
 
 
 @dataclass
@@ -46,26 +47,26 @@ class OptimConfig:
     lrate = lr_scale * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)
     """
 
-    lr_scale: float = 1.0
-    warmup: int = 4000
-    beta1: float = 0.9
-    beta2: float = 0.98
-    eps: float = 1e-9
-    weight_decay: float = 0.0
-    clip_norm: float = 0.0  # 0 = no clipping, as in the paper
-    label_smoothing: float = 0.1
-    max_updates: int = 100_000
-    update_freq: int = 1  # gradient accumulation: batches per update
+    lr_scale: float = setting(1.0, above(0))
+    warmup: int = setting(4000, at_least(1))
+    beta1: float = setting(0.9, PROBABILITY)
+    beta2: float = setting(0.98, PROBABILITY)
+    eps: float = setting(1e-9, above(0))
+    weight_decay: float = setting(0.0, at_least(0))
+    clip_norm: float = setting(0.0, at_least(0, "0 = no clipping"))  # 0 = no clipping, as in the paper
+    label_smoothing: float = setting(0.1, PROBABILITY)
+    max_updates: int = setting(100_000, at_least(1))
+    update_freq: int = setting(1, at_least(1))  # gradient accumulation: batches per update
 
 
 @dataclass
 class DataConfig:
     """Token-count batching: a batch holds about max_tokens source and max_tokens target tokens."""
 
-    max_tokens: int = 25_000
-    max_len: int = 1024  # pairs with a longer side (in tokens) are dropped from training
-    max_len_ratio: float = 0.0  # 0 = no ratio filter; otherwise drop pairs with len ratio above it
-    cache_dir: str = ".cache/s2s"  # prepared data, keyed by the task section
+    max_tokens: int = setting(25_000, at_least(1))
+    max_len: int = setting(1024, at_least(1))  # pairs with a longer side (in tokens) are dropped from training
+    max_len_ratio: float = setting(0.0, Allowed(lambda v: v == 0 or v >= 1, "0 (no ratio filter) or a number >= 1"))  # 0 = no ratio filter; otherwise drop pairs with len ratio above it
+    cache_dir: str = setting(".cache/s2s", NOT_EMPTY)  # prepared data, keyed by the task section
 
 
 class Stop(str, Enum):
@@ -94,12 +95,12 @@ class SearchPrecision(str, Enum):
 class DecodeConfig:
     """Decoding; None means the task's default."""
 
-    beam: Optional[int] = None
-    alpha: Optional[float] = None
-    max_len_a: Optional[float] = None
-    max_len_b: Optional[int] = None
+    beam: Optional[int] = setting(None, at_least(1))
+    alpha: Optional[float] = setting(None, at_least(0))
+    max_len_a: Optional[float] = setting(None, at_least(0))
+    max_len_b: Optional[int] = setting(None, at_least(0))
     stop: Optional[Stop] = None  # when beam search leaves a sentence: bound (exact) or beam (fairseq's)
-    max_sentences: int = 128  # sentences decoded together
+    max_sentences: int = setting(128, at_least(1))  # sentences decoded together
     precision: SearchPrecision = SearchPrecision.fp32  # fp32 | bf16 | int8 (CPU): the model searched with
 
 
@@ -121,20 +122,20 @@ class Precision(str, Enum):
 class RunConfig:
     """Where and how a run happens, and how often it validates, logs and saves."""
 
-    dir: str = "runs/default"
+    dir: str = setting("runs/default", NOT_EMPTY)
     seed: int = 1
-    device: str = "auto"  # auto | cpu | cuda | cuda:N
-    threads: int = 0  # torch intra-op threads on CPU; 0 = torch's default
+    device: str = setting("auto", Allowed(lambda v: bool(_DEVICE.fullmatch(str(v))), "auto, cpu, mps, cuda or cuda:N"))  # auto | cpu | cuda | cuda:N
+    threads: int = setting(0, at_least(0, "0 = torch's default"))  # torch intra-op threads on CPU; 0 = torch's default
     precision: Precision = Precision.fp32  # fp32 | bf16 | fp16 | auto; fp32 unless you ask
-    log_interval: int = 100
-    valid_interval: int = 1000  # updates between validations (loss and task metric; the best model is kept)
-    valid_max_sentences: int = 0  # decode at most this many dev sentences for the metric (0 = all)
-    save_interval: int = 1000  # updates between checkpoints
-    max_minutes: float = 0.0  # also stop after this many minutes of training, across resumes (0 = off)
-    save_minutes: float = 0.0  # also save when this many minutes passed since the last save (0 = off)
-    keep_last: int = 5  # checkpoints kept
-    average_last: int = 0  # at the end, average the last K checkpoints (0 = none); tested unless the best validated model scores higher on dev
-    max_nonfinite: int = 10  # stop after this many non-finite updates in a row
+    log_interval: int = setting(100, at_least(1))
+    valid_interval: int = setting(1000, at_least(1))  # updates between validations (loss and task metric; the best model is kept)
+    valid_max_sentences: int = setting(0, at_least(0, "0 = all"))  # decode at most this many dev sentences for the metric (0 = all)
+    save_interval: int = setting(1000, at_least(1))  # updates between checkpoints
+    max_minutes: float = setting(0.0, at_least(0, "0 = off"))  # also stop after this many minutes of training, across resumes (0 = off)
+    save_minutes: float = setting(0.0, at_least(0, "0 = off"))  # also save when this many minutes passed since the last save (0 = off)
+    keep_last: int = setting(5, at_least(1))  # checkpoints kept
+    average_last: int = setting(0, at_least(0, "0 = none"))  # at the end, average the last K checkpoints (0 = none); tested unless the best validated model scores higher on dev
+    max_nonfinite: int = setting(10, at_least(1))  # stop after this many non-finite updates in a row
     quiet: bool = False
 
 
@@ -143,7 +144,7 @@ class MultitaskConfig:
     """Several tasks in one model (`tasks`, see s2s.core.members): update u trains one member,
     drawn with probability proportional to weight * (training pairs)^(1/temperature)."""
 
-    temperature: float = 1.0  # 1: in proportion to size; larger: closer to uniform
+    temperature: float = setting(1.0, above(0))  # 1: in proportion to size; larger: closer to uniform
 
 
 @dataclass
@@ -154,8 +155,8 @@ class MemberConfig:
 
     preset: str = ""
     task: Any = field(default_factory=dict)
-    weight: float = 1.0
-    select: float = 1.0
+    weight: float = setting(1.0, above(0))
+    select: float = setting(1.0, at_least(0))
 
 
 @dataclass
@@ -226,45 +227,11 @@ def _merge(schema: DictConfig, section: str, data: dict) -> DictConfig:
         raise ConfigError(f"bad value for '{section}{key}': {msg}") from None
 
 
-# -- values: ranges and relations, checked when the config loads (before any data is read) ------
-def _min(lo):
-    return (lambda v: v >= lo), f"a number >= {lo}"
-
-
-def _above(lo):
-    return (lambda v: v > lo), f"a number > {lo}"
-
-
-_PROBABILITY = (lambda v: 0 <= v < 1), "a probability in [0, 1)"
 _DEVICE = re.compile(r"auto|cpu|mps|cuda(:\d+)?")
-
-#: dotted key -> (test, what is allowed); None (decode's "the task's default") is always allowed
-RULES = {
-    "model.layers": _min(1), "model.d_model": _min(1), "model.d_ff": _min(1), "model.heads": _min(1),
-    "model.dropout": _PROBABILITY, "model.attention_dropout": _PROBABILITY, "model.max_positions": _min(2),
-    "optim.lr_scale": _above(0), "optim.warmup": _min(1), "optim.beta1": _PROBABILITY,
-    "optim.beta2": _PROBABILITY, "optim.eps": _above(0), "optim.weight_decay": _min(0),
-    "optim.clip_norm": ((lambda v: v >= 0), "a number >= 0 (0 = no clipping)"),
-    "optim.label_smoothing": _PROBABILITY, "optim.max_updates": _min(1), "optim.update_freq": _min(1),
-    "data.max_tokens": _min(1), "data.max_len": _min(1),
-    "data.max_len_ratio": ((lambda v: v == 0 or v >= 1), "0 (no ratio filter) or a number >= 1"),
-    "data.cache_dir": ((lambda v: bool(str(v).strip())), "a folder path"),
-    "decode.beam": _min(1), "decode.alpha": _min(0), "decode.max_len_a": _min(0),
-    "decode.max_len_b": _min(0), "decode.max_sentences": _min(1),
-    "run.dir": ((lambda v: bool(str(v).strip())), "a folder path"),
-    "run.device": ((lambda v: bool(_DEVICE.fullmatch(str(v)))), "auto, cpu, mps, cuda or cuda:N"),
-    "run.threads": ((lambda v: v >= 0), "a number >= 0 (0 = torch's default)"),
-    "run.log_interval": _min(1), "run.valid_interval": _min(1),
-    "run.valid_max_sentences": ((lambda v: v >= 0), "a number >= 0 (0 = all)"),
-    "run.save_interval": _min(1),
-    "run.max_minutes": ((lambda v: v >= 0), "a number >= 0 (0 = off)"),
-    "run.save_minutes": ((lambda v: v >= 0), "a number >= 0 (0 = off)"),
-    "run.keep_last": _min(1), "run.average_last": ((lambda v: v >= 0), "a number >= 0 (0 = none)"),
-    "run.max_nonfinite": _min(1),
-    "multitask.temperature": _above(0),
-}
-MEMBER_RULES = {"weight": _above(0), "select": _min(0)}
 _MEMBER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+#: the engine's sections, each checked against its dataclass's declared ranges
+SECTIONS = {"model": ModelConfig, "optim": OptimConfig, "data": DataConfig, "decode": DecodeConfig,
+            "run": RunConfig, "multitask": MultitaskConfig}
 
 
 def _finite(prefix: str, node) -> None:
@@ -284,10 +251,8 @@ def validate(cfg: DictConfig) -> None:
     except OmegaConfBaseException as e:  # an interpolation that does not resolve
         key = getattr(e, "full_key", None) or "?"
         raise ConfigError(f"bad value for '{key}': {str(getattr(e, 'msg', e)).splitlines()[0]}") from None
-    for key, (ok, allowed) in RULES.items():
-        value = OmegaConf.select(cfg, key)
-        if value is not None and not ok(value):
-            raise ConfigError(f"{key}={value!r}: must be {allowed}")
+    for name, cls in SECTIONS.items():
+        check_section(name, cls, cfg[name])
     m, d, r = cfg.model, cfg.data, cfg.run
     if m.d_model % m.heads:
         divisors = [h for h in range(1, min(m.d_model, 64) + 1) if m.d_model % h == 0]
@@ -296,11 +261,8 @@ def validate(cfg: DictConfig) -> None:
     if d.max_len > m.max_positions:
         raise ConfigError(f"data.max_len={d.max_len}: must be <= model.max_positions={m.max_positions} "
                           "(a longer training pair would not fit the model's positions)")
-    if cfg.tasks is not None:
-        for name, member in cfg.tasks.items():
-            for key, (ok, allowed) in MEMBER_RULES.items():
-                if not ok(member[key]):
-                    raise ConfigError(f"tasks.{name}.{key}={member[key]!r}: must be {allowed}")
+    for name, member in (cfg.tasks or {}).items():
+        check_section(f"tasks.{name}", MemberConfig, member)
     if r.average_last > r.keep_last:
         raise ConfigError(f"run.average_last={r.average_last}: must be <= run.keep_last={r.keep_last} "
                           "(only the kept checkpoints can be averaged)")
@@ -380,7 +342,9 @@ def _task_section(task_data: dict, where: str, registry, task_config_cls=None) -
         task_config_cls = registry.get(name).Config
     task_schema = OmegaConf.structured(task_config_cls)
     _check_keys(where, task_data, task_schema)
-    return OmegaConf.merge({"name": name}, _merge(task_schema, f"{where}.", task_data))
+    section = _merge(task_schema, f"{where}.", task_data)
+    check_section(where, task_config_cls, section)  # the ranges the task declares beside its fields
+    return OmegaConf.merge({"name": name}, section)
 
 
 def _members(members, registry, task_config_cls=None) -> dict:

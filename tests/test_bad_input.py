@@ -125,6 +125,7 @@ CONFIG_CASES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("override,needle", CONFIG_CASES, ids=[c[0] for c in CONFIG_CASES])
 def test_bad_setting(world, override, needle):
     run = world["root"] / "never"
@@ -138,16 +139,19 @@ def test_unknown_preset(world):
     fails(s2s("train", "demoo", cwd=world["root"]), snapshot(world["root"] / "runs"), "'demoo'", "'demo'")
 
 
+@pytest.mark.slow
 def test_broken_preset_yaml(world):
     path = world["root"] / "broken.yaml"
     path.write_text("task: {name: demo\nmodel: [\n", encoding="utf-8")
     fails(s2s("train", str(path), cwd=world["root"]), snapshot(path), str(path))
 
 
+@pytest.mark.slow
 def test_unknown_task(world):
     fails(s2s("train", "demo", "task.name=nosuch", cwd=world["root"]), snapshot(world["run"]), "'nosuch'")
 
 
+@pytest.mark.slow
 def test_override_without_value(world):
     fails(s2s("train", "demo", "model.layers", cwd=world["root"]), snapshot(world["run"]), "model.layers")
 
@@ -168,6 +172,7 @@ def test_parallel_files_differ_in_length(world):
     _prepare_fails(world, "length", corpus, str(corpus / "train.de"), "has 5")
 
 
+@pytest.mark.slow
 def test_invalid_utf8(world):
     corpus = corpus_copy(world, "utf8")
     data = (corpus / "train.en").read_bytes().split(b"\n")
@@ -176,6 +181,7 @@ def test_invalid_utf8(world):
     _prepare_fails(world, "utf8", corpus, str(corpus / "train.en"), "line 3", "UTF-8")
 
 
+@pytest.mark.slow
 def test_corrupt_gz(world):
     corpus = corpus_copy(world, "gz")
     (corpus / "train.de").unlink()
@@ -183,6 +189,7 @@ def test_corrupt_gz(world):
     _prepare_fails(world, "gz", corpus, str(corpus / "train.de.gz"))
 
 
+@pytest.mark.slow
 def test_truncated_gz(world):
     corpus = corpus_copy(world, "gzcut")
     (corpus / "train.de").unlink()
@@ -191,12 +198,14 @@ def test_truncated_gz(world):
     _prepare_fails(world, "gzcut", corpus, str(corpus / "train.de.gz"))
 
 
+@pytest.mark.slow
 def test_missing_corpus_file(world):
     corpus = corpus_copy(world, "missing")
     (corpus / "valid.de").unlink()
     _prepare_fails(world, "missing", corpus, "valid.de")
 
 
+@pytest.mark.slow
 def test_empty_corpus_files(world):
     corpus = corpus_copy(world, "empty")
     (corpus / "train.en").write_bytes(b"")
@@ -204,10 +213,12 @@ def test_empty_corpus_files(world):
     _prepare_fails(world, "empty", corpus, str(corpus / "train.en"), "empty")
 
 
+@pytest.mark.slow
 def test_data_dir_not_set(world):
     _prepare_fails(world, "nodir", world["corpus"], "task.data_dir", data_dir="")
 
 
+@pytest.mark.slow
 def test_same_languages(world):
     _prepare_fails(world, "samelang", world["corpus"], "task.src_lang", tgt_lang="en")
 
@@ -223,6 +234,7 @@ def _tree_preset(world, name: str, train: Path) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_malformed_tree(world):
     trees = world["root"] / "bad_trees.txt"
     trees.write_text("(TOP (S (NP (DT a) (NN cat))))\n(TOP (S (NP (DT a) (NN cat)))\n(TOP (X y))\n",
@@ -231,6 +243,7 @@ def test_malformed_tree(world):
     fails(s2s("prepare", str(preset), cwd=world["root"]), snapshot(trees, preset), str(trees), "line 2")
 
 
+@pytest.mark.slow
 def test_tree_file_invalid_utf8(world):
     trees = world["root"] / "bad_bytes_trees.txt"
     trees.write_bytes(b"(TOP (S (NP (DT a) (NN cat))))\n(TOP (S (NP (DT \xc3\x28) (NN cat))))\n")
@@ -238,11 +251,13 @@ def test_tree_file_invalid_utf8(world):
     fails(s2s("prepare", str(preset), cwd=world["root"]), snapshot(trees, preset), str(trees), "line 2", "UTF-8")
 
 
+@pytest.mark.slow
 def test_tree_file_missing(world):
     preset = _tree_preset(world, "treemissing", world["root"] / "no_such_trees.txt")
     fails(s2s("prepare", str(preset), cwd=world["root"]), snapshot(preset), "no_such_trees.txt")
 
 
+@pytest.mark.slow
 def test_dev_sentence_longer_than_positions(world):
     run = world["root"] / "run_positions"
     cache = world["root"] / "cache_positions"
@@ -252,6 +267,7 @@ def test_dev_sentence_longer_than_positions(world):
     assert not list(run.glob("checkpoints/*.pt")), "it failed before training"
 
 
+@pytest.mark.slow
 def test_cache_dir_is_a_file(world):
     blocker = world["root"] / "a_file"
     blocker.write_text("not a folder\n")
@@ -259,6 +275,7 @@ def test_cache_dir_is_a_file(world):
     fails(result, snapshot(blocker), "data.cache_dir", str(blocker))
 
 
+@pytest.mark.slow
 def test_run_dir_is_a_file(world):
     blocker = world["root"] / "a_file_run"
     blocker.write_text("not a folder\n")
@@ -267,6 +284,7 @@ def test_run_dir_is_a_file(world):
     fails(result, snapshot(blocker, world["cache"]), str(blocker))
 
 
+@pytest.mark.slow
 def test_resume_with_another_model(world):
     result = s2s("train", "demo", *TINY, *DEMO, "model.d_model=64", f"run.dir={world['run']}",
                  f"data.cache_dir={world['cache']}", cwd=world["root"])
@@ -274,6 +292,7 @@ def test_resume_with_another_model(world):
 
 
 # -- plugins -----------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_plugin_file_import_error(world):
     plugin = world["root"] / "broken_plugin.py"
     plugin.write_text("import no_such_module_anywhere\n")
@@ -281,16 +300,19 @@ def test_plugin_file_import_error(world):
           "no_such_module_anywhere")
 
 
+@pytest.mark.slow
 def test_plugin_file_syntax_error(world):
     plugin = world["root"] / "syntax_plugin.py"
     plugin.write_text("def broken(:\n")
     fails(s2s("tasks", "--plugin", str(plugin), cwd=world["root"]), snapshot(plugin), str(plugin))
 
 
+@pytest.mark.slow
 def test_plugin_module_missing(world):
     fails(s2s("tasks", "--plugin", "no_such_pkg.tasks:MyTask", cwd=world["root"]), {}, "no_such_pkg.tasks")
 
 
+@pytest.mark.slow
 def test_plugin_class_missing(world):
     fails(s2s("tasks", "--plugin", "json:NoTask", cwd=world["root"]), {}, "'json'", "NoTask")
 
@@ -307,27 +329,32 @@ def src(world):
     return path
 
 
+@pytest.mark.slow
 def test_generate_not_a_run_dir(world, src):
     fails(s2s("generate", str(world["corpus"]), "--input", str(src), cwd=world["root"]),
           snapshot(world["corpus"], src), str(world["corpus"]), "config.yaml")
 
 
+@pytest.mark.slow
 def test_generate_missing_input(world):
     fails(s2s("generate", str(world["run"]), "--input", "nope.txt", cwd=world["root"]),
           snapshot(world["run"]), "nope.txt")
 
 
+@pytest.mark.slow
 def test_generate_output_folder_missing(world, src):
     out = world["root"] / "no_folder" / "out.txt"
     fails(s2s("generate", str(world["run"]), "--input", str(src), "--output", str(out), cwd=world["root"]),
           snapshot(world["run"], src, out.parent), str(out.parent))
 
 
+@pytest.mark.slow
 def test_generate_output_is_a_directory(world, src):
     fails(s2s("generate", str(world["run"]), "--input", str(src), "--output", str(world["corpus"]),
               cwd=world["root"]), snapshot(world["run"], src, world["corpus"]), str(world["corpus"]))
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full (a disk that is always full)")
 def test_generate_disk_full(world, src):
     import stat
@@ -337,6 +364,7 @@ def test_generate_disk_full(world, src):
     assert stat.S_ISCHR(os.stat("/dev/full").st_mode)  # written to, not replaced
 
 
+@pytest.mark.slow
 def test_generate_empty_input(world):
     empty = world["root"] / "empty_src.txt"
     empty.write_bytes(b"")
@@ -351,16 +379,19 @@ def test_generate_bad_beam(world, src):
           snapshot(world["run"], src), "decode.beam")
 
 
+@pytest.mark.slow
 def test_generate_bad_max_len_a(world, src):
     fails(s2s("generate", str(world["run"]), "--input", str(src), "--max-len-a", "-1", cwd=world["root"]),
           snapshot(world["run"], src), "decode.max_len_a")
 
 
+@pytest.mark.slow
 def test_generate_unknown_override(world, src):
     fails(s2s("generate", str(world["run"]), "decode.beem=2", "--input", str(src), cwd=world["root"]),
           snapshot(world["run"], src), "decode.beam")
 
 
+@pytest.mark.slow
 def test_generate_damaged_vocabulary(world, src):
     run = world["root"] / "run_badvocab"
     shutil.copytree(world["run"], run)
@@ -369,6 +400,7 @@ def test_generate_damaged_vocabulary(world, src):
           str(run / "vocab.json"))
 
 
+@pytest.mark.slow
 def test_generate_damaged_checkpoint_file(world, src):
     run = world["root"] / "run_badckpt"
     shutil.copytree(world["run"], run)
@@ -379,6 +411,7 @@ def test_generate_damaged_checkpoint_file(world, src):
     fails(s2s("generate", str(ckpt), "--input", str(src), cwd=world["root"]), snapshot(run, src), str(ckpt))
 
 
+@pytest.mark.slow
 def test_generate_checkpoint_not_a_checkpoint(world, src):
     bogus = world["run"] / "config.yaml"
     fails(s2s("generate", str(bogus), "--input", str(src), cwd=world["root"]), snapshot(world["run"], src),
@@ -386,6 +419,7 @@ def test_generate_checkpoint_not_a_checkpoint(world, src):
 
 
 # -- score -------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_score_line_counts_differ(world):
     ref, hyp = world["root"] / "ref3.txt", world["root"] / "hyp2.txt"
     ref.write_text("a\nb\nc\n")
@@ -401,6 +435,7 @@ def test_score_missing_file(world):
           snapshot(ref), "missing_hyp.txt")
 
 
+@pytest.mark.slow
 def test_score_invalid_utf8(world):
     ref, hyp = world["root"] / "ref_u.txt", world["root"] / "hyp_u.txt"
     ref.write_text("a b\nc d\n")
@@ -409,6 +444,7 @@ def test_score_invalid_utf8(world):
           snapshot(ref, hyp), str(hyp), "line 2")
 
 
+@pytest.mark.slow
 def test_score_unknown_task(world):
     ref = world["root"] / "ref3.txt"
     ref.write_text("a\nb\nc\n")
@@ -421,27 +457,32 @@ def test_average_last_zero(world):
     fails(s2s("average", str(world["run"]), "--last", "0", cwd=world["root"]), snapshot(world["run"]), "--last 0")
 
 
+@pytest.mark.slow
 def test_average_missing_checkpoint(world):
     fails(s2s("average", "nope.pt", cwd=world["root"]), snapshot(world["run"]), "nope.pt")
 
 
+@pytest.mark.slow
 def test_average_output_folder_missing(world):
     out = world["root"] / "no_folder" / "avg.pt"
     fails(s2s("average", str(world["run"]), "--last", "2", "--output", str(out), cwd=world["root"]),
           snapshot(world["run"], out.parent), str(out.parent))
 
 
+@pytest.mark.slow
 def test_average_run_without_checkpoints(world):
     empty = world["root"] / "empty_run"
     empty.mkdir(exist_ok=True)
     fails(s2s("average", str(empty), "--last", "2", cwd=world["root"]), snapshot(empty), str(empty))
 
 
+@pytest.mark.slow
 def test_plot_not_a_run_dir(world):
     fails(s2s("plot", str(world["corpus"]), cwd=world["root"]), snapshot(world["corpus"]), "metrics.jsonl")
 
 
 # -- faults that are repaired, and lines that must not shift ---------------------------------
+@pytest.mark.slow
 def test_generate_one_line_out_per_line_in(world):
     src = world["root"] / "odd_lines.txt"
     src.write_bytes("the dog sees a cat\r\nbad \xff line\n".encode("latin-1") +
@@ -456,6 +497,7 @@ def test_generate_one_line_out_per_line_in(world):
     assert lines[1] == "" and "line 2" in err  # the bad line: empty output and a warning
 
 
+@pytest.mark.slow
 def test_score_line_separators_inside_sentences(world):
     ref, hyp = world["root"] / "ref_sep.txt", world["root"] / "hyp_sep.txt"
     text = "a man\u2028rides a horse .\ntwo dogs\x1cplay .\r\nthe end .\n"
@@ -467,6 +509,7 @@ def test_score_line_separators_inside_sentences(world):
     assert score["bleu"] == 100.0 and score["sentences"] == 3
 
 
+@pytest.mark.slow
 def test_damaged_and_stale_cache_are_rebuilt(world):
     corpus = corpus_copy(world, "stale")
     preset = translation_preset(world, "stale", corpus)
@@ -487,6 +530,7 @@ def test_damaged_and_stale_cache_are_rebuilt(world):
     assert s2s("prepare", str(preset), cwd=world["root"]).stderr.decode().count("rebuilt") == 0
 
 
+@pytest.mark.slow
 def test_unforeseen_error_is_one_line_and_v_shows_the_traceback(world):
     plugin = world["root"] / "boom_plugin.py"
     plugin.write_text("from s2s.core.task import Task\n\n\nclass Boom(Task):\n    name = 'boom'\n\n"

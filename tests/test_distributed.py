@@ -94,6 +94,7 @@ def _assert_same_steps(a, b, what, index, skip=()):
     assert np.allclose(la, lb, rtol=1e-5, atol=0), f"{what}: logged losses {la} vs {lb}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("preset", ["demo", "multitask_demo"])
 def test_two_processes_equal_one_with_twice_the_batch_and_with_update_freq_2(preset, registry, tmp_path, monkeypatch):
     """A multi-task run too: every process draws the same member for an update."""

@@ -16,7 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from s2s.core.cli import main
-from s2s.core.config import RULES, load_config
+from s2s.core.checks import declared
+from s2s.core.config import SECTIONS, load_config
 from s2s.core.errors import ConfigError
 from s2s.core.registry import Registry
 from s2s.core.errors import RegistryError
@@ -111,7 +112,7 @@ def test_delinearise_any_tokens(tokens, words, scheme):
         assert read.leaves() == words
 
 
-KEYS = sorted(RULES) + ["task.mode", "task.train_size", "task.seed", "model.pre_norm", "decode.stop",
+KEYS = sorted(key for name, cls in SECTIONS.items() for key, _ in declared(cls, f"{name}.")) + ["task.mode", "task.train_size", "task.seed", "model.pre_norm", "decode.stop",
                         "run.precision", "model.nope", "nosection.x", "task.name", "run"]
 VALUES = st.one_of(st.integers(-10**6, 10**6).map(str), st.floats(allow_nan=True).map(repr),
                    st.sampled_from(["nan", "inf", "-inf", "true", "null", "", "[]", "{}", "${x}", "'",

@@ -109,6 +109,7 @@ def test_members_from_presets_and_sections_and_their_errors(registry):
             load_config("multitask_demo", bad, registry=registry)
 
 
+@pytest.mark.slow
 def test_multitask_demo_trains_logs_tests_and_generates_per_member(registry, tiny, tmp_path, capsys):
     cfg = _cfg(registry, tiny, "optim.max_updates=40", "run.log_interval=10", "run.valid_interval=20",
                "run.save_interval=20", "tasks.parse.weight=3")

@@ -25,6 +25,7 @@ def _falls(losses: list[float], by: float) -> bool:
     return sum(tail) / len(tail) < losses[0] - by
 
 
+@pytest.mark.slow
 @needs(MULTI30K)
 def test_multi30k_slice_loss_falls(registry, tiny, tmp_path):
     data = multi30k_slice(tmp_path / "m30k", {"train": 3000, "val": 50, "test_2016_flickr": 50})
@@ -38,6 +39,7 @@ def test_multi30k_slice_loss_falls(registry, tiny, tmp_path):
     assert set(result["test"]) >= {"bleu", "bleu_tok", "chrf"}
 
 
+@pytest.mark.slow
 @needs(NLTK_DATA)
 def test_treebank_sample_loss_falls(registry, tiny):
     cfg = load_config("ptb_sample_parsing", tiny(

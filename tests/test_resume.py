@@ -114,6 +114,7 @@ def cache(tmp_path_factory):
     return path
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("world, run_precision, preset", [(1, "fp32", "demo"), (2, "fp32", "demo"), (1, "bf16", "demo"),
                                                           (1, "fp32", "multitask_demo"), (2, "fp32", "multitask_demo")])
 def test_sigkill_then_resume_is_bitwise_identical_to_an_uninterrupted_run(world, run_precision, preset, cache, tmp_path,

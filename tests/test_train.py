@@ -68,6 +68,7 @@ def test_unwritable_run_directory_fails_before_training(registry, tiny, tmp_path
         train(cfg, registry, quiet=True)
 
 
+@pytest.mark.slow
 def test_generate_and_score_from_the_command_line(registry, tiny, tmp_path):
     cfg = _cfg(registry, tiny, "optim.max_updates=4")
     train(cfg, registry, quiet=True)
@@ -88,6 +89,7 @@ def test_generate_and_score_from_the_command_line(registry, tiny, tmp_path):
     assert bad.returncode == 2 and "short.txt has 1 lines" in bad.stderr
 
 
+@pytest.mark.slow
 def test_short_quickstart_beats_the_copy_baseline(tmp_path):
     """The quickstart, shortened: held-out BLEU far above copying the input."""
     out = subprocess.run([sys.executable, "-m", "s2s.core.cli", "quickstart", "-q",

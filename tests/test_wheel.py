@@ -14,6 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 SOURCES = ("pyproject.toml", "README.md", "seq2seq_core", "plugins", "data_recipes", "tasks")
 
@@ -24,6 +26,7 @@ def _run(cmd: list, cwd: Path, env: dict, timeout: int = 120) -> subprocess.Comp
     return out
 
 
+@pytest.mark.slow
 def test_wheel_installs_and_runs_outside_the_repository(tmp_path):
     src = tmp_path / "src"
     src.mkdir()

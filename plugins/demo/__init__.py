@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from sacrebleu.metrics import BLEU
 
+from s2s.core.checks import one_of, setting
 from s2s.core.task import DecodeDefaults, Score, Task, TaskConfig
 from s2s.core.vocab import WordTokenizer
 
@@ -18,7 +19,7 @@ from . import grammar
 
 @dataclass
 class DemoConfig(TaskConfig):
-    mode: str = "translate"  # translate | parse
+    mode: str = setting("translate", one_of("translate", "parse"))
     seed: int = 1
     train_size: int = 20_000
     valid_size: int = 300
@@ -32,8 +33,6 @@ class DemoTask(Task):
 
     def __init__(self, cfg):
         super().__init__(cfg)
-        if cfg.mode not in ("translate", "parse"):
-            raise ValueError(f"task.mode must be 'translate' or 'parse', got {cfg.mode!r}")
         if cfg.mode == "parse":
             self.decoding = DecodeDefaults(beam=4, alpha=0.6, max_len_a=3.0, max_len_b=10)
 

@@ -28,10 +28,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from s2s.core.task import DecodeDefaults, Score, Task, TaskConfig
+from s2s.core.checks import at_least, one_of, setting
 from s2s.core.errors import DataError
-from s2s.core.vocab import SPECIALS, WordTokenizer
 from s2s.core.files import atomic_write_text
+from s2s.core.task import DecodeDefaults, Score, Task, TaskConfig
+from s2s.core.vocab import SPECIALS, WordTokenizer
 
 from .constraint import TokenTables, TreeConstraint, leaf_tags
 from .evalb import evalb
@@ -49,7 +50,7 @@ _WORD_CLOSER = re.compile(r"[^\s()]\)")  # "The)": the end of a pre-terminal
 
 @dataclass
 class ParsingConfig(TaskConfig):
-    corpus: str = "wsj"  # wsj | nltk_sample | lines
+    corpus: str = setting("wsj", one_of(*CORPORA))
     # wsj: the LDC99T42 copy (holding parsed/mrg/wsj/00 .. 24) and the sections of each split
     wsj_root: str = ""
     wsj_train: str = "02-21"
@@ -71,7 +72,7 @@ class ParsingConfig(TaskConfig):
     skip_malformed: bool = False  # skip (and count) malformed trees instead of failing
     # linearisation (linearise.py): vinyals (POS tags -> XX) | tags (POS tags as tokens) |
     # words (the words at the leaves) | tags_words (tag then word at each leaf)
-    scheme: str = "vinyals"
+    scheme: str = setting("vinyals", one_of(*SCHEMES))
     # search only well-formed trees over the source words (constraint.py); false: the paper's
     # unconstrained search, whose outputs postprocess repairs
     constrained: bool = False
@@ -80,7 +81,7 @@ class ParsingConfig(TaskConfig):
     tgt_vocab_size: int = 0
     # source words seen fewer times in the training trees are <unk> there, so that <unk> is
     # trained for the unseen words of new sentences (1 = every word keeps its own id)
-    src_min_count: int = 2
+    src_min_count: int = setting(2, at_least(1))
 
 
 class ParsingTask(Task):
@@ -90,12 +91,6 @@ class ParsingTask(Task):
 
     def __init__(self, cfg):
         super().__init__(cfg)
-        if cfg.corpus not in CORPORA:
-            raise ValueError(f"task.corpus must be one of {', '.join(CORPORA)}, got {cfg.corpus!r}")
-        if cfg.scheme not in SCHEMES:
-            raise ValueError(f"task.scheme must be one of {', '.join(SCHEMES)}, got {cfg.scheme!r}")
-        if cfg.src_min_count < 1:
-            raise ValueError(f"task.src_min_count must be at least 1, got {cfg.src_min_count}")
         self.tags: list[str] = []  # leaf tags of the tag schemes (tgt_tags.json)
         self.punct_tagged: list[str] = []  # words the training trees tag as punctuation, punctuation_tags not
         self._tables = None  # the constraint's TokenTables for the current target vocabulary

@@ -14,6 +14,7 @@ from itertools import islice
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
+from s2s.core.checks import one_of, setting
 from s2s.core.errors import ConfigError
 from s2s.core.task import DecodeDefaults, Score, Task, TaskConfig
 from s2s.core.errors import DataError
@@ -27,7 +28,7 @@ _BATCH = 1000
 
 @dataclass
 class TranslationConfig(TaskConfig):
-    source: str = "text"  # text | wmt14 | multi30k
+    source: str = setting("text", one_of(*SOURCES))
     src_lang: str = "en"
     tgt_lang: str = "de"
     # source=text: {data_dir}/{prefix}.{lang}, plain or .gz; an empty test_prefix means no test split;
@@ -42,7 +43,7 @@ class TranslationConfig(TaskConfig):
     hub_config: str = ""
     local_dir: str = ""
     # vocabulary
-    tokenizer: str = "bpe"  # bpe | wordpiece
+    tokenizer: str = setting("bpe", one_of(*MODELS))
     vocab_size: int = 37_000
     shared_vocab: bool = True
     drop_empty: bool = True  # drop (and count) pairs with an empty side
@@ -60,10 +61,6 @@ class TranslationTask(Task):
 
     def __init__(self, cfg):
         super().__init__(cfg)
-        if cfg.source not in SOURCES:
-            raise ConfigError(f"task.source must be one of {', '.join(SOURCES)}, got {cfg.source!r}")
-        if cfg.tokenizer not in MODELS:
-            raise ConfigError(f"task.tokenizer must be one of {', '.join(MODELS)}, got {cfg.tokenizer!r}")
         if cfg.src_lang == cfg.tgt_lang:
             raise ConfigError(f"task.src_lang and task.tgt_lang are both {cfg.src_lang!r}")
         if cfg.source == "text" and not cfg.test_prefix:

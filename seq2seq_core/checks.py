@@ -1,0 +1,67 @@
+"""Settings that declare the values they allow, beside their defaults.
+
+A config dataclass (the engine's sections and every task's `Config`) writes
+
+    layers: int = setting(6, at_least(1))
+    scheme: str = setting("vinyals", one_of(*SCHEMES))
+
+and `check_section` tests every such field when the config loads, before any data is read,
+failing with one line that names the dotted key, the value and what is allowed. None (a
+setting left to a default elsewhere, e.g. the task's decoding) always passes.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Iterator, NamedTuple
+
+from .errors import ConfigError
+
+
+class Allowed(NamedTuple):
+    """A test of a value and, in words, what passes it."""
+
+    test: Callable[[Any], bool]
+    text: str
+
+
+def setting(default: Any, allowed: Allowed | None = None):
+    """A dataclass field with its default and the values it allows."""
+    return dataclasses.field(default=default, metadata={"allowed": allowed} if allowed else {})
+
+
+def at_least(lo, note: str = "") -> Allowed:
+    return Allowed(lambda v: v >= lo, f"a number >= {lo}{f' ({note})' if note else ''}")
+
+
+def above(lo) -> Allowed:
+    return Allowed(lambda v: v > lo, f"a number > {lo}")
+
+
+PROBABILITY = Allowed(lambda v: 0 <= v < 1, "a probability in [0, 1)")
+NOT_EMPTY = Allowed(lambda v: bool(str(v).strip()), "not empty")
+
+
+def one_of(*values) -> Allowed:
+    return Allowed(lambda v: v in values, f"one of {', '.join(map(str, values))}")
+
+
+def declared(cls, prefix: str = "") -> Iterator[tuple[str, Allowed]]:
+    """(dotted key, what it allows) of every field of dataclass `cls` that declares it."""
+    for f in dataclasses.fields(cls):
+        if "allowed" in f.metadata:
+            yield f"{prefix}{f.name}", f.metadata["allowed"]
+
+
+def check_section(where: str, cls, section) -> None:
+    """Every declared range of `cls` on the config `section` (its key prefix `where`)."""
+    for f in dataclasses.fields(cls):
+        allowed = f.metadata.get("allowed")
+        value = section.get(f.name) if hasattr(section, "get") else getattr(section, f.name, None)
+        if allowed is None or value is None:
+            continue
+        try:
+            ok = allowed.test(value)
+        except TypeError:
+            ok = False
+        if not ok:
+            raise ConfigError(f"{where}.{f.name}={value!r}: must be {allowed.text}")
