@@ -172,6 +172,7 @@ def test_max_length_is_respected(beam):
     assert [len(h.tokens) for h in hyps] == [63] * 3
 
 
+@pytest.mark.slow
 def test_trained_copy_model_copies():
     """A tiny Transformer trained for 400 steps (seconds) to copy its input decodes the copy with beam 4.
     (At 300 steps, lr 5e-3 without warm-up, this seed is in a loss spike: 0.53 against 0.004 at 400.)"""

@@ -127,6 +127,7 @@ def test_ctranslate2_greedy_equals_generate(registry, demo_run, tmp_path):
     assert (tmp_path / "ct2_int8" / "model.bin").stat().st_size < 0.6 * (tmp_path / "ct2" / "model.bin").stat().st_size
 
 
+@pytest.mark.slow
 @needs_ct2
 def test_ctranslate2_pre_norm(registry, tiny, tmp_path, capsys):
     """Pre-norm maps too (CTranslate2's final layer norms); MarianMT has no such form and refuses."""
