@@ -63,6 +63,23 @@ def mm_rate(n: int = 1024, repeats: int = 5, seconds: float = 1.0, dtype: torch.
     return statistics.median(rates)
 
 
+def flop_formula() -> str:
+    """What the results' FLOPs count, for their JSON: s2s.core.model.Transformer.flops's docstring
+    on one line, its formula's lines as "expression (what it counts)" separated by semicolons."""
+    import inspect
+    import re
+
+    from s2s.core.model import Transformer
+
+    text = []
+    for para in inspect.getdoc(Transformer.flops).split("\n\n"):
+        if para.startswith("    "):
+            rows = (re.split(r"\s{2,}", line.strip(), maxsplit=1) for line in para.splitlines())
+            para = "; ".join(r[0] + "".join(f" ({c})" for c in r[1:]) for r in rows) + "."
+        text.append(" ".join(para.split()))
+    return "s2s.core.model.Transformer.flops: " + " ".join(text)
+
+
 def runtime_env() -> dict:
     """The environment that sets how the CPU runtime behaves: s2s's defaults (s2s.core.RUNTIME_ENV)
     as they are in effect, and OpenMP's own settings."""

@@ -103,12 +103,12 @@ def load(preset: str, run: str | None, cache_dir: str):
 
 def batches_of(task, sources: list[str], max_sentences: int) -> list[tuple[list[int], torch.Tensor]]:
     """(sentence numbers, padded source ids + EOS) per batch, sorted by length as `translate` does."""
+    from s2s.core.data import chunks
     from s2s.core.inference import source_batch
 
     ids = task.encode_source(sources)
     order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
-    batches = [order[start:start + max_sentences] for start in range(0, len(order), max_sentences)]
-    return [(batch, source_batch([ids[i] for i in batch])) for batch in batches]
+    return [(batch, source_batch([ids[i] for i in batch])) for batch in chunks(order, max_sentences)]
 
 
 def decode_batch(model, task, sources, batch, settings, incremental: bool) -> float:
@@ -165,7 +165,8 @@ def rates(model, task, sources, variants: dict, repeats: int, max_sentences: int
                         "sentences_per_s_own_cores": round(len(sources) * torch.get_num_threads() / cpu, 2),
                         "mean_output_tokens": round(sum(map(len, task.encode_target(outputs[name]))) / len(sources), 2),
                         "decoder_rows_per_sentence": round(rows[name] / len(sources), 2)}
-        gflop = search_flops(model, src_tokens, rows[name]) / len(sources) / 1e9
+        # matmul FLOPs of the search: per source token and per decoder row, attention left out
+        gflop = model.flops(src_tokens, rows[name], backward=False, attention=False) / len(sources) / 1e9
         result[name].update(gflop_per_sentence=round(gflop, 4), model_gflops_per_s=round(gflop * len(sources) / wall, 1))
     return result, outputs
 
@@ -192,16 +193,6 @@ def constraint_speed(model, task, sources, settings, repeats: int, max_sentences
             "constrained_sentences_per_s": round(rate[True], 2), "unconstrained_sentences_per_s": round(rate[False], 2),
             "ratio": round(rate[True] / rate[False], 3), "target_ratio": 0.8,
             "repaired_constrained": repaired[True], "repaired_unconstrained": repaired[False]}
-
-
-def search_flops(model, src_tokens: int, decoder_rows: int) -> float:
-    """Matmul FLOPs of a search: the encoder and the encoder-decoder keys/values per source
-    token, N (4 d^2 + 2 d d_ff) + N 2 d^2, and per decoder row (one hypothesis, one step)
-    N (6 d^2 + 2 d d_ff) + d V, each times 2; attention scores and weighted values (4 d per
-    attended position and layer, under 1% at these lengths) count 0."""
-    N, d = len(model.decoder), model.d_model
-    d_ff, V = model.decoder[0].ffn[0].out_features, model.tgt_embed.num_embeddings
-    return 2 * (src_tokens * N * (6 * d * d + 2 * d * d_ff) + decoder_rows * (N * (6 * d * d + 2 * d * d_ff) + d * V))
 
 
 def versus_full(model, task, sources, settings, subset: int, max_sentences: int, repeats: int) -> dict:

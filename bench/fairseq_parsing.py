@@ -1,4 +1,4 @@
-"""fairseq on the ptb_sample_parsing pairs, for the per-update comparison of README "Learning speed".
+"""fairseq on the ptb_sample_parsing pairs, for the per-update comparison in docs/parsing.md, "Learning speed".
 
     python bench/fairseq_parsing.py --fairseq-bin /work/venvs/fairseq/bin --updates 1000
 

@@ -5,29 +5,15 @@
 
 This times one update in isolation, not what `s2s train` delivers end to end (data, logging,
 the loop): that is bench/train_throughput.py's figure. What is timed is the trainer's own
-update: `Trainer.train_step` (batches from the memory-mapped
-corpus, forward, label-smoothed loss, backward, finiteness check) then the optimiser step and
-`zero_grad`, as `Trainer.run` does them, on 2 CPU threads in fp32 (`--precision bf16`: the
-trainer's bf16 path, s2s.core.precision). The multi30k_en_de preset
-trains on its own data and batch (4,096 tokens); the base preset (6+6 layers, d_model 512, a
-37,000-token BPE vocabulary) has no WMT14 copy here, so it trains on Multi30k with the same
-vocabulary size and a reduced batch.
+update: `Trainer.step` (batches from the memory-mapped corpus, forward, label-smoothed loss,
+backward, finiteness check, the optimiser step and `zero_grad`), as `Trainer.run` takes it, on 2
+CPU threads in fp32 (`--precision bf16`: the trainer's bf16 path, s2s.core.precision). The
+multi30k_en_de preset trains on its own data and batch (4,096 tokens); the base preset (6+6
+layers, d_model 512, a 37,000-token BPE vocabulary) has no WMT14 copy here, so it trains on
+Multi30k with the same vocabulary size and a reduced batch.
 
-FLOPs of one update, counted per sentence pair on its real tokens (padding is waste, not work);
-S = source tokens (EOS included), T = target tokens (BOS + ids = ids + EOS), N layers per stack,
-d = d_model, V = target vocabulary:
-
-    forward  = 2 * (S * P_src + T * P_tgt) + A
-    P_src    = N * (4 d^2 + 2 d d_ff)             encoder: Q, K, V, O projections and the FFN
-             + N * 2 d^2                          decoder: encoder-decoder K, V (computed from the source)
-    P_tgt    = N * (4 d^2 + 2 d^2 + 2 d d_ff)     decoder: self-attention Q, K, V, O; cross Q, O; FFN
-             + d V                                the output projection (tied with the embeddings)
-    A        = N * 4 S^2 d                        encoder self-attention (Q K^T and A V)
-             + N * 2 T (T + 1) d                  decoder self-attention, the T (T+1) / 2 causal pairs
-             + N * 4 T S d                        encoder-decoder attention
-    update   = 3 * forward                        (the backward pass costs twice the forward)
-
-Embedding look-ups, biases, LayerNorm, softmax, dropout, the loss and Adam count as 0 FLOPs.
+FLOPs of one update: the model's own count, `s2s.core.model.Transformer.flops` (its docstring
+gives the formula, the JSON's flop_formula repeats it), per sentence pair on its real tokens.
 MFU = counted FLOPs per second / the fp32 `torch.mm` rate (1024 x 1024 products, same threads).
 The machine is shared, so the `torch.mm` rate is probed right before every timed update and each
 update's MFU is taken against its own probe; the figures are medians over updates. Variants
@@ -46,28 +32,12 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from bench.common import MULTI30K, mm_rate, peak_rss_mib, runtime_env, table, write
+from bench.common import MULTI30K, flop_formula, mm_rate, peak_rss_mib, runtime_env, table, write
 
 REPO = Path(__file__).resolve().parent.parent
-FLOP_FORMULA = (
-    "update = 3 * forward; forward = 2 * (S * P_src + T * P_tgt) + A, per pair on real tokens; "
-    "P_src = N (4 d^2 + 2 d d_ff) + N 2 d^2 (encoder + encoder-decoder K,V); "
-    "P_tgt = N (6 d^2 + 2 d d_ff) + d V (decoder self Q,K,V,O + cross Q,O + FFN + output projection); "
-    "A = N (4 S^2 d + 2 T (T+1) d + 4 T S d) (attention scores and weighted values, causal pairs only); "
-    "embeddings, biases, norms, softmax, dropout, loss and Adam count 0")
-
-
-def update_flops(src_lens: np.ndarray, tgt_lens: np.ndarray, layers: int, d: int, d_ff: int, vocab: int) -> float:
-    """FLOPs of one training update over pairs with these real lengths (the docstring's formula)."""
-    S, T = src_lens.astype(np.float64), tgt_lens.astype(np.float64)
-    p_src = layers * (4 * d * d + 2 * d * d_ff) + layers * 2 * d * d
-    p_tgt = layers * (6 * d * d + 2 * d * d_ff) + d * vocab
-    attn = layers * (4 * S * S * d + 2 * T * (T + 1) * d + 4 * T * S * d)
-    return float(3 * (2 * (S * p_src + T * p_tgt) + attn).sum())
 
 
 def mm_probe() -> float:
@@ -124,8 +94,7 @@ def bench_preset(name: str, max_tokens: int, steps: int, variants: list[str], th
         train = trainer.members[0].data.splits["train"]
         src_lens, tgt_lens = train.src_lens, train.tgt_lens
         vocab = trainer.members[0].task.tgt_vocab_size
-        flops_of = lambda idx: update_flops(src_lens[idx], tgt_lens[idx], mcfg.layers, mcfg.d_model,  # noqa: E731
-                                            mcfg.d_ff, vocab)
+        flops_of = lambda idx: trainer.model.flops(src_lens[idx], tgt_lens[idx])  # noqa: E731
         eager = trainer.ddp  # the model as the run's precision computes it (one process: no DDP)
         models, contexts = {}, {}
         for v in variants:
@@ -220,7 +189,7 @@ def main(argv=None) -> dict:
             name, args.base_max_tokens if base else args.max_tokens, args.base_steps if base else args.steps,
             (args.base_variants if base else args.variants).split(","), args.threads, args.cache_dir,
             not args.no_profile, args.precision))
-    result = {"benchmark": "isolated training step (issue 6a), not end to end", "flop_formula": FLOP_FORMULA,
+    result = {"benchmark": "isolated training step (issue 6a), not end to end", "flop_formula": flop_formula(),
               "mfu_reference": "fp32 torch.mm of 1024x1024 matrices, same threads, probed before every update",
               "runtime_env": runtime_env(), "mm_rate_gflops_start": round(mm_start / 1e9, 1),
               "peak_rss_mib": round(peak_rss_mib(), 1),

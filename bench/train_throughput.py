@@ -17,8 +17,7 @@ Precisions alternate run by run (fp32, bf16, fp32, bf16, ...), so that a change 
 load touches both alike; figures are medians over rounds, and the bf16 / fp32 ratio is the median
 of the per-round ratios. Right before every run the fp32 and the bf16 `torch.mm` rates (1024 x
 1024, the same threads) are probed: the run's model FLOP/s (sentences/s times the mean FLOPs of
-one training pair of the corpus, bench/train_step.py's formula, backward = 2 forward) is
-reported against both. The isolated update of bench/train_step.py is a different figure.
+one training pair of the corpus, s2s.core.model.Transformer.flops) is reported against both. The isolated update of bench/train_step.py is a different figure.
 """
 from __future__ import annotations
 
@@ -36,8 +35,7 @@ from pathlib import Path
 
 import torch
 
-from bench.common import MULTI30K, mm_rate, runtime_env, table, write
-from bench.train_step import FLOP_FORMULA, update_flops
+from bench.common import MULTI30K, flop_formula, mm_rate, runtime_env, table, write
 
 REPO = Path(__file__).resolve().parent.parent
 PRESET = "multi30k_en_de"
@@ -55,14 +53,16 @@ def pair_flops(common: list[str]) -> tuple[float, dict]:
     from s2s.core.config import load_config
     from s2s.core.data import prepare
     from s2s.core.registry import Registry
-    from s2s.core.members import build_task
+    from s2s.core.members import Member, build_model, build_task
 
     registry = Registry.installed()
     cfg = load_config(PRESET, common, registry=registry)
     task = build_task(cfg.task, registry)
     train = prepare(task, cfg.data, quiet=True).splits["train"]
+    with torch.device("meta"):  # the run's model, its shapes only
+        net = build_model(cfg, [Member(task.name, task)])
+    total = net.flops(train.src_lens, train.tgt_lens)
     m = cfg.model
-    total = update_flops(train.src_lens, train.tgt_lens, m.layers, m.d_model, m.d_ff, task.tgt_vocab_size)
     model = {"layers": m.layers, "d_model": m.d_model, "d_ff": m.d_ff, "heads": m.heads,
              "vocab": task.tgt_vocab_size, "max_tokens": cfg.data.max_tokens, "train_pairs": len(train.src_lens)}
     return total / len(train.src_lens), model
@@ -163,7 +163,7 @@ def main(argv=None) -> dict:
     result = {"benchmark": "end-to-end training throughput: s2s train multi30k_en_de, interleaved precisions",
               "preset": PRESET, "model": model, "threads": args.threads, "rounds": args.rounds,
               "warmup_updates": args.warmup_updates, "timed_seconds_per_run": args.seconds,
-              "flops_per_training_pair": round(flops_per_pair), "flop_formula": FLOP_FORMULA,
+              "flops_per_training_pair": round(flops_per_pair), "flop_formula": flop_formula(),
               "runtime_env": runtime_env(), "targets": {"bf16_sentences_per_s_vs_fp32": 1.8},
               "summary": summary, "runs": runs}
     path = write(args.name, result)

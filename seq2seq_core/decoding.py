@@ -92,10 +92,10 @@ class _Stepper:
             logits = self.model.decode(tokens, self.memory, self.src_pad)[:, -1]
         if self.logp is None:
             self.logp = logits.new_empty(logits.shape, dtype=torch.float32)
-        # into the buffer: a fresh [n, V] tensor per step cost more than the softmax (a new
-        # mapping of memory to fault in: 3.4 against 8.3 ms at 512 rows x 8,000 tokens, timed
-        # alone; end to end, README "Performance"). bf16 logits are copied in first: the
-        # kernel's own bf16-to-fp32 path is slower than the copy and an in-place softmax.
+        # into the buffer: a fresh [n, V] tensor per step is a new mapping of memory to fault in,
+        # which cost more than the softmax (decode figures: docs/performance.md). bf16 logits are
+        # copied in first: the kernel's own bf16-to-fp32 path is slower than the copy and an
+        # in-place softmax.
         logp = self.logp[: logits.size(0)]
         torch.log_softmax(logits if logits.dtype == torch.float32 else logp.copy_(logits), dim=-1, out=logp)
         logp.index_fill_(1, self.banned, -torch.inf)

@@ -17,7 +17,7 @@ class _ProjectedLabelSmoothedLoss(torch.autograd.Function):
     same pass (in the inputs' dtype) when a gradient is wanted; the backward pass then only
     multiplies it by W and h. Every target must be a real token (`label_smoothed_loss` drops
     the padding first). Reused buffers matter on CPU: a fresh large tensor costs a page fault
-    per 4 KiB, which made a bf16-to-fp32 copy 9x slower than the copy into a buffer."""
+    per 4 KiB, more than a cheap pass such as a bf16-to-fp32 copy spends writing into it."""
 
     @staticmethod
     def forward(ctx, h, w, target, eps, want_grad):

@@ -1,22 +1,22 @@
 """The Transformer of "Attention Is All You Need" (Vaswani et al. 2017), section 3, in one file.
 
-An encoder and a decoder stack of N layers each (3.1); multi-head scaled dot-product attention
-(3.2) through PyTorch's fused kernel, written out in bf16 on CPU (`attention`); position-wise feed-forward networks
-(3.3); embeddings scaled by sqrt(d_model) and, with a shared vocabulary, tied with the
-pre-softmax projection (3.4); sinusoidal positional encodings (3.5). Residual blocks are post-norm as in the paper,
+An encoder and a decoder stack of N layers each (3.1); multi-head scaled dot-product attention (3.2)
+through PyTorch's fused kernel, written out in bf16 on CPU (`attention`); position-wise feed-forward
+networks (3.3); embeddings scaled by sqrt(d_model), with a shared vocabulary tied with the pre-softmax
+projection (3.4); sinusoidal positional encodings (3.5). Residual blocks are post-norm as in the paper,
 LayerNorm(x + Dropout(Sublayer(x))), or pre-norm with `cfg.pre_norm`.
 
 Besides training (`forward`), the model serves search: `encode` once, then either `decode` the
 whole prefix at every step or keep a `DecoderCache` and feed one token per step (`decode_step`).
 Beam search runs g hypotheses per source sentence as g consecutive rows (sentence-major); the
-encoder output and its attention keys/values stay one row per sentence, never copied per beam.
-"""
+encoder output and its attention keys/values stay one row per sentence, never copied per beam."""
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
 from typing import Optional
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -40,11 +40,9 @@ def attention(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor], causal: b
     k, v [B, h, S, d_k]; mask [B, 1, 1, S] True where a key may be attended, `causal`: query i
     sees keys 0..i; `dropout` on the attention weights.
 
-    PyTorch's fused scaled_dot_product_attention, except bf16 on CPU: there its fused kernel is
-    2-8x slower than unfused bf16 products, and its unfused (math) kernel casts q, k and v to
-    fp32 and back. So on CPU bf16 the equation is written out: both products in bf16, the softmax
-    computed in fp32 by torch's kernel and returned in bf16 (end to end with this file's bf16
-    dropout: README, "Performance")."""
+    PyTorch's fused scaled_dot_product_attention, except bf16 on CPU, where its fused kernel is slower
+    than unfused bf16 products and its math kernel casts q, k and v to fp32 and back: there both
+    products are bf16, the softmax fp32 by torch's kernel, returned in bf16 (docs/performance.md)."""
     if not (q.dtype == torch.bfloat16 and q.device.type == "cpu"):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, dropout_p=dropout)
     scores = torch.matmul(q, k.transpose(-1, -2)).mul_(q.size(-1) ** -0.5)
@@ -63,8 +61,7 @@ class MultiHeadAttention(nn.Module):
     """MultiHead(Q, K, V) = Concat(head_1..head_h) W^O, head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V).
 
     Keys and values are projected separately (`keys_values`) so that the decoder can compute the
-    encoder-decoder ones once per sentence and cache its own step by step.
-    """
+    encoder-decoder ones once per sentence and cache its own step by step."""
 
     def __init__(self, d_model: int, heads: int, dropout: float):
         super().__init__()
@@ -84,8 +81,7 @@ class MultiHeadAttention(nn.Module):
 
         mask [B, 1, 1, S] is True where a key may be attended. When x holds g > 1 rows per row
         of k, v (g beam hypotheses of one sentence, consecutive), their queries are folded into
-        one query sequence of length g*T: they share the keys, which are never copied.
-        """
+        one query sequence of length g*T: they share the keys, which are never copied."""
         n, T, d = x.shape
         q = self.split_heads(self.w_q(x.reshape(k.size(0), -1, d)))
         out = attention(q, k, v, mask, causal, self.dropout if self.training else 0.0)
@@ -108,11 +104,10 @@ class LayerNorm(nn.LayerNorm):
 class Dropout(nn.Module):
     """Dropout (section 5.4): zero each value with probability p, scale the rest by 1 / (1 - p).
 
-    On CPU the mask is drawn 16 bits a value, four values from each 64-bit random number: torch's
-    own dropout draws one random number a value and takes twice as long (p is then a multiple
-    of 2^-16). The mask is drawn in the input's dtype, and a residual connection's
-    x + Dropout(y) is one fused multiply-add (`add`).
-    Elsewhere it is torch's fused dropout."""
+    On CPU the mask is drawn in the input's dtype, 16 bits a value, four values from each 64-bit
+    random number: a quarter of the random numbers torch's dropout draws (p is then a multiple of
+    2^-16); a residual connection's x + Dropout(y) is one fused multiply-add (`add`). Elsewhere it
+    is torch's fused dropout."""
 
     def __init__(self, p: float):
         super().__init__()
@@ -128,7 +123,7 @@ class Dropout(nn.Module):
 
     def keep(self, x: Tensor) -> Tensor:
         """1 with probability 1 - p, else 0, in x's shape and dtype (CPU): compared straight
-        into x's dtype, one pass (a bool mask converted by `where` took 20x longer, timed alone)."""
+        into x's dtype, one pass, not a bool mask converted afterwards."""
         n = x.numel()
         bits = torch.randint(-2 ** 63, 2 ** 63 - 1, ((n + 3) // 4,), dtype=torch.int64).view(torch.int16)
         return torch.ge(bits[:n].view(x.shape), round(self.p * 65536) - 32768, out=torch.empty_like(x))
@@ -198,8 +193,7 @@ class DecoderLayer(nn.Module):
 
         kv None: x is the whole target prefix, masked causally. Otherwise x is one position
         (`step`) and kv [B*g, 2, h, capacity, d_k] this layer's self-attention cache: this
-        step's keys and values are written at `step` and the query attends to steps 0..step.
-        """
+        step's keys and values are written at `step` and the query attends to steps 0..step."""
         def self_attention(y):
             k, v = self.self_attn.keys_values(y)
             if kv is None:
@@ -219,12 +213,10 @@ class DecoderCache:
 
     memory_kv [B, N, 2, h, S, d_k]: encoder-decoder keys/values of the N layers, once per sentence.
     memory_mask [B, 1, 1, S]: True at source positions that may be attended.
-    kv [B*g, N, 2, h, capacity, d_k]: self-attention keys/values of the steps done so far, and
-    spare, a buffer of the same shape that reordering copies into (the two then swap), so that
-    a step allocates nothing. Both are allocated at the first step with `capacity` positions,
-    doubled when full.
-    step: number of steps done, hence the position of the next token.
-    """
+    kv [B*g, N, 2, h, capacity, d_k]: self-attention keys/values of the steps done so far, and spare,
+    a buffer of the same shape that reordering copies into (the two then swap), so that a step
+    allocates nothing; both allocated at the first step with `capacity` positions, doubled when full.
+    step: number of steps done, hence the position of the next token."""
 
     memory_kv: Tensor
     memory_mask: Tensor
@@ -240,14 +232,12 @@ class Transformer(nn.Module):
     With `shared_vocab` the encoder and decoder embeddings and the pre-softmax projection are one
     tensor (section 3.4). With separate vocabularies the projection is its own matrix, N(0,
     d_model^-0.5) as fairseq's, unless `cfg.tie_output` ties it to the decoder embedding: tied, a
-    small target vocabulary (parsing's 60 tokens) learns slower per update (dev nll +0.02 at update
-    1,000 on ptb_sample_parsing), each row serving at once as an input embedding and as a softmax
-    class at every position.
-    """
+    small target vocabulary (parsing's 60 tokens) learns slower per update, each row serving at once
+    as an input embedding and as a softmax class everywhere (docs/parsing.md, "Learning speed")."""
 
     def __init__(self, cfg, src_vocab_size: int, tgt_vocab_size: int, shared_vocab: bool):
         super().__init__()
-        self.d_model, self.max_positions = cfg.d_model, cfg.max_positions
+        self.d_model, self.d_ff, self.max_positions = cfg.d_model, cfg.d_ff, cfg.max_positions
         self.tgt_embed = nn.Embedding(tgt_vocab_size, cfg.d_model, padding_idx=PAD)
         if shared_vocab:
             assert src_vocab_size == tgt_vocab_size, "a shared vocabulary needs equal sizes"
@@ -269,12 +259,9 @@ class Transformer(nn.Module):
     def reset_parameters(self) -> None:
         """Zero biases; embeddings N(0, d_model^-0.5), PAD row zero; attention's W^Q, W^K, W^V
         Xavier-uniform as if the three were one [3 d_model, d_model] matrix (gain 1/sqrt(2)),
-        W^O Xavier-uniform; the feed-forward weights U(+-1/sqrt(fan_in)), which keeps each
-        FFN's residual branch small at the start (W_2's bound is half Xavier's at d_ff = 4 d_model).
-
-        Measured on ptb_sample_parsing (vinyals, fp32, 600 updates): dev nll 0.904-0.919 in three
-        runs with Xavier everywhere, 0.824 with the scaled W^Q, W^K, W^V alone (a one-off patch), 0.752 with both
-        (fairseq on the same model and data: 0.781); README "Learning speed" has the curves."""
+        W^O Xavier-uniform; the feed-forward weights U(+-1/sqrt(fan_in)), which keeps each FFN's
+        residual branch small at the start (W_2's bound is half Xavier's at d_ff = 4 d_model). With Xavier
+        everywhere a small parser learned far slower per update (docs/parsing.md, "Learning speed")."""
         for m in self.modules():
             if isinstance(m, nn.Linear) and m.bias is not None:
                 nn.init.zeros_(m.bias)
@@ -294,6 +281,28 @@ class Transformer(nn.Module):
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())  # parameters() yields a tied tensor once
+
+    def flops(self, src_lens, tgt_lens, backward: bool = True, attention: bool = True) -> float:
+        """Matmul FLOPs (2mkn a product) of training (`backward`) or of a forward pass over pairs of
+        these real lengths (numbers or arrays, an entry a pair: padding is waste, not work), what
+        model-FLOPs utilisation divides by. S, T: a pair's source and target tokens (with EOS / BOS),
+        N layers a stack, d = d_model, V the target vocabulary:
+
+            training = 3 forward                       the backward pass costs twice the forward
+            forward = 2 (S P_src + T P_tgt) + A        P: the weights a token is multiplied by
+            P_src = N (4 d^2 + 2 d d_ff) + N 2 d^2     encoder Q, K, V, O, FFN; decoder's cross K, V
+            P_tgt = N (6 d^2 + 2 d d_ff) + d V         decoder self Q, K, V, O, cross Q, O, FFN; output
+            A = N (4 S^2 d + 2 T (T + 1) d + 4 T S d)  Q K^T and weights x V; causal pairs only
+
+        Embeddings, biases, norms, softmax, dropout, loss and Adam count 0. Without `attention` (small in a
+        search step) only the lengths' sums matter: a search's source tokens and decoder rows will do."""
+        S, T = np.asarray(src_lens, dtype=np.float64), np.asarray(tgt_lens, dtype=np.float64)
+        N, d, d_ff, V = len(self.encoder), self.d_model, self.d_ff, self.out.out_features
+        p_src, p_tgt = N * (4 * d * d + 2 * d * d_ff) + N * 2 * d * d, N * (6 * d * d + 2 * d * d_ff) + d * V
+        forward = 2 * (S * p_src + T * p_tgt)
+        if attention:
+            forward = forward + N * (4 * S * S * d + 2 * T * (T + 1) * d + 4 * T * S * d)
+        return float((3 if backward else 1) * forward.sum())
 
     def embed(self, emb: nn.Embedding, tokens: Tensor, start: int = 0) -> Tensor:
         """Dropout(Embedding(tokens) * sqrt(d_model) + PE), positions from `start`, in the dtype
@@ -336,7 +345,7 @@ class Transformer(nn.Module):
     def forward(self, src: Tensor, tgt_in: Tensor, tgt_out: Optional[Tensor] = None,
                 label_smoothing: float = 0.0):
         """Logits [B, T, V]; or, given the targets tgt_out [B, T], the summed label-smoothed
-        loss and NLL over its non-PAD tokens (s2s.core.optim.label_smoothed_loss), which
+        loss and NLL over its non-PAD tokens (s2s.core.loss.label_smoothed_loss), which
         projects the decoder states chunk by chunk: training never holds the whole logits."""
         states = self.decoder_states(tgt_in, *self.encode(src))
         if tgt_out is None:
@@ -353,8 +362,7 @@ class Transformer(nn.Module):
     def decode_step(self, tokens: Tensor, cache: DecoderCache) -> Tensor:
         """Feed tokens [B*g] at position cache.step; return logits [B*g, V] for the next token.
 
-        Equal to decode(prefix)[:, -1]; rows b*g .. b*g+g-1 belong to sentence b of the cache.
-        """
+        Equal to decode(prefix)[:, -1]; rows b*g .. b*g+g-1 belong to sentence b of the cache."""
         n, step = tokens.size(0), cache.step
         if cache.kv is None:
             B, N, _, h, _, d_k = cache.memory_kv.shape
@@ -379,8 +387,7 @@ class Transformer(nn.Module):
         index[i] must be a row of the same sentence as row i, as in beam search: the encoder
         keys/values are per sentence and stay untouched; only the self-attention cache moves.
         With `keep` (sentence numbers, ascending) the cache holds those sentences only from now
-        on; index then lists g rows for each kept sentence, in the same order.
-        """
+        on; index then lists g rows for each kept sentence, in the same order."""
         if keep is not None:
             cache.memory_kv = cache.memory_kv.index_select(0, keep)
             cache.memory_mask = cache.memory_mask.index_select(0, keep)

@@ -8,9 +8,10 @@ Training (`run.precision`):
   per-operation casts). The casts' backward turns each bf16 gradient into fp32 and accumulates
   it into the fp32 parameter, where DDP all-reduces it and the optimiser reads it. Embedding
   look-ups and LayerNorm compute from fp32 tensors (`LowPrecision` says why); the loss
-  (`optim.label_smoothed_loss`) multiplies the bf16 decoder states by the bf16 output weight a
-  chunk of rows at a time and reduces each chunk in fp32. On CPU bf16 attention is equation 1
-  written out in bf16 products (s2s.core.model.attention), and dropout draws its mask in bf16.
+  (`s2s.core.loss.label_smoothed_loss`) multiplies the bf16 decoder states by the bf16 output
+  weight a chunk of rows at a time and reduces each chunk in fp32. On CPU bf16 attention is
+  equation 1 written out in bf16 products (s2s.core.model.attention), and dropout draws its mask
+  in bf16.
 * fp16: autocast to float16 with dynamic loss scaling (fp16's narrow range needs both).
 * auto: bf16 where the device computes bf16 natively (a CPU with avx512_bf16 or amx_bf16, a GPU
   that supports it), else fp32.
