@@ -29,8 +29,20 @@ class _FirstUpdate(Exception):
     pass
 
 
-def trace(argv: list[str]) -> list[tuple[str, str]]:
-    """(file, function) of every engine function in the order of its first call, up to the first update."""
+PLUGINS = ENGINE.parent / "plugins"
+#: the classes of the plugin interface whose methods a task inherits: what they run is the plugin's
+INTERFACE = ("Task.", "WordTokenizer.", "Constraint.")
+
+
+def _plugin(code) -> bool:
+    path = Path(code.co_filename).resolve()
+    return path.is_relative_to(PLUGINS) or (path.parent == ENGINE and code.co_qualname.startswith(INTERFACE))
+
+
+def trace(argv: list[str]) -> list[tuple[str, str, bool]]:
+    """(file, function, called by the plugin) of every engine function in the order of its first
+    call, up to the first update. A function counts as the plugin's when it is a method of the
+    plugin interface a task inherits (`Task`, `WordTokenizer`) or runs inside one."""
     from s2s.core import cli
 
     seen, order = set(), []
@@ -48,8 +60,14 @@ def trace(argv: list[str]) -> list[tuple[str, str]]:
                 or "<locals>" in code.co_qualname:
             seen.add(code)
             return
+        caller = frame.f_back.f_code if frame.f_back is not None else None
+        if caller is not None and not caller.co_flags & inspect.CO_OPTIMIZED:
+            return  # called by a module or class body: import-time work, not the run's path
         seen.add(code)
-        order.append((path.name, code.co_qualname))
+        f, inside = frame, False
+        while f is not None and not inside:
+            inside, f = _plugin(f.f_code), f.f_back
+        order.append((path.name, code.co_qualname, inside))
         if code.co_name == "step" and path.name == "train.py":
             raise _FirstUpdate
 
@@ -86,21 +104,33 @@ def main() -> None:
             order = trace(argv)
         finally:
             cli.explain = explain
+    result = {"command": f"s2s train {' '.join(args)}",
+              "measure": "first calls of engine functions (seq2seq_core/), in call order, up to Trainer.step; module "
+                         "and class bodies (and what they call at import), comprehensions, lambdas and nested "
+                         "functions belong to what holds them; "
+                         "a stay: consecutive functions of one file; a return: a stay in a file that had one before",
+              "engine": summary([(f, fn) for f, fn, inside in order if not inside]),
+              "with_plugin_interface": summary([(f, fn) for f, fn, _ in order])}
+    for line in result["engine"]["path"]:
+        print(line)
+    for key, what in (("engine", "engine path (the plugin's methods left to the plugin)"),
+                      ("with_plugin_interface", "every engine function, Task and WordTokenizer methods included")):
+        r = result[key]
+        print(f"{what}: {r['stays']} stays in {r['files']} files, {r['returns']} returns to a file already left")
+    write("code_path", result)
+
+
+def summary(order: list[tuple[str, str]]) -> dict:
     runs = stays(order)
     entered: dict[str, int] = {}
     returns = 0
     for file, _ in runs:
         returns += file in entered
         entered[file] = entered.get(file, 0) + 1
-    result = {"command": f"s2s train {' '.join(args)}", "functions": len(order), "stays": len(runs),
-              "files": len(entered), "returns": returns,
-              "per_file": {f: {"stays": n, "functions": sorted({fn for file, fns in runs if file == f for fn in fns})}
-                           for f, n in sorted(entered.items(), key=lambda kv: -kv[1])},
-              "path": [f"{file}: {', '.join(fns)}" for file, fns in runs]}
-    for line in result["path"]:
-        print(line)
-    print(f"\n{len(runs)} stays in {len(entered)} files, {returns} returns to a file already left")
-    write("code_path", result)
+    return {"functions": len(order), "stays": len(runs), "files": len(entered), "returns": returns,
+            "per_file": {f: {"stays": n, "functions": sorted({fn for file, fns in runs if file == f for fn in fns})}
+                         for f, n in sorted(entered.items(), key=lambda kv: -kv[1])},
+            "path": [f"{file}: {', '.join(fns)}" for file, fns in runs]}
 
 
 if __name__ == "__main__":

@@ -66,7 +66,7 @@ def load(preset: str, run: str | None, cache_dir: str):
     from s2s.core.inference import load_for_inference, run_dir_of
     from s2s.core.config import load_config
     from s2s.core.data import prepare
-    from s2s.core.inference import decode_settings
+    from s2s.core.task import decode_settings
     from s2s.core.registry import Registry
     from s2s.core.members import Member, build_task
     from s2s.core.runlog import read_metrics

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from .errors import CheckpointError
+from .errors import CheckpointError, TrainingError
 from .files import replacing
 
 log = logging.getLogger("s2s")
@@ -106,6 +106,29 @@ def load_latest(run_dir: Path, set_aside: bool = False) -> tuple[dict, Path] | t
     return None, None
 
 
+def resume(run_dir: Path, group) -> tuple[dict | None, Path | None]:
+    """The checkpoint a run continues from, which rank 0 picks (`load_latest`, damaged files
+    set aside) and every process reads; (None, None) for a new run. A run that has trained
+    before (checkpoints, a best model or a result on disk) but has no readable checkpoint is an
+    error, not a fresh start that would overwrite its history."""
+    found = [None, None]
+
+    def pick():
+        had = [p.name for p in listed(run_dir)]
+        found[:] = load_latest(run_dir, set_aside=True)
+        history = had + [name for name in (BEST, "result.json") if (Path(run_dir) / name).is_file()]
+        if found[1] is None and history:
+            raise TrainingError(
+                f"{run_dir} has trained before ({', '.join(history[:3])}) but holds no readable checkpoint "
+                f"in {checkpoint_dir(run_dir)}: restore one, or train in a new run.dir")
+
+    group.agreed(pick, rank0_only=True)
+    path = group.from_rank0(None if found[1] is None else str(found[1]))
+    if path is None:
+        return None, None
+    return (found[0] if group.rank == 0 else load(path)), Path(path)
+
+
 def tested(run_dir: Path) -> tuple[dict, Path] | tuple[None, None]:
     """(contents, path) of the checkpoint a run directory stands for: the one `s2s train`
     tested (result.json's "checkpoint"), else the average, else the newest readable one."""
@@ -127,15 +150,32 @@ def tested(run_dir: Path) -> tuple[dict, Path] | tuple[None, None]:
 
 
 def average(paths: list[Path]) -> dict:
-    """Element-wise mean of the model parameters of `paths` (the first one's other entries kept)."""
+    """Element-wise mean of the model parameters of `paths` (the first one's other entries kept).
+
+    Checkpoints of models of other shapes, or trained with other vocabularies (the hashes of the
+    tokenizer files they record), are refused, naming both files: their rows mean other words."""
     if not paths:
         raise CheckpointError("no checkpoints to average")
     first = load(paths[0])
     total = {k: v.double().clone() if v.is_floating_point() else v for k, v in first["model"].items()}
+    vocab = (first.get("tokenizer") or {}).get("files") if isinstance(first.get("tokenizer"), dict) else None
     for path in paths[1:]:
-        model = load(path)["model"]
+        state = load(path)
+        model = state["model"]
         if model.keys() != total.keys():
-            raise CheckpointError(f"{path} holds other parameters than {paths[0]}")
+            raise CheckpointError(f"{path} holds other parameters than {paths[0]}: models of different "
+                                  "configs cannot be averaged")
+        for k, v in model.items():
+            if v.shape != total[k].shape:
+                raise CheckpointError(f"{path} and {paths[0]} hold models of different shapes ({k}: "
+                                      f"{list(v.shape)} and {list(total[k].shape)}): different configs or "
+                                      "vocabularies cannot be averaged")
+        other = (state.get("tokenizer") or {}).get("files") if isinstance(state.get("tokenizer"), dict) else None
+        if vocab and other and vocab != other:
+            differ = sorted(n for n in set(vocab) | set(other) if vocab.get(n) != other.get(n))
+            raise CheckpointError(f"{path} and {paths[0]} were trained with different vocabularies "
+                                  f"({', '.join(differ)} {'differs' if len(differ) == 1 else 'differ'}): "
+                                  "their rows are different words")
         for k, v in model.items():
             if v.is_floating_point():
                 total[k] += v.double()

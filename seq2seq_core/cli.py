@@ -93,12 +93,22 @@ def cmd_generate(args) -> int:
     """Stream source lines to output lines, exactly one out per line in (`inference.generate_lines`).
 
     With --output, a regular file appears complete at the end (`files.replacing`); a device or
-    a pipe is written as it goes. The output may not be the input.
+    a pipe is written as it goes. The output may not be the input. While plugins run (loading,
+    encoding, search, post-processing) sys.stdout is stderr, so that what a plugin prints never
+    lands among the output lines; the output goes to the real stdout.
     """
+    stdout = sys.stdout  # the output's, whatever plugins print meanwhile
+    with contextlib.redirect_stdout(sys.stderr):
+        return _generate(args, stdout)
+
+
+def _generate(args, stdout) -> int:
     from . import textio
-    from .files import replacing
+    from .errors import ConfigError
+    from .files import remove_stale_temporaries, replacing
     from .inference import generate_lines, load_for_inference
     from .progress import progress
+    from .task import decode_settings
 
     reg = _registry(args)
     overrides = list(args.overrides)
@@ -112,14 +122,20 @@ def cmd_generate(args) -> int:
         if args.input and Path(args.output).exists() and Path(args.output).samefile(args.input):
             raise UsageError(f"--output {args.output} is the input file: write the output elsewhere")
     cfg, task, model = load_for_inference(args.checkpoint, reg, overrides, args.task)
+    beam, vocab = decode_settings(task, cfg.decode).beam, task.task.tgt_vocab_size  # the member's own words
+    if beam > vocab:
+        raise ConfigError(f"{'--beam' if args.beam is not None else 'decode.beam'}={beam}: the beam is larger "
+                          f"than the target vocabulary of {args.checkpoint} ({vocab} tokens)")
     name = args.input or "<stdin>"
     raw = textio.raw_lines(args.input) if args.input else (
         line[:-1] if line.endswith(b"\n") else line for line in sys.stdin.buffer)
     regular = args.output and (Path(args.output).is_file() or not Path(args.output).exists())
+    if regular:
+        remove_stale_temporaries(Path(args.output).parent)
     try:
         with contextlib.ExitStack() as stack:
             out = (stack.enter_context(replacing(args.output)) if regular else
-                   stack.enter_context(open(args.output, "w", encoding="utf-8")) if args.output else sys.stdout)
+                   stack.enter_context(open(args.output, "w", encoding="utf-8")) if args.output else stdout)
             bar = stack.enter_context(progress(args.quiet, desc="generate", unit=" sent"))
             number, bad = generate_lines(model, task, cfg, raw, name, out, progress=bar)
     except OSError as e:  # a full disk, a closed pipe (reading errors are DataErrors)
@@ -152,7 +168,11 @@ def cmd_score(args) -> int:
     if len(refs) != len(hyps):
         raise DataError(f"{args.hyp} has {len(hyps)} lines but {args.ref} has {len(refs)}: "
                          "a partial score is no score")
-    score = task.score(hyps, refs, srcs)
+    from .inference import checked_score
+
+    with contextlib.redirect_stdout(sys.stderr):  # what the plugin prints is not the score's line
+        result = task.score(hyps, refs, srcs)
+    score = checked_score(task, result)  # a plugin's answer, checked where it comes in
     print(json.dumps(score.as_dict()) if args.json else str(score))
     return 0
 
@@ -177,6 +197,17 @@ def cmd_average(args) -> int:
                 raise UsageError(f"{p}: no such checkpoint file")
     output = Path(args.output or (Path(args.inputs[0]) / "checkpoint_average.pt" if args.last else "checkpoint_average.pt"))
     _writable(str(output))
+    for p in paths:  # no command writes over its own inputs
+        if output.exists() and output.samefile(p):
+            raise UsageError(f"--output {output} is the input {p}: write the average elsewhere")
+    if output.parent.name == "checkpoints" and checkpoint.PATTERN.fullmatch(output.name):
+        raise UsageError(f"--output {output} is named like a rolling checkpoint in {output.parent}, which "
+                         "training deletes, resumes from and averages: write the average elsewhere")
+    if output.name == checkpoint.BEST and (output.parent / "config.yaml").is_file():
+        raise UsageError(f"--output {output} is the run's best validated model: write the average elsewhere")
+    from .files import remove_stale_temporaries
+
+    remove_stale_temporaries(output.parent)
     checkpoint.atomic_save(checkpoint.average(paths), output)
     print(f"averaged {len(paths)} checkpoints into {output}")
     return 0
@@ -202,7 +233,8 @@ def cmd_quickstart(args) -> int:
     """Train the demo end to end and compare its held-out score with the copy baseline."""
     import time
 
-    from .inference import decode_settings, load_for_inference, translate
+    from .inference import load_for_inference, translate
+    from .task import decode_settings
     from .train import train
 
     reg = _registry(args)
@@ -249,7 +281,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("generate", parents=[common], help="decode lines with a trained model",
                        description="Read source lines (stdin or --input), write the task's output lines.")
-    s.add_argument("checkpoint", help="a run directory (averaged or newest checkpoint) or a checkpoint file")
+    s.add_argument("checkpoint", help="a run directory (the checkpoint its result.json names, which `s2s train` "
+                   "tested; else checkpoint_average.pt; else the newest checkpoint) or a checkpoint file "
+                   "(e.g. an average made with `s2s average`)")
     s.add_argument("overrides", nargs="*", metavar="key=value", help="e.g. decode.max_sentences=64 run.device=cpu")
     s.add_argument("--input", help="source file (default: stdin)")
     s.add_argument("--output", help="output file (default: stdout)")
@@ -273,16 +307,20 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("average", parents=[common], help="average checkpoints (section 6.1)")
     s.add_argument("inputs", nargs="+", help="a run directory with --last, or checkpoint files")
     s.add_argument("--last", type=int, help="average the last K checkpoints of the run directory")
-    s.add_argument("--output", help="default: RUN_DIR/checkpoint_average.pt")
+    s.add_argument("--output", help="default: RUN_DIR/checkpoint_average.pt (with --last), else "
+                   "./checkpoint_average.pt; never one of the inputs or a rolling checkpoints/checkpoint_NNNNNNNN.pt")
     s.set_defaults(func=cmd_average)
 
     s = sub.add_parser("export", parents=[common], help="write a trained model for CTranslate2, Hugging Face or safetensors",
-                       description="Export the model `s2s generate RUN_DIR` uses (the averaged checkpoint if any).")
+                       description="Export the model `s2s generate RUN_DIR` uses: the checkpoint RUN_DIR/result.json "
+                                   "names (the one `s2s train` tested), else checkpoint_average.pt, else the newest "
+                                   "checkpoint. The folder gets s2s_export.json, which lets --force replace it later.")
     s.add_argument("run_dir", help="a run directory of `s2s train`")
     s.add_argument("--to", required=True, choices=["ctranslate2", "huggingface", "safetensors"])
     s.add_argument("--output", required=True, help="the folder to write")
     s.add_argument("--quantization", help="ctranslate2 only: int8, int8_float32, int16, float16, bfloat16, ...")
-    s.add_argument("--force", action="store_true", help="replace a non-empty --output")
+    s.add_argument("--force", action="store_true", help="replace an --output that holds a previous export "
+                   "(s2s_export.json) and nothing else; any other non-empty folder is refused")
     s.set_defaults(func=cmd_export)
 
     s = sub.add_parser("plot", parents=[common], help="draw a run's learning curves as PNG files",

@@ -26,7 +26,8 @@ import logging
 import os
 import shutil
 import socket
-from dataclasses import dataclass
+import weakref
+from dataclasses import dataclass, field
 from itertools import chain, islice
 from pathlib import Path
 from typing import Iterator, Sequence
@@ -36,10 +37,10 @@ import torch
 from omegaconf import OmegaConf
 
 from . import files, textio
-from .task import Task
-from .errors import DataError
-from .vocab import BOS, EOS, PAD
+from .errors import DataError, plugin_error
 from .files import atomic_write_text
+from .task import Task
+from .vocab import BOS, EOS, PAD, SPECIALS
 
 log = logging.getLogger("s2s")
 CHUNK = 20_000  # pairs encoded per call to the tokenizer
@@ -56,23 +57,25 @@ def cache_key(task: Task, data_cfg) -> str:
 
 @dataclass
 class Split:
-    """One binarised split: ids of pair i are src[src_off[i]:src_off[i+1]] (ends with EOS)."""
+    """One binarised split: ids of pair i are at src_off[i]:src_off[i+1] of the int32 file open
+    as `src` (they end with EOS), likewise for tgt.
 
-    src: np.ndarray
-    tgt: np.ndarray
+    The id files stay open from `load` on, and ids are read through these descriptors, never
+    by name: a cache rebuilt meanwhile (by another `s2s prepare`) is switched in beside them,
+    and what a reader loaded stays what it reads."""
+
+    src: int  # file descriptors of {name}.src.bin / {name}.tgt.bin
+    tgt: int
     src_off: np.ndarray
     tgt_off: np.ndarray
 
     @classmethod
     def load(cls, directory: Path, name: str) -> "Split":
-        def mm(suffix, dtype):
-            path = directory / f"{name}.{suffix}"
-            if path.stat().st_size == 0:
-                return np.zeros(0, dtype=dtype)
-            return np.memmap(path, dtype=dtype, mode="r")
-
-        return cls(mm("src.bin", np.int32), mm("tgt.bin", np.int32),
-                   np.load(directory / f"{name}.src.off.npy"), np.load(directory / f"{name}.tgt.off.npy"))
+        fds = [os.open(directory / f"{name}.{side}.bin", os.O_RDONLY) for side in ("src", "tgt")]
+        split = cls(*fds, np.load(directory / f"{name}.src.off.npy"), np.load(directory / f"{name}.tgt.off.npy"))
+        for fd in fds:
+            weakref.finalize(split, os.close, fd)  # closed with the split
+        return split
 
     def __len__(self) -> int:
         return len(self.src_off) - 1
@@ -102,28 +105,39 @@ class Split:
                 "tgt_out": torch.from_numpy(tgt_out), "ntokens": ntokens}
 
 
-def _read(ids: np.ndarray, off: np.ndarray, indices: Sequence[int]) -> list[np.ndarray]:
-    """ids[off[i]:off[i+1]] for each i. A memory-mapped file is read, not touched through its
-    mapping: mapped pages count in the process's RSS (the kernel maps 64 KiB around each page
-    touched), so an epoch of random batches would end up holding the whole corpus."""
-    if not isinstance(ids, np.memmap):
-        return [ids[off[i]:off[i + 1]] for i in indices]
-    size = ids.dtype.itemsize
-    with open(ids.filename, "rb", buffering=0) as f:
-        fd = f.fileno()
-        return [np.frombuffer(os.pread(fd, size * int(off[i + 1] - off[i]), ids.offset + size * int(off[i])),
-                              ids.dtype) for i in indices]
+def _read(fd: int, off: np.ndarray, indices: Sequence[int]) -> list[np.ndarray]:
+    """The int32 ids off[i]:off[i+1] of the file open as `fd`, for each i: read, not mapped
+    (mapped pages count in the process's RSS, so an epoch of random batches would end up
+    holding the whole corpus)."""
+    return [np.frombuffer(os.pread(fd, 4 * int(off[i + 1] - off[i]), 4 * int(off[i])), np.int32) for i in indices]
 
 
 @dataclass
 class Prepared:
+    """A task's prepared splits, and the text of its evaluation splits, as they were when opened."""
+
     directory: Path
     splits: dict  # name -> Split
+    _texts: dict = field(default_factory=dict)
+
+    @classmethod
+    def open(cls, directory: Path, names: Sequence[str]) -> "Prepared":
+        texts = {s: (textio.read_lines(directory / f"{s}.src.txt"), textio.read_lines(directory / f"{s}.ref.txt"))
+                 for s in names if (directory / f"{s}.src.txt").is_file()}
+        return cls(directory, {s: Split.load(directory, s) for s in names}, texts)
 
     def texts(self, split: str) -> tuple[list[str], list[str]]:
         """The raw source and reference lines of an evaluation split."""
-        d = self.directory
-        return textio.read_lines(d / f"{split}.src.txt"), textio.read_lines(d / f"{split}.ref.txt")
+        return self._texts[split]
+
+
+def _checked_pairs(task: Task, split: str, pairs):
+    """read_split's pairs, each a (str, str) pair, else an error naming the plugin and read_split."""
+    for i, pair in enumerate(pairs, 1):
+        if not (isinstance(pair, (tuple, list)) and len(pair) == 2 and all(isinstance(x, str) for x in pair)):
+            raise plugin_error(task, "read_split", f"yielded {type(pair).__name__} {pair!r:.60} as pair {i} of "
+                                                   f"split {split!r}, not a (str, str) pair")
+        yield pair
 
 
 def _with_eos(ids: list, lens: np.ndarray, keep: np.ndarray) -> np.ndarray:
@@ -139,7 +153,7 @@ def _with_eos(ids: list, lens: np.ndarray, keep: np.ndarray) -> np.ndarray:
 
 def _binarise(task: Task, split: str, directory: Path, data_cfg, keep_text: bool, progress) -> dict:
     """Encode the pairs of `split` into directory/{split}.*; return counts of what was kept."""
-    pairs = task.read_split(split)
+    pairs = _checked_pairs(task, split, task.read_split(split))
     kept = dropped = 0
     src_lens, tgt_lens = [np.zeros(1, np.int64)], [np.zeros(1, np.int64)]
     text = [open(directory / f"{split}.{side}.txt", "w", encoding="utf-8") for side in ("src", "ref")] \
@@ -244,7 +258,7 @@ def prepare(task: Task, data_cfg, quiet: bool = False) -> Prepared:
         why = _problem(directory)
         if why is None:
             task.load_vocab(directory)
-            return Prepared(directory, {s: Split.load(directory, s) for s in task.splits})
+            return Prepared.open(directory, task.splits)
         log.warning("prepared data %s is rebuilt: %s", directory, why)
     created = not root.exists()
     try:
@@ -257,9 +271,13 @@ def prepare(task: Task, data_cfg, quiet: bool = False) -> Prepared:
         raise DataError(f"data.cache_dir {root} is not writable: {e.strerror or e}") from None
     try:
         _build(task, data_cfg, tmp, quiet)
-        if directory.exists():  # stale or damaged
-            shutil.rmtree(directory)
-        os.replace(tmp, directory)
+        if directory.exists():  # stale or damaged: switched aside, never rewritten under a reader
+            aside = root / f".{directory.name}.old.tmp{socket.gethostname()}-{os.getpid()}"
+            os.replace(directory, aside)
+            os.replace(tmp, directory)
+            shutil.rmtree(aside, ignore_errors=True)
+        else:
+            os.replace(tmp, directory)
     except OSError as e:
         raise DataError(f"cannot write the prepared data into {root} (data.cache_dir): "
                         f"{e.strerror or e}{f' ({e.filename})' if e.filename else ''}") from None
@@ -267,7 +285,7 @@ def prepare(task: Task, data_cfg, quiet: bool = False) -> Prepared:
         shutil.rmtree(tmp, ignore_errors=True)
         if created and not directory.exists() and not any(root.iterdir()):
             root.rmdir()  # a failed first preparation leaves no trace
-    return Prepared(directory, {s: Split.load(directory, s) for s in task.splits})
+    return Prepared.open(directory, task.splits)
 
 
 def _build(task: Task, data_cfg, tmp: Path, quiet: bool) -> None:
@@ -277,7 +295,13 @@ def _build(task: Task, data_cfg, tmp: Path, quiet: bool) -> None:
     log.info("preparing %s into %s", task.name, tmp.parent)
     stats = {}
     with _collector_paused(), files.recording(exclude=[tmp.parent]) as inputs:
-        task.build_vocab(task.read_split("train"))
+        task.build_vocab(_checked_pairs(task, "train", task.read_split("train")))
+        if task.src_vocab is None or task.tgt_vocab is None:
+            raise plugin_error(task, "build_vocab", "set no src_vocab / tgt_vocab")
+        for side, size in (("source", task.src_vocab_size), ("target", task.tgt_vocab_size)):
+            if size <= len(SPECIALS):
+                raise plugin_error(task, "build_vocab", f"made a {side} vocabulary of {size} tokens "
+                                                        f"(no words beyond the {len(SPECIALS)} specials)")
         task.save_vocab(tmp)
         for split in task.splits:
             with progress(quiet, desc=f"binarise {split}", unit=" pairs", leave=False) as bar:

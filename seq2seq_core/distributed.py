@@ -34,13 +34,14 @@ class Group:
         if self.world > 1 and not dist.is_initialized():
             dist.init_process_group("nccl" if self.device.type == "cuda" else "gloo")
 
-    def agreed(self, fn, rank0_only: bool = False) -> None:
-        """Run fn on every process (or on rank 0 only); if it fails anywhere it fails everywhere,
-        so that no process waits forever in a collective for one that has stopped."""
-        error = None
+    def agreed(self, fn, rank0_only: bool = False):
+        """Run fn on every process (or on rank 0 only) and return rank 0's result on every
+        process; if it fails anywhere it fails everywhere, so that no process waits forever in
+        a collective for one that has stopped."""
+        error = value = None
         if self.rank == 0 or not rank0_only:
             try:
-                fn()
+                value = fn()
             except Exception as e:  # noqa: BLE001 -- re-raised below, on every process
                 error = e
         if self.world > 1:
@@ -50,6 +51,7 @@ class Group:
                 raise TrainingError(f"process {failed[0][0]} failed: {failed[0][1]}")
         if error is not None:
             raise error
+        return self.from_rank0(value)
 
     def sum(self, t: torch.Tensor) -> torch.Tensor:
         if self.world > 1:

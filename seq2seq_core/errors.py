@@ -36,3 +36,17 @@ class ExportError(S2SError, ValueError):
 
 class UsageError(S2SError):
     """A command line that cannot work (a missing input, an unwritable output, a bad option)."""
+
+
+class PluginError(S2SError):
+    """A plugin that breaks the task contract; the message names the task, its class and file,
+    and the method."""
+
+
+def plugin_error(task, method: str, what: str) -> PluginError:
+    """The error for `task`'s `method` breaking the contract (`task` may be a run's member)."""
+    import sys
+
+    cls = type(getattr(task, "task", task))
+    where = getattr(sys.modules.get(cls.__module__), "__file__", None) or cls.__module__
+    return PluginError(f"task {getattr(cls, 'name', '?')!r} ({cls.__qualname__} in {where}): its {method} {what}")

@@ -1,8 +1,8 @@
 """Exporters: a trained run directory as a model that other tools load.
 
 `s2s export RUN_DIR --to FORMAT --output DIR` reads the run the way `s2s generate RUN_DIR` does
-(its config.yaml, vocabulary and the averaged checkpoint if there is one, else the newest) and
-writes one of:
+(its config.yaml, vocabulary and the checkpoint `s2s train` tested, which result.json names, else
+checkpoint_average.pt, else the newest checkpoint: `checkpoint.tested`) and writes one of:
 
 * safetensors: `model.safetensors` (the weights, each tied tensor once, no pickle), `config.json`
   (the model section, vocabulary sizes, sharing, the task) and the task's vocabulary files;
@@ -26,6 +26,11 @@ the task's settings, the way `s2s generate` does: the per-sentence maximum lengt
 int(a*|x| + b) (|x| with its EOS), PAD and BOS never generated. Greedy search gives the same
 tokens as `s2s generate --beam 1`; beam search in those tools scores hypotheses with their own
 length penalty and stopping rule, so beam outputs may differ.
+
+Every export folder holds `s2s_export.json` (MARKER): the format, the source run and the files
+written. `--force` replaces a folder only when it is empty or holds one such export and nothing
+else; the run directory, a folder that contains it and a folder with other files are refused.
+The export is written into `.DIR.tmpPID` beside DIR and renamed at the end.
 """
 from __future__ import annotations
 
@@ -40,17 +45,19 @@ from omegaconf import OmegaConf
 
 from .config import ModelConfig
 from .errors import ExportError
+from .files import remove_stale_temporaries
 from .model import Transformer
 from .vocab import BOS, EOS, PAD, SPECIALS, UNK
 
 FORMATS = ("ctranslate2", "huggingface", "safetensors")
+MARKER = "s2s_export.json"  # in every export folder: the format, the source run, the files written
 QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16")
 
 
 def export(run_dir: str, to: str, output: str, registry, quantization: str | None = None,
            force: bool = False) -> Path:
     """Write the run's model (what `s2s generate RUN_DIR` decodes with) in format `to` into `output`."""
-    from .inference import load_for_inference
+    from .inference import load_for_inference, run_dir_of
 
     if to not in FORMATS:
         raise ExportError(f"unknown export format {to!r}: choose one of {', '.join(FORMATS)}")
@@ -59,10 +66,7 @@ def export(run_dir: str, to: str, output: str, registry, quantization: str | Non
     if quantization is not None and quantization not in QUANTIZATIONS:
         raise ExportError(f"unknown quantization {quantization!r}: choose one of {', '.join(QUANTIZATIONS)}")
     out = Path(output)
-    if out.exists() and not out.is_dir():
-        raise ExportError(f"{out} is a file, not a folder to export into")
-    if out.exists() and any(out.iterdir()) and not force:
-        raise ExportError(f"{out} exists and is not empty (use --force to replace it)")
+    replaceable(out, run_dir_of(run_dir), force)
     config = Path(run_dir) / "config.yaml"
     if config.is_file() and OmegaConf.load(config).get("tasks"):
         raise ExportError(f"{run_dir} is a multi-task run: export takes single-task runs (the formats "
@@ -71,6 +75,8 @@ def export(run_dir: str, to: str, output: str, registry, quantization: str | Non
     task = member.task
     model.float().eval()
     # written beside `output` and renamed at the end: a failed export leaves `output` as it was
+    out.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_temporaries(out.parent)
     tmp = out.with_name(f".{out.name}.tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
@@ -81,12 +87,43 @@ def export(run_dir: str, to: str, output: str, registry, quantization: str | Non
             to_ctranslate2(model, task, tmp, quantization)
         else:
             to_huggingface(model, cfg, task, tmp)
+        files = sorted(p.relative_to(tmp).as_posix() for p in tmp.rglob("*") if p.is_file())
+        marker = {"format": to, "source": str(run_dir_of(run_dir).resolve()), "files": files}
+        (tmp / MARKER).write_text(json.dumps(marker, indent=1) + "\n", encoding="utf-8")
         if out.exists():
+            replaceable(out, run_dir_of(run_dir), force)  # again: nothing came into it meanwhile
             shutil.rmtree(out)
         os.replace(tmp, out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return out
+
+
+def replaceable(out: Path, run_dir: Path, force: bool) -> None:
+    """Refuse an --output that an export may not write: a file, the run directory or a folder
+    that contains it; a non-empty folder without --force; with --force, a folder holding
+    anything but one previous export (its MARKER and the files the marker lists)."""
+    if out.is_symlink() or (out.exists() and not out.is_dir()):
+        raise ExportError(f"{out} is {'a link' if out.is_symlink() else 'a file'}, not a folder to export into")
+    target, run = out.resolve(), run_dir.resolve()
+    if target == run or target in run.parents:
+        raise ExportError(f"--output {out} {'is' if target == run else 'contains'} the run directory {run_dir}: "
+                          "export into a folder of its own")
+    if not out.exists() or not any(out.iterdir()):
+        return
+    if not force:
+        raise ExportError(f"{out} exists and is not empty (use --force to replace a previous export)")
+    try:
+        listed = json.loads((out / MARKER).read_text(encoding="utf-8"))["files"]
+        allowed = {MARKER, *listed} | {parent.as_posix() for f in listed for parent in Path(f).parents}
+    except (OSError, ValueError, KeyError, TypeError):
+        raise ExportError(f"--force: {out} holds no previous s2s export ({MARKER}): "
+                          "refusing to delete a folder s2s did not write; choose another --output") from None
+    other = sorted(p.relative_to(out).as_posix() for p in out.rglob("*")
+                   if p.relative_to(out).as_posix() not in allowed)
+    if other:
+        raise ExportError(f"--force: {out} holds {other[0]}{f' and {len(other) - 1} more' if len(other) > 1 else ''}, "
+                          "which no previous export wrote: refusing to delete it; move it or choose another --output")
 
 
 # -- safetensors -----------------------------------------------------------------------------

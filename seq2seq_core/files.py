@@ -109,3 +109,43 @@ def fingerprint(path: str | Path) -> dict:
     """Size, modification time and content hash of a file (what a cache built from it keeps)."""
     st = os.stat(path)
     return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": sha256(path)}
+
+
+def remove_stale_temporaries(folder: str | Path) -> list[Path]:
+    """Remove what killed s2s processes left in `folder`: `.NAME.tmpPID` files (`replacing`) and
+    folders (`s2s export`), `.write_probePID` files, each only when process PID is gone
+    (os.kill(PID, 0) finds none). A temporary of a live process, and anything else, stays.
+    Returns what was removed; one that cannot be removed is left (and logged)."""
+    import logging
+    import re
+    import shutil
+
+    stale = re.compile(r"\..+\.tmp(\d+)|\.write_probe(\d+)")
+    removed: list[Path] = []
+    folder = Path(folder)
+    if os.name == "nt" or not folder.is_dir():  # os.kill(pid, 0) ends the process on Windows
+        return removed
+    for path in folder.iterdir():
+        m = stale.fullmatch(path.name)
+        if not m:
+            continue
+        pid = int(m.group(1) or m.group(2))
+        try:
+            if pid <= 0:
+                continue
+            os.kill(pid, 0)
+            continue  # alive (or reused): not ours to remove
+        except ProcessLookupError:
+            pass
+        except OSError:  # PermissionError: a live process of another user
+            continue
+        try:
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+            removed.append(path)
+            logging.getLogger("s2s").info("removed %s, left by process %d, which is gone", path, pid)
+        except OSError as e:
+            logging.getLogger("s2s").warning("cannot remove the stale temporary %s: %s", path, e)
+    return removed

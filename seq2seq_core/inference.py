@@ -10,8 +10,10 @@ that a task counts what its post-processing did there, and `postprocess` keeps n
 from __future__ import annotations
 
 import logging
+import math
+import numbers
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import fields, replace
+from dataclasses import replace
 from itertools import islice
 from pathlib import Path
 from typing import IO, Iterable, Sequence
@@ -23,9 +25,9 @@ from .config import load_config
 from .data import chunks
 from .decoding import generate
 from .distributed import resolve_device
-from .errors import CheckpointError, DataError, UsageError
+from .errors import CheckpointError, DataError, UsageError, plugin_error
 from .members import build_members, build_model, load_vocabularies, pick
-from .task import DecodeDefaults, Task
+from .task import DecodeDefaults, Score, Task, decode_settings
 from .vocab import EOS, PAD
 
 log = logging.getLogger("s2s")
@@ -71,12 +73,6 @@ def load_for_inference(path: str | Path, registry, overrides=(), task: str | Non
     return cfg, member, precision.for_inference(model, precision.resolve(cfg.decode.precision, device, "decode.precision"))
 
 
-def decode_settings(task: Task, decode_cfg) -> DecodeDefaults:
-    """The task's decoding defaults with any field the decode section sets."""
-    chosen = {f.name: getattr(decode_cfg, f.name) for f in fields(DecodeDefaults)}
-    return replace(task.decoding, **{k: v for k, v in chosen.items() if v is not None})
-
-
 def source_batch(ids: Sequence[Sequence[int]]) -> torch.Tensor:
     """Source rows as the model takes them: ids + EOS, right-padded with PAD, [B, S]."""
     src = torch.full((len(ids), max(map(len, ids)) + 1), PAD, dtype=torch.long)
@@ -85,11 +81,32 @@ def source_batch(ids: Sequence[Sequence[int]]) -> torch.Tensor:
     return src
 
 
+def checked_score(task, result) -> Score:
+    """`result`, what `task.score` returned, if it is a Score whose value is a finite number
+    (as a float); else a PluginError naming the plugin and `score`. The engine calls it where
+    it receives a score: `s2s score`, validation and test."""
+    if not isinstance(result, Score):
+        raise plugin_error(task, "score", f"returned {type(result).__name__}, not a s2s.core.task.Score")
+    value = result.value
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise plugin_error(task, "score", f"returned a Score whose value is {type(value).__name__} "
+                                          f"{value!r:.40}, not a number")
+    if not math.isfinite(value):
+        raise plugin_error(task, "score", f"returned a Score whose value is {value} (not finite)")
+    if not isinstance(result.name, str) or not result.name or not isinstance(result.figures, dict):
+        raise plugin_error(task, "score", "returned a Score without a name (str) or whose figures are not a dict")
+    return result if type(value) is float else replace(result, value=float(value))
+
+
 def translate(model, task: Task, sources: Sequence[str], settings: DecodeDefaults, device,
               max_sentences: int = 128, progress=None) -> list[str]:
     """The task's output line for every source line, in input order: `hypotheses`, post-processed."""
     hyps = hypotheses(model, task, sources, settings, device, max_sentences, progress)
-    return [task.postprocess(h, s) for h, s in zip(hyps, sources)]
+    out = [task.postprocess(h, s) for h, s in zip(hyps, sources)]
+    for line in out:
+        if not isinstance(line, str):
+            raise plugin_error(task, "postprocess", f"returned {type(line).__name__}, not a str")
+    return out
 
 
 @torch.no_grad()
@@ -107,6 +124,9 @@ def hypotheses(model, task: Task, sources: Sequence[str], settings: DecodeDefaul
     was_training = model.training
     model.eval()
     ids = task.encode_source(list(sources))
+    if not hasattr(ids, "__len__") or len(ids) != len(sources):
+        got = f"{len(ids)} id lists" if hasattr(ids, "__len__") else type(ids).__name__
+        raise plugin_error(task, "encode_source", f"returned {got} for {len(sources)} lines, not one id list a line")
     order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
     out: list[str] = [""] * len(ids)
 
@@ -115,7 +135,11 @@ def hypotheses(model, task: Task, sources: Sequence[str], settings: DecodeDefaul
         hyps = generate(model, src.to(device), beam=settings.beam, alpha=settings.alpha,
                         max_len_a=settings.max_len_a, max_len_b=settings.max_len_b, stop=settings.stop,
                         constraint=task.constraint([sources[i] for i in batch]))
-        return [task.decode_target(h.tokens) for h in hyps]
+        lines = [task.decode_target(h.tokens) for h in hyps]
+        for line in lines:
+            if not isinstance(line, str):
+                raise plugin_error(task, "decode_target", f"returned {type(line).__name__}, not a str")
+        return lines
 
     batches = list(chunks(order, max_sentences))
     threads = torch.get_num_threads()

@@ -10,13 +10,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
+import numpy as np
 from omegaconf import OmegaConf
 
 from .config import task_section
-from .errors import ConfigError, DataError
+from .data import prepare as prepare_data
+from .errors import ConfigError, DataError, TrainingError
 from .idspace import N_SPECIAL, IdMap, MappedConstraint, join
 from .model import Transformer
-from .task import Constraint, Task
+from .task import Constraint, Task, decode_settings
 
 
 class Member:
@@ -27,8 +29,13 @@ class Member:
     member exactly as it serves a task.
     """
 
-    def __init__(self, name: str, task: Task, weight: float = 1.0, select: float = 1.0):
+    def __init__(self, name: str, task: Task, weight: float = 1.0, select: float = 1.0, alone: bool = True):
         self.name, self.task, self.weight, self.select = name, task, weight, select
+        # a run's only member keeps a single-task run's names: figures `bleu`, not `NAME/bleu`;
+        # test.hyp.txt, not test.NAME.hyp.txt; vocabulary files in the run directory itself
+        self.prefix = "" if alone else f"{name}/"
+        self.infix = "" if alone else f".{name}"
+        self.vocab_subdir = Path() if alone else Path("vocab") / name
         self.ids = IdMap()
         self.tgt_vocab = 0  # the run's target vocabulary size (set by `join`)
         self.data = None  # s2s.core.data.Prepared, once prepared
@@ -80,7 +87,8 @@ def build_members(cfg, registry) -> list[Member]:
     """The run's members: its one task (named after the task), or those of `tasks`, in order."""
     if cfg.tasks is None:
         return [Member(cfg.task.name, build_task(cfg.task, registry))]
-    return [Member(name, build_task(m.task, registry), m.weight, m.select) for name, m in cfg.tasks.items()]
+    return [Member(name, build_task(m.task, registry), m.weight, m.select, alone=False)
+            for name, m in cfg.tasks.items()]
 
 
 def data_config(cfg):
@@ -91,16 +99,10 @@ def data_config(cfg):
     return OmegaConf.merge(cfg.data, {"max_len": min(cfg.data.max_len, cfg.model.max_positions - 1)})
 
 
-def vocab_dir(run_dir: Path, member: Member, members: list[Member]) -> Path:
-    """Where a run keeps a member's vocabulary files: the run directory itself for a single
-    task (as before multi-task runs), RUN_DIR/vocab/MEMBER for each of several."""
-    return Path(run_dir) if len(members) == 1 else Path(run_dir) / "vocab" / member.name
-
-
 def load_vocabularies(members: list[Member], run_dir: Path) -> None:
     """Every member's vocabulary from a run directory, then the run's id space."""
     for m in members:
-        where = vocab_dir(run_dir, m, members)
+        where = Path(run_dir) / m.vocab_subdir
         try:
             m.task.load_vocab(where)
         except DataError:
@@ -121,6 +123,48 @@ def pick(members: list[Member], name: str | None) -> Member:
     if name not in names:
         raise ConfigError(f"--task {name!r}: this run's tasks are {', '.join(names)}")
     return members[names.index(name)]
+
+
+def prepare(members: list[Member], cfg, group, quiet: bool) -> None:
+    """Each member's data (rank 0 prepares it or checks its cache, the others then read the
+    cache), the run's id space, and what would otherwise fail after training: the splits
+    training needs, dev and test pairs too long for the model, unusable decoding settings."""
+    data_cfg = data_config(cfg)
+
+    def read(rank0: bool):
+        if (group.rank == 0) == rank0:
+            for m in members:
+                m.data = prepare_data(m.task, data_cfg, quiet=quiet or not rank0)
+
+    group.agreed(lambda: read(True), rank0_only=True)
+    group.agreed(lambda: read(False))
+    join(members)
+    for m in members:
+        for needed in ("train", "valid"):
+            if needed not in m.data.splits:
+                raise TrainingError(f"task {m.name!r} has no {needed!r} split")
+        _check_fits(m, cfg.model.max_positions)
+        decoding = decode_settings(m.task, cfg.decode)
+        if decoding.beam < 1 or str(decoding.stop) not in ("bound", "beam"):
+            raise TrainingError(f"task {m.name!r}: decoding {decoding} is not usable "
+                                "(beam >= 1, stop bound | beam); set decode.beam / decode.stop")
+
+
+def _check_fits(member: Member, max_positions: int) -> None:
+    """Dev and test pairs must fit the model's positions (training pairs are filtered by
+    data.max_len); the error names the split and line."""
+    extra = member.ids.task_token is not None
+    for name, split in member.data.splits.items():
+        if name == "train":
+            continue
+        too_long = np.flatnonzero(np.maximum(split.src_lens + extra, split.tgt_lens) > max_positions)
+        if len(too_long):
+            i = int(too_long[0])
+            raise TrainingError(
+                f"{name} split, line {i + 1} of {member.data.directory / f'{name}.src.txt'}: "
+                f"{int(split.src_lens[i]) + extra} source / {int(split.tgt_lens[i])} target tokens (with </s>"
+                f"{' and the task token' if extra else ''}) do not fit model.max_positions={max_positions} "
+                f"({len(too_long)} such pair(s) in {name}); raise model.max_positions or shorten them")
 
 
 def build_model(cfg, members: list[Member]) -> Transformer:

@@ -66,7 +66,7 @@ def device_has_bf16(device: torch.device) -> bool:
 def resolve(precision: str, device: torch.device, setting: str = "run.precision") -> str:
     """The precision to compute in: `auto` decided for this device, and bf16 where the device
     lacks it replaced by fp32 (with a warning naming the setting)."""
-    precision = str(precision)
+    precision = getattr(precision, "value", precision)  # the config's enum, or a plain string
     if precision == "auto":
         return "bf16" if device_has_bf16(torch.device(device)) else "fp32"
     if precision == "bf16" and not device_has_bf16(torch.device(device)):

@@ -14,6 +14,7 @@ import difflib
 import importlib
 import importlib.util
 import inspect
+import re
 import sys
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -22,6 +23,7 @@ from .errors import RegistryError
 from .task import Task
 
 GROUP = "s2s.tasks"
+NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")  # what a task name may be
 
 
 class Registry:
@@ -48,6 +50,9 @@ class Registry:
         name = getattr(task_cls, "name", None)
         if not isinstance(name, str) or not name:
             raise RegistryError(f"{origin}: task class {task_cls.__name__} sets no `name`")
+        if not NAME.fullmatch(name):  # it names folders (the prepared cache) and config keys
+            raise RegistryError(f"{origin}: task class {task_cls.__name__} has name {name!r}: a task name is "
+                                "a letter followed by letters, digits and _ (e.g. my_task2)")
         self._tasks[name] = task_cls
         self._pending.pop(name, None)
         self._origin[name] = origin

@@ -1,7 +1,9 @@
-"""The run directory before training: writable, room for the checkpoints, and the vocabulary
-files `s2s generate` reads, which a run with checkpoints never lets change under them."""
+"""The run directory before training: owned by one training at a time, s2s's own, writable,
+with room for the checkpoints, and the vocabulary files `s2s generate` reads, which a run with
+checkpoints never lets change under them."""
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import tempfile
@@ -11,6 +13,37 @@ from . import checkpoint
 from .files import sha256
 from .errors import TrainingError
 from .task import Task
+
+
+MARK = ".s2s-run"  # in every run directory s2s trains: the folder is s2s's to write
+LOCK = ".lock"
+
+
+def claim(run_dir: Path):
+    """Take `run_dir` for this training and return its lock, held until closed (or the process
+    ends, however it ends: the kernel drops a flock with its process, so a killed run leaves
+    nothing that blocks the next). A folder that holds files s2s did not write is refused, and
+    so is one that another training holds."""
+    check_run_dir(run_dir, need_bytes=0)
+    ours = (run_dir / MARK).is_file() or ((run_dir / "config.yaml").is_file() and (run_dir / "checkpoints").is_dir())
+    others = sorted(p.name for p in run_dir.iterdir() if p.name not in (LOCK, MARK))
+    if not ours and others:
+        raise TrainingError(f"run.dir {run_dir} holds files s2s did not write ({', '.join(others[:3])}"
+                            f"{', ...' if len(others) > 3 else ''}): train in a new or empty folder")
+    lock = open(run_dir / LOCK, "a+")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.seek(0)
+        holder = lock.read().strip() or "another process"
+        lock.close()
+        raise TrainingError(f"run.dir {run_dir} is being trained by {holder} (it holds {run_dir / LOCK}); "
+                            "wait for it to finish or train in another run.dir") from None
+    lock.truncate(0)
+    lock.write(f"process {os.getpid()} on {os.uname().nodename}\n")
+    lock.flush()
+    (run_dir / MARK).touch()
+    return lock
 
 
 def check_run_dir(run_dir: Path, need_bytes: int) -> None:

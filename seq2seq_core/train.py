@@ -7,77 +7,58 @@ so 2 processes with batch B, 1 process with batch 2B and 1 process with batch B 
 2 take the same step. Each process trains on its own share of the batches
 (DistributedDataParallel over `s2s.core.distributed.Group`); only rank 0 writes files.
 
-Running the same command on the same run directory resumes from the newest readable
-checkpoint: model, optimiser, loss scale, update count, every member's data position and every
+One training holds a run directory at a time (`s2s.core.rundir.claim`). Running the same
+command on the same run directory resumes from the newest readable checkpoint: model, optimiser, loss scale, update count, every member's data position and every
 process's RNG states. Validation (`s2s.core.validation`) runs with the RNG states saved and
 restored around it, so a resumed run follows the same path as one never stopped, bit for bit
-on CPU. Figures go to RUN_DIR/metrics.jsonl (`s2s.core.runlog`).
+on CPU. Figures go to RUN_DIR/metrics.jsonl (`s2s.core.runlog`); the end of a run, the
+model chosen on dev and its test figures, is `s2s.core.result`.
 """
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 from omegaconf import OmegaConf
 
-from . import checkpoint, precision
-from .data import prepare
+from . import checkpoint, precision, result, rundir
 from .distributed import Group
 from .errors import TrainingError
-from .inference import decode_settings, hypotheses
-from .idspace import join
-from .members import Member, build_members, build_model, data_config, vocab_dir
-from .schedule import Stream, draw, probabilities
+from .files import atomic_write_text
+from .members import Member, build_members, build_model, prepare
 from .optim import adam, lrate
 from .rng import rng_state, seed_everything, set_rng_state
-from .rundir import check_run_dir, save_tokenizer
 from .runlog import RunLog
+from .schedule import Stream, draw, probabilities
 from .validation import validate
-from .files import atomic_write_text
+
 
 log = logging.getLogger("s2s")
 clock = time.monotonic  # what run.save_minutes is measured with (tests substitute their own)
 
 
-def check_fits(member: Member, max_positions: int) -> None:
-    """Fail before training when a dev or test pair cannot fit the model's positions (training
-    pairs are filtered by data.max_len), naming the split and line."""
-    extra = member.ids.task_token is not None
-    for name, split in member.data.splits.items():
-        if name == "train":
-            continue
-        too_long = np.flatnonzero(np.maximum(split.src_lens + extra, split.tgt_lens) > max_positions)
-        if len(too_long):
-            i = int(too_long[0])
-            raise TrainingError(
-                f"{name} split, line {i + 1} of {member.data.directory / f'{name}.src.txt'}: "
-                f"{int(split.src_lens[i]) + extra} source / {int(split.tgt_lens[i])} target tokens (with </s>"
-                f"{' and the task token' if extra else ''}) do not fit model.max_positions={max_positions} "
-                f"({len(too_long)} such pair(s) in {name}); raise model.max_positions or shorten them")
-
-
 class Trainer:
     """One training run: `step()` takes one update, `run()` trains until optim.max_updates (or
-    run.max_minutes) with logging, validation and checkpoints, `finish()` tests."""
+    run.max_minutes) with logging, validation and checkpoints, then selects and tests the model."""
 
     def __init__(self, cfg, registry, quiet: bool = False):
-        self.cfg = cfg
+        self.cfg, self.run_dir = cfg, Path(cfg.run.dir)
         self.group = g = Group(cfg.run.device)
         self.device = g.device
         if cfg.run.threads:
             torch.set_num_threads(cfg.run.threads)
-        self.run_dir = Path(cfg.run.dir)
-        self.precision = precision.resolve(cfg.run.precision, self.device)
-        self.search_precision = precision.resolve(cfg.decode.precision, self.device, "decode.precision")
-        self.log = RunLog(self.run_dir, quiet or cfg.run.quiet, writer=g.rank == 0)
+        self.lock = None  # rank 0's hold on the run directory
+
+        def claim():
+            self.lock = rundir.claim(self.run_dir)
+
+        g.agreed(claim, rank0_only=True)
         self.members = build_members(cfg, registry)
-        self._prepare(quiet or cfg.run.quiet)
+        prepare(self.members, cfg, g, quiet or cfg.run.quiet)  # the data, the id space, early checks
 
         torch.manual_seed(cfg.run.seed)  # the same initial parameters on every process
         self.model = build_model(cfg, self.members).to(self.device)
@@ -87,12 +68,15 @@ class Trainer:
 
         def write_run_files():
             # parameters in fp32 plus Adam's two moments: 12 bytes a parameter per checkpoint
-            check_run_dir(self.run_dir, need_bytes=self.n_params * 12 * (cfg.run.keep_last + 1))
+            rundir.check_run_dir(self.run_dir, need_bytes=self.n_params * 12 * (cfg.run.keep_last + 1))
             for m in self.members:
-                self.tokenizer["files"].update(
-                    save_tokenizer(m.task, self.run_dir, vocab_dir(self.run_dir, m, self.members)))
+                where = self.run_dir / m.vocab_subdir
+                self.tokenizer["files"].update(rundir.save_tokenizer(m.task, self.run_dir, where))
 
         g.agreed(write_run_files, rank0_only=True)
+
+        self.precision = precision.resolve(cfg.run.precision, self.device)
+        self.search_precision = precision.resolve(cfg.decode.precision, self.device, "decode.precision")
         # net: the model as the run's precision computes it (fp32 parameters in every case)
         self.net, self.autocast = precision.for_training(self.model, self.precision, self.device)
         self.ddp = self.net
@@ -103,49 +87,53 @@ class Trainer:
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.precision == "fp16")
         self.p = probabilities(self.members, cfg.multitask.temperature)
         self.streams = [Stream(m, cfg.data.max_tokens, cfg.run.seed, g.rank, g.world) for m in self.members]
+
         self.update, self.skipped_updates, self.nonfinite_in_row, self.elapsed = 0, 0, 0, 0.0
         self.member_updates = [0] * len(self.members)  # the updates each member has trained
         self.best = None  # {"update", "select"}: the validated model with the highest dev figure
         self.validated = None  # (update, figure) of this process's latest validation
-        self._resume()
+        state, path = checkpoint.resume(self.run_dir, g)
+        if state is not None:
+            try:
+                self.model.load_state_dict(state["model"])
+                self.optimizer.load_state_dict(state["optimizer"])
+                self.scaler.load_state_dict(state["scaler"])
+                # written before multi-task runs: one stream, kept as (epoch, batch_pos)
+                positions = state.get("streams") or {self.members[0].name: [state["epoch"], state["batch_pos"]]}
+                for s in self.streams:
+                    s.restore(positions[s.member.name])
+            except (RuntimeError, ValueError, KeyError) as e:
+                raise TrainingError(f"checkpoint {path} does not fit this config ({str(e).splitlines()[0]}); "
+                                    "resume with the config it was written with (RUN_DIR/config.yaml) or "
+                                    "train in a new run.dir") from None
+            self.update = state["update"]
+            done = state.get("member_updates") or {self.members[0].name: self.update}
+            self.member_updates = [done[m.name] for m in self.members]
+            self.skipped_updates = state.get("skipped_updates", 0)
+            self.nonfinite_in_row = state.get("nonfinite_in_row", 0)
+            self.best, self.elapsed = state.get("best"), state.get("elapsed", 0.0)
+            rngs = state["rng"]
+            if len(rngs) == g.world:
+                set_rng_state(rngs[g.rank])
+            else:  # the data is now shared out differently: continue at the same share of each epoch
+                for s in self.streams:
+                    s.pos = s.pos * len(rngs) // g.world
+                if g.rank == 0:
+                    log.warning("checkpoint %s was written by %d processes, now %d: the data position is "
+                                "approximate and the RNG streams restart", path, len(rngs), g.world)
+            if g.rank == 0:
+                log.info("resumed from %s at update %d", path, self.update)
         g.agreed(lambda: atomic_write_text(self.run_dir / "config.yaml", OmegaConf.to_yaml(cfg)), rank0_only=True)
+        self.log = RunLog(self.run_dir, quiet or cfg.run.quiet, writer=g.rank == 0)
         self.log.start(self.update)
         self._t0 = time.monotonic()
         self._last_save = clock()
-
-    def _prepare(self, quiet: bool) -> None:
-        """Each member's data: rank 0 prepares (or checks its cache), the others read the cache."""
-        cfg, g = self.cfg, self.group
-        data_cfg = data_config(cfg)
-
-        def check_and_prepare():  # before any data work: an unwritable run dir fails at once
-            check_run_dir(self.run_dir, need_bytes=0)
-            for m in self.members:
-                m.data = prepare(m.task, data_cfg, quiet=quiet)
-
-        def read_cache():
-            if g.rank != 0:
-                for m in self.members:
-                    m.data = prepare(m.task, data_cfg, quiet=True)
-
-        g.agreed(check_and_prepare, rank0_only=True)
-        g.agreed(read_cache)
-        join(self.members)
-        for m in self.members:
-            for needed in ("train", "valid"):
-                if needed not in m.data.splits:
-                    raise TrainingError(f"task {m.name!r} has no {needed!r} split")
-            check_fits(m, cfg.model.max_positions)  # checked now, not after the training
-            decoding = decode_settings(m.task, cfg.decode)
-            if decoding.beam < 1 or str(decoding.stop) not in ("bound", "beam"):
-                raise TrainingError(f"task {m.name!r}: decoding {decoding} is not usable "
-                                    "(beam >= 1, stop bound | beam); set decode.beam / decode.stop")
 
     def _elapsed(self) -> float:
         """Training seconds so far, summed over the runs that led to this point."""
         return self.elapsed + time.monotonic() - self._t0
 
-    def _record(self, record: dict) -> None:
+    def record(self, record: dict) -> None:
         self.log(record, self._elapsed())
 
     # -- checkpoints --------------------------------------------------------------------------
@@ -163,7 +151,7 @@ class Trainer:
                 "skipped_updates": self.skipped_updates, "nonfinite_in_row": self.nonfinite_in_row,
                 "best": self.best, "elapsed": self._elapsed(), "rng": rngs}
 
-    def _write(self, write, what: str, kept: str) -> None:
+    def write(self, write, what: str, kept: str) -> None:
         """Run `write` on rank 0; an OSError becomes one TrainingError naming `what`, everywhere."""
         def guarded():
             try:
@@ -173,63 +161,9 @@ class Trainer:
 
         self.group.agreed(guarded, rank0_only=True)
 
-    def _resume(self) -> None:
-        """Continue from the newest readable checkpoint, which rank 0 picks for everyone."""
-        g, found, state = self.group, [None], None
-
-        def pick():
-            nonlocal state
-            had = checkpoint.listed(self.run_dir)
-            state, path = checkpoint.load_latest(self.run_dir, set_aside=True)
-            found[0] = None if path is None else str(path)
-            if had and path is None:
-                log.warning("no readable checkpoint in %s: training starts from update 0",
-                            checkpoint.checkpoint_dir(self.run_dir))
-
-        def read():  # the run directory is shared (one node, or a shared filesystem)
-            nonlocal state
-            if g.rank != 0:
-                state = checkpoint.load(path)
-
-        g.agreed(pick, rank0_only=True)
-        path = g.from_rank0(found[0])
-        if path is None:
-            return
-        g.agreed(read)
-        try:
-            self.model.load_state_dict(state["model"])
-            self.optimizer.load_state_dict(state["optimizer"])
-            self.scaler.load_state_dict(state["scaler"])
-            # written before multi-task runs: one stream, kept as (epoch, batch_pos)
-            positions = state.get("streams") or {self.members[0].name: [state["epoch"], state["batch_pos"]]}
-            for s in self.streams:
-                s.restore(positions[s.member.name])
-        except (RuntimeError, ValueError, KeyError) as e:
-            raise TrainingError(f"checkpoint {path} does not fit this config ({str(e).splitlines()[0]}); "
-                                "resume with the config it was written with (RUN_DIR/config.yaml) or "
-                                "train in a new run.dir") from None
-        self.update = state["update"]
-        done = state.get("member_updates") or {self.members[0].name: self.update}
-        self.member_updates = [done[m.name] for m in self.members]
-        self.skipped_updates = state.get("skipped_updates", 0)
-        self.nonfinite_in_row = state.get("nonfinite_in_row", 0)
-        self.best = state.get("best")
-        self.elapsed = state.get("elapsed", 0.0)
-        rngs = state["rng"]
-        if len(rngs) == g.world:
-            set_rng_state(rngs[g.rank])
-        else:  # the data is now shared out differently: continue at the same share of each epoch
-            for s in self.streams:
-                s.pos = s.pos * len(rngs) // g.world
-            if g.rank == 0:
-                log.warning("checkpoint %s was written by %d processes, now %d: the data position is "
-                            "approximate and the RNG streams restart", path, len(rngs), g.world)
-        if g.rank == 0:
-            log.info("resumed from %s at update %d", path, self.update)
-
     def save(self) -> None:
         state = self._state()  # every rank joins the RNG gather
-        self._write(lambda: checkpoint.save(state, self.run_dir, self.update, self.cfg.run.keep_last),
+        self.write(lambda: checkpoint.save(state, self.run_dir, self.update, self.cfg.run.keep_last),
                     f"the checkpoint of update {self.update} into {checkpoint.checkpoint_dir(self.run_dir)}",
                     "the earlier checkpoints are intact")
         self._last_save = clock()
@@ -315,7 +249,7 @@ class Trainer:
                         self.update + 1, self.nonfinite_in_row, self.skipped_updates)
         if self.nonfinite_in_row >= cfg.run.max_nonfinite:
             kept = checkpoint.listed(self.run_dir)
-            self._record({"kind": "stopped", "update": self.update, "reason": "non-finite",
+            self.record({"kind": "stopped", "update": self.update, "reason": "non-finite",
                           "in_a_row": self.nonfinite_in_row, "skipped": self.skipped_updates})
             raise TrainingError(
                 f"{self.nonfinite_in_row} non-finite updates in a row after update {self.update} "
@@ -337,7 +271,7 @@ class Trainer:
             return
         self.best = {"update": self.update, "select": figure}
         state = {**self._model_state(), "select": figure}
-        self._write(lambda: checkpoint.atomic_save(state, self.run_dir / checkpoint.BEST),
+        self.write(lambda: checkpoint.atomic_save(state, self.run_dir / checkpoint.BEST),
                     str(self.run_dir / checkpoint.BEST), "the previous best model is intact")
 
     # -- the loop -----------------------------------------------------------------------------
@@ -364,14 +298,14 @@ class Trainer:
             c[0], c[1], c[2] = c[0] + out["local_tokens"], c[1] + out["local_sentences"], c[2] + 1
             if self.update % cfg.run.log_interval == 0:  # the only point where figures leave the device
                 now = time.time()
-                self._record(self._train_record(since, counts, out["lr"], now - t_log))
+                self.record(self._train_record(since, counts, out["lr"], now - t_log))
                 since.zero_()
                 counts = [[0, 0, 0] for _ in self.members]
                 t_log = now
             last = self.update == cfg.optim.max_updates or self._out_of_time()
             if self.update % cfg.run.valid_interval == 0 or last:
                 record, figure = self.validate()
-                self._record(record)
+                self.record(record)
                 self._keep_if_best(figure)
             if self._save_due(last):
                 self.save()
@@ -395,10 +329,9 @@ class Trainer:
         record = {"kind": "train", "update": self.update, **per_token(trained), "lr": lr,
                   "tgt_tokens_per_s": round(tokens / seconds, 1), "sentences": int(sentences),
                   "skipped": self.skipped_updates}
-        if len(self.members) > 1:
-            for k in trained:
-                record.update({f"{self.members[k].name}/{key}": v for key, v in per_token([k]).items()},
-                              **{f"{self.members[k].name}/updates": counts[k][2]})
+        for k in trained:  # a lone member's own figures are the run's (its prefix is empty)
+            prefix = self.members[k].prefix
+            record.update({f"{prefix}{key}": v for key, v in per_token([k]).items()}, **{f"{prefix}updates": counts[k][2]})
         return record
 
     def _out_of_time(self) -> bool:
@@ -408,69 +341,16 @@ class Trainer:
         return bool(self.group.max(torch.tensor(float(self._elapsed() >= 60 * self.cfg.run.max_minutes),
                                                 device=self.device)))
 
-    def select(self) -> dict:
-        """Load the model to test, chosen on the dev figure: the average of the last
-        run.average_last checkpoints (or, without averaging, the model as trained), or the best
-        validated model (checkpoint_best.pt) where that scored higher on the same dev sentences.
-        Every process takes part (validation is shared out). Returns what result.json records:
-        the checkpoint tested, relative to the run directory, and each candidate's dev figure."""
-        paths, k = checkpoint.listed(self.run_dir), self.cfg.run.average_last
-        averaged = k > 1 and len(paths) > 1
-        if averaged:
-            avg = checkpoint.average(paths[-k:])
-            self._write(lambda: checkpoint.atomic_save(avg, self.run_dir / checkpoint.AVERAGE),
-                        str(self.run_dir / checkpoint.AVERAGE), "the checkpoints are intact")
-            self.model.load_state_dict(avg["model"])
-            chosen = {"checkpoint": checkpoint.AVERAGE, "averaged": len(avg["averaged"])}
-        else:  # the model as trained, which the last save wrote
-            chosen = {"checkpoint": str(paths[-1].relative_to(self.run_dir)) if paths else None}
-        known = not averaged and self.validated is not None and self.validated[0] == self.update
-        figure = self.validated[1] if known else self.validate()[1]
-        chosen["dev_select"] = {chosen["checkpoint"]: figure}
-        best = self.best  # a candidate unless it is the model as trained
-        if best is not None and (averaged or best["update"] != self.update) and (self.run_dir / checkpoint.BEST).is_file():
-            chosen["dev_select"][checkpoint.BEST] = best["select"]
-            chosen["best_update"] = best["update"]
-            if best["select"] > figure:
-                self.model.load_state_dict(checkpoint.load(self.run_dir / checkpoint.BEST)["model"])
-                chosen["checkpoint"] = checkpoint.BEST
-        return chosen
-
     def finish(self) -> dict:
-        """Select the model on the dev figure (`select`), then evaluate each member on its test split.
-
-        result.json holds the test figures under "test" (a single task) or "test" -> member
-        (several), and the checkpoint they come from; the outputs go to test.hyp.txt, or
-        test.MEMBER.hyp.txt for each member."""
-        cfg = self.cfg
-        result = {"update": self.update, "skipped_updates": self.skipped_updates, **self.select()}
-        if len(self.members) > 1:
-            result["member_updates"] = dict(zip((m.name for m in self.members), self.member_updates))
-        if self.group.rank != 0:
-            return result
-        search_model = precision.for_inference(self.model, self.search_precision)
-        single = len(self.members) == 1
-        for m in self.members:
-            if "test" not in m.data.splits:
-                continue
-            sources, refs = m.data.texts("test")
-            hyps = hypotheses(search_model, m, sources, decode_settings(m.task, cfg.decode), self.device,
-                              cfg.decode.max_sentences)
-            outputs = (m.postprocess(h, s) for h, s in zip(hyps, sources))
-            name = "test.hyp.txt" if single else f"test.{m.name}.hyp.txt"
-            atomic_write_text(self.run_dir / name, "".join(h + "\n" for h in outputs))
-            score = m.score(hyps, refs, sources)
-            if single:
-                result["test"] = score.as_dict()
-                self._record({"kind": "test", "update": self.update, score.name: score.value})
-            else:
-                result.setdefault("test", {})[m.name] = score.as_dict()
-                self._record({"kind": "test", "update": self.update, f"{m.name}/{score.name}": score.value})
-        atomic_write_text(self.run_dir / "result.json", json.dumps(result, indent=1))
-        return result
+        """Select the model to test on the dev figure, then test every member (`s2s.core.result`)."""
+        chosen = {"update": self.update, "skipped_updates": self.skipped_updates, **result.select(self),
+                  "member_updates": dict(zip((m.name for m in self.members), self.member_updates))}
+        return result.test(self, chosen) if self.group.rank == 0 else chosen
 
     def close(self) -> None:
         self.log.close()
+        if self.lock is not None:
+            self.lock.close()
 
 
 def train(cfg, registry, quiet: bool = False) -> dict:

@@ -1,10 +1,10 @@
 """Validation: each member's dev loss and metric, shared out over the processes and gathered,
 so that every process gets the same figures.
 
-The record of a single-task run holds loss, nll, ppl and the task's figures. A multi-task run
-gives each member's under `MEMBER/...` keys, the loss and nll over all members' dev tokens, and
-`select`: the mean of the members' primary figures weighted by their `select` weights, the
-one figure a multi-task run is compared and selected by (a single task's is its primary figure).
+The record holds the loss, nll and ppl over all members' dev tokens, each member's figures
+(under `MEMBER/...` keys when there are several), and `select`: the mean of the members'
+primary figures weighted by their `select` weights, the one figure a run is compared and
+selected by (a single task's is its primary figure).
 """
 from __future__ import annotations
 
@@ -13,9 +13,10 @@ import math
 import torch
 
 from .data import token_batches
-from .inference import decode_settings, hypotheses
+from .inference import checked_score, hypotheses
 from .members import Member
 from .rng import rng_preserved
+from .task import decode_settings
 
 
 def dev_loss(net, member: Member, group, max_tokens: int, eps: float, autocast) -> torch.Tensor:
@@ -41,7 +42,7 @@ def dev_score(search_model, member: Member, group, cfg):
                       decode_settings(member.task, cfg.decode), group.device, cfg.decode.max_sentences)
     shares = group.gather(hyps)
     hyps = [shares[i % group.world][i // group.world] for i in range(len(sources))]
-    return member.score(hyps, refs, sources)
+    return checked_score(member, member.score(hyps, refs, sources))
 
 
 def _per_token(sums: torch.Tensor) -> dict:
@@ -70,12 +71,10 @@ def validate(net, search_model, members: list[Member], group, cfg, autocast, upd
                             dev_score(search_model, m, group, cfg)) for m in members]
         finally:
             net.train()
-    if len(members) == 1:
-        _, sums, score = results[0]
-        return {**record, **_figures(sums, score)}, score.value
+    # a lone member's figures are the run's own: its prefix is empty and its loss the run's
     record.update(_per_token(sum(sums for _, sums, _ in results)))
     weights = sum(m.select for m in members)
     record["select"] = sum(m.select * score.value for m, _, score in results) / weights if weights else 0.0
     for m, sums, score in results:
-        record.update({f"{m.name}/{k}": v for k, v in _figures(sums, score).items()})
+        record.update({f"{m.prefix}{k}": v for k, v in _figures(sums, score).items()})
     return record, record["select"]

@@ -19,7 +19,8 @@ from s2s.core.inference import load_for_inference
 from s2s.core.config import load_config
 from s2s.core.data import prepare
 from s2s.core.decoding import generate
-from s2s.core.inference import decode_settings, source_batch
+from s2s.core.inference import source_batch
+from s2s.core.task import decode_settings
 from s2s.core.export import load_safetensors, to_ctranslate2, translate_ctranslate2, translate_huggingface
 from s2s.core.train import train
 from conftest import MULTI30K, multi30k_slice, needs
@@ -69,7 +70,7 @@ def _export(run_dir, to, out, *extra):
 def test_safetensors_round_trip(registry, demo_run, tmp_path):
     run_dir = demo_run
     _export(run_dir, "safetensors", tmp_path / "st")
-    assert sorted(p.name for p in (tmp_path / "st").iterdir()) == ["config.json", "model.safetensors", "vocab.json"]
+    assert sorted(p.name for p in (tmp_path / "st").iterdir()) == ["config.json", "model.safetensors", "s2s_export.json", "vocab.json"]
     meta = json.loads((tmp_path / "st" / "config.json").read_text())
     assert meta["model"]["d_model"] == 32 and meta["shared_vocab"] is True
     back = load_safetensors(tmp_path / "st")

@@ -177,8 +177,11 @@ def test_source_words_seen_once_are_unk():
     every = task_for(src_min_count=1)
     every.build_vocab(pairs)
     assert sorted(every.src_vocab.itos[len(SPECIALS):]) == ["barks", "cat", "dog", "the"]
-    with pytest.raises(ValueError, match="task.src_min_count"):
-        task_for(src_min_count=0)
+    from s2s.core.config import load_config
+    from s2s.core.registry import Registry
+
+    with pytest.raises(ValueError, match="task.src_min_count=0: must be a number >= 1"):  # when the config loads
+        load_config(None, ["task.name=parsing", "task.src_min_count=0"], registry=Registry.installed())
 
 
 @needs(NLTK_DATA)

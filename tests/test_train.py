@@ -106,7 +106,8 @@ def test_batches_searched_in_parallel_equal_one_after_another(registry, tiny):
     """On a CPU with 2 threads, translate searches 2 batches at once, one thread each: the same
     lines as one batch after the other, and the thread setting is given back."""
     from s2s.core.data import prepare
-    from s2s.core.inference import decode_settings, translate
+    from s2s.core.inference import translate
+    from s2s.core.task import decode_settings
     from s2s.core.members import Member, build_task
     from s2s.core.members import build_model
 
