@@ -108,15 +108,15 @@ def load_latest(run_dir: Path, set_aside: bool = False) -> tuple[dict, Path] | t
 
 def resume(run_dir: Path, group) -> tuple[dict | None, Path | None]:
     """The checkpoint a run continues from, which rank 0 picks (`load_latest`, damaged files
-    set aside) and every process reads; (None, None) for a new run. A run that has trained
-    before (checkpoints, a best model or a result on disk) but has no readable checkpoint is an
-    error, not a fresh start that would overwrite its history."""
+    set aside) and every process reads; (None, None) for a new run. A run that has checkpoints
+    or has finished (result.json) but has no readable checkpoint is an error, not a fresh start
+    that would overwrite its history."""
     found = [None, None]
 
     def pick():
         had = [p.name for p in listed(run_dir)]
         found[:] = load_latest(run_dir, set_aside=True)
-        history = had + [name for name in (BEST, "result.json") if (Path(run_dir) / name).is_file()]
+        history = had + (["result.json"] if (Path(run_dir) / "result.json").is_file() else [])
         if found[1] is None and history:
             raise TrainingError(
                 f"{run_dir} has trained before ({', '.join(history[:3])}) but holds no readable checkpoint "
