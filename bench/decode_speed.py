@@ -226,7 +226,8 @@ def versus_ctranslate2(model, task, sources, refs, settings, threads: int, repea
     import ctranslate2
 
     from s2s.core.inference import translate
-    from s2s.core.export import to_ctranslate2, translate_ctranslate2
+    from s2s.core.deployed import translate_ctranslate2
+    from s2s.core.export import to_ctranslate2
 
     greedy = replace(settings, beam=1)
     with tempfile.TemporaryDirectory(prefix="s2s-ct2-") as tmp:

@@ -10,9 +10,16 @@ decompressed text is pinned below (computed from a copy of those release files).
 test_2017_flickr and test_2017_mscoco no copy was at hand to hash, so those files are only
 checked for their published number of lines (1,000 and 461), the same for every language.
 `S2S_MULTI30K_URL` replaces the base URL (a mirror, or a local server in the tests).
+
+A file already in the folder is checked again before every use, by size and sha256 (or line
+count), not trusted for its name: a file damaged or cut short since it was fetched is a
+`DataError` naming it and saying how to fetch it again. The check is remembered per process by
+(path, size, mtime), so a run hashes each file once (about 6 MB for train.{en,de,fr}). A copy
+named by `task.data_dir` is the user's own and is read as it is.
 """
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 from pathlib import Path
@@ -42,7 +49,15 @@ SHA256 = {
     ("test_2016_flickr", "de"): "4be6b5b3236b79c25475c6bb829800a7ce559e9ba7a1f6c2394fe4d40be46d16",
     ("test_2016_flickr", "fr"): "cb3160d69b002bb638e66cc7612fcd56cb0af82eadc9c142dedc438afb885ef6",
 }
+#: size in bytes of the decompressed text, where its sha256 is pinned
+SIZES = {
+    ("train", "en"): 1_801_238, ("train", "de"): 2_110_398, ("train", "fr"): 2_111_303,
+    ("val", "en"): 63_297, ("val", "de"): 75_981, ("val", "fr"): 73_924,
+    ("test_2016_flickr", "en"): 62_076, ("test_2016_flickr", "de"): 70_649, ("test_2016_flickr", "fr"): 72_261,
+}
 FETCH_COMMAND = "python -m s2s.data_recipes multi30k"
+_CHUNK = 1 << 20
+_VERIFIED: dict[str, tuple[int, int]] = {}  # resolved path -> (size, mtime_ns) found good in this process
 
 
 def base_url() -> str:
@@ -65,7 +80,8 @@ def fetch(directory: str | Path | None = None, splits: Iterable[str] = SPLITS,
             if lang not in LANGS:
                 raise DataError(f"Multi30k has no language {lang!r}; it has {', '.join(LANGS)}")
             dest = directory / f"{split}.{lang}"
-            if dest.is_file():  # only verified files get their final name
+            if dest.is_file():  # verified when it got its final name, and again now
+                verify(dest, split, lang)
                 continue
             url = f"{base_url()}/{split}.{lang}.gz"
             log.info("downloading %s to %s", url, dest)
@@ -75,4 +91,42 @@ def fetch(directory: str | Path | None = None, splits: Iterable[str] = SPLITS,
                 raise DataError(f"Multi30k {split}.{lang} is not in {directory} and could not be fetched: "
                                 f"{e}; run `{FETCH_COMMAND}` where there is network access, or set "
                                 f"task.data_dir to a folder holding {split}.{lang}") from None
+            _remember(dest)
     return directory
+
+
+def verify(path: Path, split: str, lang: str) -> None:
+    """`path`, the fetched file `{split}.{lang}`, has its pinned size and sha256 (or its published
+    line count), or a DataError names it; cheap when this process found it good already."""
+    path = Path(path)
+    stat = path.stat()
+    if _VERIFIED.get(str(path.resolve())) == (stat.st_size, stat.st_mtime_ns):
+        return
+    problem = _problem(path, split, lang, stat.st_size)
+    if problem:
+        raise DataError(f"{path}: damaged or truncated Multi30k file ({problem}); delete it and run again "
+                        f"to fetch it anew (or `{FETCH_COMMAND}`), or set task.data_dir to a good copy")
+    _remember(path, stat)
+
+
+def _problem(path: Path, split: str, lang: str, size: int) -> str:
+    """What is wrong with the file, or ""."""
+    expected = SIZES.get((split, lang))
+    if expected is not None and size != expected:
+        return f"{size} bytes, expected {expected}"
+    digest, lines = hashlib.sha256(), 0
+    with open(path, "rb") as f:
+        while chunk := f.read(_CHUNK):
+            digest.update(chunk)
+            lines += chunk.count(b"\n")
+    pinned = SHA256.get((split, lang))
+    if pinned is not None and digest.hexdigest() != pinned:
+        return f"sha256 {digest.hexdigest()}, expected {pinned}"
+    if pinned is None and lines != SPLITS[split]:
+        return f"{lines} lines, expected {SPLITS[split]}"
+    return ""
+
+
+def _remember(path: Path, stat: os.stat_result | None = None) -> None:
+    stat = stat or path.stat()
+    _VERIFIED[str(path.resolve())] = (stat.st_size, stat.st_mtime_ns)

@@ -8,6 +8,11 @@ A config dataclass (the engine's sections and every task's `Config`) writes
 and `check_section` tests every such field when the config loads, before any data is read,
 failing with one line that names the dotted key, the value and what is allowed. None (a
 setting left to a default elsewhere, e.g. the task's decoding) always passes.
+
+A field may also be a path (`setting("", path=True)`; by default a field whose name ends in
+`_dir`, or is `nltk_data`): a leading `~` is expanded when the config loads. A config dataclass
+may check relations between its own fields in a static method `check_relations(section, where)`
+that raises `ConfigError` (e.g. translation's vocab_size against its tokenizer's smallest size).
 """
 from __future__ import annotations
 
@@ -18,15 +23,30 @@ from .errors import ConfigError
 
 
 class Allowed(NamedTuple):
-    """A test of a value and, in words, what passes it."""
+    """A test of a value and, in words, what passes it; `hint`, given a failing value, may add
+    a suggestion to the message (e.g. the lower-case form of a language code)."""
 
     test: Callable[[Any], bool]
     text: str
+    hint: Callable[[Any], str] | None = None
 
 
-def setting(default: Any, allowed: Allowed | None = None):
-    """A dataclass field with its default and the values it allows."""
-    return dataclasses.field(default=default, metadata={"allowed": allowed} if allowed else {})
+def setting(default: Any, allowed: Allowed | None = None, path: bool | None = None):
+    """A dataclass field with its default and the values it allows; `path`: a file or folder
+    whose leading `~` is expanded (None: by its name, see `is_path`)."""
+    metadata = {"allowed": allowed} if allowed else {}
+    if path is not None:
+        metadata["path"] = path
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+def is_path(f: dataclasses.Field) -> bool:
+    """Whether field `f` names a file or folder: declared so, or named `*_dir` or `nltk_data`."""
+    return f.metadata.get("path", f.name.endswith("_dir") or f.name == "nltk_data")
+
+
+def in_range(lo, hi, what: str = "a number") -> Allowed:
+    return Allowed(lambda v: lo <= v <= hi, f"{what} in [{lo}, {hi}]")
 
 
 def at_least(lo, note: str = "") -> Allowed:
@@ -64,4 +84,11 @@ def check_section(where: str, cls, section) -> None:
         except TypeError:
             ok = False
         if not ok:
-            raise ConfigError(f"{where}.{f.name}={value!r}: must be {allowed.text}")
+            try:
+                hint = allowed.hint(value) if allowed.hint else ""
+            except (TypeError, ValueError, AttributeError):
+                hint = ""
+            raise ConfigError(f"{where}.{f.name}={value!r}: must be {allowed.text}{hint}")
+    relations = getattr(cls, "check_relations", None)
+    if callable(relations):
+        relations(section, where)

@@ -147,7 +147,7 @@ def _generate(args, stdout) -> int:
 
 def cmd_score(args) -> int:
     from . import textio
-    from .config import load_config, preset_names
+    from .config import load_config, preset_names, single_task
     from .errors import ConfigError
     from .errors import DataError
 
@@ -158,7 +158,7 @@ def cmd_score(args) -> int:
     if name in reg.names():  # the task's defaults, with the overrides (e.g. task.tgt_lang=fr)
         cfg = load_config(None, [f"task.name={name}", *args.overrides], registry=reg)
     elif name in preset_names():
-        cfg = load_config(name, args.overrides, registry=reg)
+        cfg = single_task(load_config(name, args.overrides, registry=reg), f"preset {name!r}")
     else:
         raise ConfigError(f"{name!r} is neither a task ({', '.join(reg.names())}) nor a preset "
                           f"({', '.join(preset_names())})")

@@ -1,174 +1,29 @@
-"""Structured configs: one dataclass per component, merged from a preset YAML and CLI overrides.
+"""A run's config: the settings (`s2s.core.settings`) merged from a preset YAML and overrides.
 
 A preset names its task (`task.name`); the task section is then checked against that task's own
 `Config` dataclass. Any unknown key or wrongly typed value fails at once with the dotted key and
 the nearest valid one; values out of the range a field declares (`s2s.core.checks`), non-finite numbers and broken relations
 (heads dividing d_model, ...) fail the same way, before any data is read. Each component
 receives only its own section.
+
+Command-line overrides are taken as typed (`s2s.core.overrides`); task keys are typed by the
+task's own Config once `task.name` is known. Preset files stay YAML. The settings themselves,
+with their defaults and allowed values, are `s2s.core.settings`.
 """
 from __future__ import annotations
 
 import difflib
 import math
 import re
-from dataclasses import dataclass, field
-from enum import Enum
 from pathlib import Path
-from typing import Any, Optional
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from .checks import PROBABILITY, NOT_EMPTY, Allowed, above, at_least, check_section, setting
+from .checks import check_section
 from .errors import ConfigError
-
-
-@dataclass
-class ModelConfig:
-    """The Transformer of section 3: N layers in each stack, d_model, d_ff, h heads, P_drop."""
-
-    layers: int = setting(6, at_least(1))
-    d_model: int = setting(512, at_least(1))
-    d_ff: int = setting(2048, at_least(1))
-    heads: int = setting(8, at_least(1))
-    dropout: float = setting(0.1, PROBABILITY)
-    attention_dropout: float = setting(0.0, PROBABILITY)
-    pre_norm: bool = False  # the paper is post-norm: LayerNorm(x + Dropout(Sublayer(x)))
-    # the pre-softmax projection is the target embedding: None = only with a shared vocabulary
-    # (section 3.4 ties all three); a small separate target vocabulary learns a little faster untied
-    tie_output: Optional[bool] = None
-    max_positions: int = setting(1024, at_least(2))
-
-
-@dataclass
-class OptimConfig:
-    """Adam and the warm-up schedule of section 5.3, label smoothing of 5.4.
-
-    lrate = lr_scale * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)
-    """
-
-    lr_scale: float = setting(1.0, above(0))
-    warmup: int = setting(4000, at_least(1))
-    beta1: float = setting(0.9, PROBABILITY)
-    beta2: float = setting(0.98, PROBABILITY)
-    eps: float = setting(1e-9, above(0))
-    weight_decay: float = setting(0.0, at_least(0))
-    clip_norm: float = setting(0.0, at_least(0, "0 = no clipping"))  # 0 = no clipping, as in the paper
-    label_smoothing: float = setting(0.1, PROBABILITY)
-    max_updates: int = setting(100_000, at_least(1))
-    update_freq: int = setting(1, at_least(1))  # gradient accumulation: batches per update
-
-
-@dataclass
-class DataConfig:
-    """Token-count batching: a batch holds about max_tokens source and max_tokens target tokens."""
-
-    max_tokens: int = setting(25_000, at_least(1))
-    max_len: int = setting(1024, at_least(1))  # pairs with a longer side (in tokens) are dropped from training
-    max_len_ratio: float = setting(0.0, Allowed(lambda v: v == 0 or v >= 1, "0 (no ratio filter) or a number >= 1"))  # 0 = no ratio filter; otherwise drop pairs with len ratio above it
-    cache_dir: str = setting(".cache/s2s", NOT_EMPTY)  # prepared data, keyed by the task section
-
-
-class Stop(str, Enum):
-    """Beam search's stopping rule (s2s.core.task.DecodeDefaults says what each means)."""
-
-    bound = "bound"
-    beam = "beam"
-
-    def __str__(self) -> str:
-        return self.value
-
-
-class SearchPrecision(str, Enum):
-    """The model search runs with (s2s.core.precision.for_inference): fp32, bf16, or dynamic
-    int8 linear layers (CPU)."""
-
-    fp32 = "fp32"
-    bf16 = "bf16"
-    int8 = "int8"
-
-    def __str__(self) -> str:
-        return self.value
-
-
-@dataclass
-class DecodeConfig:
-    """Decoding; None means the task's default."""
-
-    beam: Optional[int] = setting(None, at_least(1))
-    alpha: Optional[float] = setting(None, at_least(0))
-    max_len_a: Optional[float] = setting(None, at_least(0))
-    max_len_b: Optional[int] = setting(None, at_least(0))
-    stop: Optional[Stop] = None  # when beam search leaves a sentence: bound (exact) or beam (fairseq's)
-    max_sentences: int = setting(128, at_least(1))  # sentences decoded together
-    precision: SearchPrecision = SearchPrecision.fp32  # fp32 | bf16 | int8 (CPU): the model searched with
-
-
-class Precision(str, Enum):
-    """Arithmetic of training (s2s.core.precision says what each means): fp32, bf16 with fp32
-    master weights, fp16 autocast with dynamic loss scaling, or auto (bf16 where the device has
-    it natively, else fp32); any other value fails when the config is loaded."""
-
-    fp32 = "fp32"
-    bf16 = "bf16"
-    fp16 = "fp16"
-    auto = "auto"
-
-    def __str__(self) -> str:
-        return self.value
-
-
-@dataclass
-class RunConfig:
-    """Where and how a run happens, and how often it validates, logs and saves."""
-
-    dir: str = setting("runs/default", NOT_EMPTY)
-    seed: int = 1
-    device: str = setting("auto", Allowed(lambda v: bool(_DEVICE.fullmatch(str(v))), "auto, cpu, mps, cuda or cuda:N"))  # auto | cpu | cuda | cuda:N
-    threads: int = setting(0, at_least(0, "0 = torch's default"))  # torch intra-op threads on CPU; 0 = torch's default
-    precision: Precision = Precision.fp32  # fp32 | bf16 | fp16 | auto; fp32 unless you ask
-    log_interval: int = setting(100, at_least(1))
-    valid_interval: int = setting(1000, at_least(1))  # updates between validations (loss and task metric; the best model is kept)
-    valid_max_sentences: int = setting(0, at_least(0, "0 = all"))  # decode at most this many dev sentences for the metric (0 = all)
-    save_interval: int = setting(1000, at_least(1))  # updates between checkpoints
-    max_minutes: float = setting(0.0, at_least(0, "0 = off"))  # also stop after this many minutes of training, across resumes (0 = off)
-    save_minutes: float = setting(0.0, at_least(0, "0 = off"))  # also save when this many minutes passed since the last save (0 = off)
-    keep_last: int = setting(5, at_least(1))  # checkpoints kept
-    average_last: int = setting(0, at_least(0, "0 = none"))  # at the end, average the last K checkpoints (0 = none); tested unless the best validated model scores higher on dev
-    max_nonfinite: int = setting(10, at_least(1))  # stop after this many non-finite updates in a row
-    quiet: bool = False
-
-
-@dataclass
-class MultitaskConfig:
-    """Several tasks in one model (`tasks`, see s2s.core.members): update u trains one member,
-    drawn with probability proportional to weight * (training pairs)^(1/temperature)."""
-
-    temperature: float = setting(1.0, above(0))  # 1: in proportion to size; larger: closer to uniform
-
-
-@dataclass
-class MemberConfig:
-    """One member of a multi-task preset: a task section, or a single-task preset whose task
-    section it takes (with `task` keys overriding it), a sampling weight and the weight of its
-    metric in the selection figure (the weighted mean of the members' primary figures)."""
-
-    preset: str = ""
-    task: Any = field(default_factory=dict)
-    weight: float = setting(1.0, above(0))
-    select: float = setting(1.0, at_least(0))
-
-
-@dataclass
-class Config:
-    task: Any = field(default_factory=dict)
-    tasks: Any = None  # multi-task: member name -> MemberConfig (then no `task` section)
-    multitask: MultitaskConfig = field(default_factory=MultitaskConfig)
-    model: ModelConfig = field(default_factory=ModelConfig)
-    optim: OptimConfig = field(default_factory=OptimConfig)
-    data: DataConfig = field(default_factory=DataConfig)
-    decode: DecodeConfig = field(default_factory=DecodeConfig)
-    run: RunConfig = field(default_factory=RunConfig)
+from .overrides import add_override, expand_paths, plain, typed_section
+from .settings import SECTIONS, Config, MemberConfig
 
 
 def _preset_dir() -> Path:
@@ -227,11 +82,7 @@ def _merge(schema: DictConfig, section: str, data: dict) -> DictConfig:
         raise ConfigError(f"bad value for '{section}{key}': {msg}") from None
 
 
-_DEVICE = re.compile(r"auto|cpu|mps|cuda(:\d+)?")
 _MEMBER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
-#: the engine's sections, each checked against its dataclass's declared ranges
-SECTIONS = {"model": ModelConfig, "optim": OptimConfig, "data": DataConfig, "decode": DecodeConfig,
-            "run": RunConfig, "multitask": MultitaskConfig}
 
 
 def _finite(prefix: str, node) -> None:
@@ -254,6 +105,9 @@ def validate(cfg: DictConfig) -> None:
     for name, cls in SECTIONS.items():
         check_section(name, cls, cfg[name])
     m, d, r = cfg.model, cfg.data, cfg.run
+    if m.d_model % 2:
+        raise ConfigError(f"model.d_model={m.d_model}: must be an even number (the sinusoidal positions "
+                          f"pair a sine and a cosine per frequency), e.g. {m.d_model + 1}")
     if m.d_model % m.heads:
         divisors = [h for h in range(1, min(m.d_model, 64) + 1) if m.d_model % h == 0]
         raise ConfigError(f"model.heads={m.heads}: must divide model.d_model={m.d_model} "
@@ -263,9 +117,43 @@ def validate(cfg: DictConfig) -> None:
                           "(a longer training pair would not fit the model's positions)")
     for name, member in (cfg.tasks or {}).items():
         check_section(f"tasks.{name}", MemberConfig, member)
+        for key, (lo, hi) in (("weight", WEIGHT_RANGE), ("select", (0, WEIGHT_RANGE[1]))):
+            if not lo <= member[key] <= hi:
+                raise ConfigError(f"tasks.{name}.{key}={member[key]!r}: must be in [{lo:g}, {hi:g}] (weights "
+                                  "are relative: beyond that the sampling probabilities overflow)")
+    if cfg.tasks is not None and cfg.multitask.temperature < MIN_TEMPERATURE:
+        raise ConfigError(f"multitask.temperature={cfg.multitask.temperature!r}: must be >= {MIN_TEMPERATURE} "
+                          "(a member's n^(1/temperature) overflows below that)")
     if r.average_last > r.keep_last:
         raise ConfigError(f"run.average_last={r.average_last}: must be <= run.keep_last={r.keep_last} "
                           "(only the kept checkpoints can be averaged)")
+    _check_device(str(r.device))
+
+
+#: multi-task sampling, p_k ~ weight_k * n_k^(1/T) in float64 (s2s.core.schedule): with n_k up to
+#: 10^12 pairs, 1/T * ln(10^12) + ln(weight) stays far below ln(float64 max) ~ 709.8
+MIN_TEMPERATURE = 0.05
+WEIGHT_RANGE = (1e-6, 1e6)
+
+
+def _check_device(device: str) -> None:
+    """run.device names a device this build of torch has (torch is imported only to ask)."""
+    if device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            why = "this torch build has no CUDA" if torch.version.cuda is None else "torch sees no CUDA device"
+            raise ConfigError(f"run.device={device!r}: {why}; use run.device=cpu (or auto)")
+        index = int(device.partition(":")[2] or 0)
+        if index >= torch.cuda.device_count():
+            raise ConfigError(f"run.device={device!r}: there are {torch.cuda.device_count()} CUDA devices "
+                              f"(cuda:0 .. cuda:{torch.cuda.device_count() - 1})")
+    elif device == "mps":
+        import torch
+
+        if not torch.backends.mps.is_available():
+            raise ConfigError(f"run.device={device!r}: this machine or torch build has no MPS device; "
+                              "use run.device=cpu (or auto)")
 
 
 def load_config(preset: str | Path | None, overrides: list[str] = (), task_config_cls=None,
@@ -273,33 +161,18 @@ def load_config(preset: str | Path | None, overrides: list[str] = (), task_confi
     """Merge preset YAML and `key=value` overrides over the defaults and validate everything.
 
     The task section is checked against the `Config` dataclass of the task that `task.name`
-    names, found through `registry` (a `s2s.core.registry.Registry`).
+    names, found through `registry` (a `s2s.core.registry.Registry`). Override values are
+    typed by their field's declared type (see the module docstring).
     """
-    raw = OmegaConf.create()
+    data: dict = {}
     if preset is not None:
         path = preset_path(str(preset))
-        try:
-            raw = OmegaConf.load(path)
-        except Exception as e:  # yaml errors carry the line
-            mark = getattr(e, "problem_mark", None)
-            where = f"{path}, line {mark.line + 1}" if mark is not None else str(path)
-            what = getattr(e, "problem", None) or (str(e).splitlines() or [type(e).__name__])[0]
-            raise ConfigError(f"cannot read preset {where}: {what}") from None
+        raw = _load_yaml(path)
         if not isinstance(raw, DictConfig):
             raise ConfigError(f"preset {path} must be a mapping of sections")
-    try:
-        cli = OmegaConf.from_dotlist(list(overrides))
-    except Exception as e:
-        raise ConfigError(f"bad override in {list(overrides)}: {str(e).splitlines()[0]}") from None
-    for key, value in cli.items():  # a whole section set to a value: `run=[]`, `model=3`
-        if not isinstance(value, DictConfig) and isinstance(raw.get(key), DictConfig):
-            raise ConfigError(f"{key}={value}: '{key}' is a section; "
-                              f"set its keys ({key}.KEY=VALUE)")
-    try:
-        raw = OmegaConf.merge(raw, cli)
-    except (OmegaConfBaseException, TypeError, ValueError) as e:
-        raise ConfigError(f"bad override in {list(overrides)}: {(str(e).splitlines() or [''])[0]}") from None
-    data = OmegaConf.to_container(raw, resolve=False)
+        data = OmegaConf.to_container(raw, resolve=False)
+    for item in overrides:
+        add_override(data, item)
 
     schema = OmegaConf.structured(Config)
     top = [k for k in schema.keys()]
@@ -308,8 +181,9 @@ def load_config(preset: str | Path | None, overrides: list[str] = (), task_confi
             raise ConfigError(f"unknown config section '{key}'{_nearest(key, top)}")
         if key not in ("task", "tasks"):
             if not isinstance(value, dict):
-                raise ConfigError(f"config section '{key}' must be a mapping, got {value!r}")
+                raise ConfigError(f"config section '{key}' must be a mapping, got {plain(value)!r}")
             _check_keys(key, value, schema[key])
+            data[key] = expand_paths(typed_section(key, value, SECTIONS[key]), SECTIONS[key])
     members = data.pop("tasks", None)
     task_data = data.pop("task", None)
     if members is not None:
@@ -317,6 +191,8 @@ def load_config(preset: str | Path | None, overrides: list[str] = (), task_confi
             raise ConfigError("the config has both 'task' (one task) and 'tasks' (a multi-task run); keep one")
         members = _members(members, registry, task_config_cls)
     else:
+        if task_data is not None and not isinstance(task_data, dict):
+            raise ConfigError(f"config section 'task' must be a mapping, got {plain(task_data)!r}")
         task_cfg = _task_section(dict(task_data or {}), "task", registry, task_config_cls)
 
     merged = _merge(schema, "", data)
@@ -331,20 +207,43 @@ def load_config(preset: str | Path | None, overrides: list[str] = (), task_confi
     return merged
 
 
+def single_task(cfg: DictConfig, what: str) -> DictConfig:
+    """`cfg` itself when it has one task; a multi-task config fails naming its members (for a
+    command that needs one task, e.g. `s2s score`)."""
+    if cfg.tasks is None:
+        return cfg
+    members = ", ".join(f"{name} ({m.task.name})" for name, m in cfg.tasks.items())
+    raise ConfigError(f"{what} is a multi-task config (members {members}); name one member's task or "
+                      "its single-task preset instead")
+
+
+def _load_yaml(path: Path, context: str = ""):
+    """A YAML preset; a file that cannot be read or parsed is a ConfigError naming it (and the line)."""
+    try:
+        return OmegaConf.load(path)
+    except Exception as e:  # noqa: BLE001 -- yaml errors carry the line; OSError the reason
+        mark = getattr(e, "problem_mark", None)
+        where = f"{path}, line {mark.line + 1}" if mark is not None else str(path)
+        what = getattr(e, "problem", None) or getattr(e, "strerror", None) or \
+            (str(e).splitlines() or [type(e).__name__])[0]
+        raise ConfigError(f"{context}cannot read preset {where}: {what}") from None
+
+
 def _task_section(task_data: dict, where: str, registry, task_config_cls=None) -> DictConfig:
     """The task section `task_data` (with its `name`) checked against its task's Config."""
     name = task_data.pop("name", None)
     if name is None:
         raise ConfigError(f"the config names no task: set '{where}.name' (see `s2s tasks`)")
-    if not isinstance(name, str):
-        raise ConfigError(f"{where}.name={name!r}: must be a task name (see `s2s tasks`)")
+    if isinstance(name, dict) or not isinstance(name, str):
+        raise ConfigError(f"{where}.name={plain(name)!r}: must be a task name (see `s2s tasks`)")
     if task_config_cls is None:
-        task_config_cls = registry.get(name).Config
+        task_config_cls = registry.get(str(name)).Config
     task_schema = OmegaConf.structured(task_config_cls)
     _check_keys(where, task_data, task_schema)
+    task_data = expand_paths(typed_section(where, task_data, task_config_cls), task_config_cls)
     section = _merge(task_schema, f"{where}.", task_data)
     check_section(where, task_config_cls, section)  # the ranges the task declares beside its fields
-    return OmegaConf.merge({"name": name}, section)
+    return OmegaConf.merge({"name": plain(name)}, section)
 
 
 def _members(members, registry, task_config_cls=None) -> dict:
@@ -358,28 +257,27 @@ def _members(members, registry, task_config_cls=None) -> dict:
         if not _MEMBER_NAME.fullmatch(str(name)):
             raise ConfigError(f"{where}: a member name is letters, digits, '_', '.' or '-' (it names files)")
         if not isinstance(member, dict):
-            raise ConfigError(f"{where} must be a mapping (preset, task, weight, select), got {member!r}")
+            raise ConfigError(f"{where} must be a mapping (preset, task, weight, select), got {plain(member)!r}")
         _check_keys(where, member, schema)
         section = {}
         if member.get("preset"):
-            preset = OmegaConf.to_container(OmegaConf.load(preset_path(str(member["preset"]))))
+            ref = str(member["preset"])
+            try:
+                path = preset_path(ref)
+            except ConfigError as e:
+                raise ConfigError(f"{where}.preset={ref!r}: {e}") from None
+            preset = OmegaConf.to_container(_load_yaml(path, f"{where}.preset={ref!r}: "))
             if not isinstance(preset, dict) or not isinstance(preset.get("task"), dict):
-                raise ConfigError(f"{where}.preset={member['preset']!r}: not a single-task preset "
+                raise ConfigError(f"{where}.preset={ref!r}: not a single-task preset "
                                   "(it has no task section)")
             section = dict(preset["task"])
         if not isinstance(member.get("task", {}), dict):
             raise ConfigError(f"{where}.task must be a task section (a mapping)")
         section.update(member.get("task") or {})
         task = _task_section(section, f"{where}.task", registry, task_config_cls)
-        rest = _merge(schema, f"{where}.", {k: v for k, v in member.items() if k not in ("task", "preset")})
+        rest = typed_section(where, {k: v for k, v in member.items() if k not in ("task", "preset")}, MemberConfig)
+        rest = _merge(schema, f"{where}.", rest)
         # the task section is complete now: the run's config.yaml no longer needs the preset
         out[str(name)] = {"preset": "", "task": OmegaConf.to_container(task), "weight": rest.weight,
                           "select": rest.select}
     return out
-
-
-def task_section(section: DictConfig) -> DictConfig:
-    """A task section without its `name`, as the task's Config expects it."""
-    section = OmegaConf.to_container(section)
-    section.pop("name", None)
-    return OmegaConf.create(section)

@@ -21,11 +21,7 @@ checkpoint_average.pt, else the newest checkpoint: `checkpoint.tested`) and writ
   our float32 one by up to 3e-5 at position 1023. Marian has no pre-norm form, so a pre-norm
   model is refused.
 
-`translate_ctranslate2` and `translate_huggingface` decode source lines with an export using
-the task's settings, the way `s2s generate` does: the per-sentence maximum length
-int(a*|x| + b) (|x| with its EOS), PAD and BOS never generated. Greedy search gives the same
-tokens as `s2s generate --beam 1`; beam search in those tools scores hypotheses with their own
-length penalty and stopping rule, so beam outputs may differ.
+`s2s.core.deployed` decodes source lines with an export the way `s2s generate` does.
 
 Every export folder holds `s2s_export.json` (MARKER): the format, the source run and the files
 written. `--force` replaces a folder only when it is empty or holds one such export and nothing
@@ -38,12 +34,11 @@ import json
 import os
 import shutil
 from pathlib import Path
-from typing import Sequence
 
 import torch
 from omegaconf import OmegaConf
 
-from .config import ModelConfig
+from .settings import ModelConfig
 from .errors import ExportError
 from .files import remove_stale_temporaries
 from .model import Transformer
@@ -153,7 +148,7 @@ def load_safetensors(directory) -> Transformer:
 
 
 # -- vocabularies ----------------------------------------------------------------------------
-def _tokenizers(task):
+def tokenizers_of(task):
     try:
         src, tgt = task.tokenizers()
     except NotImplementedError as e:
@@ -213,7 +208,7 @@ def to_ctranslate2(model: Transformer, task, out: Path, quantization: str | None
         spec.decoder.projection.weight = spec.decoder.embeddings.weight  # tied: stored once
     else:  # a separate target vocabulary has its own projection (model.tie_output)
         spec.decoder.projection.weight = _numpy(model.out.weight)
-    src, tgt = _tokenizers(task)
+    src, tgt = tokenizers_of(task)
     spec.register_source_vocabulary(tokens_of(src))
     spec.register_target_vocabulary(tokens_of(tgt))
     for key, value in (("unk_token", SPECIALS[UNK]), ("bos_token", SPECIALS[BOS]), ("eos_token", SPECIALS[EOS])):
@@ -244,38 +239,6 @@ def _ct2_attention(spec, attn, norm, self_attention: bool) -> None:
         lin_spec.weight, lin_spec.bias = fuse(*group)
     _ct2_linear(spec.linear[-1], attn.w_o)
     _ct2_norm(spec.layer_norm, norm)
-
-
-def translate_ctranslate2(translator, task, sources: Sequence[str], settings, beam: int | None = None,
-                          max_batch_size: int = 128, max_positions: int | None = None) -> list[list[int]]:
-    """Target ids (no specials) for each source line, decoded by a ctranslate2.Translator over an
-    export, with the task's settings and `s2s generate`'s maximum lengths; `beam` overrides
-    settings.beam; `max_positions`: the model's, which also bounds the length. One batch decodes to its longest sentence's limit; greedy search is
-    prefix-consistent, so cutting each sentence at its own limit gives what a search with that
-    limit gives."""
-    src, tgt = _tokenizers(task)
-    src_tokens = tokens_of(src)
-    tgt_ids = {t: i for i, t in enumerate(tokens_of(tgt))}
-    ids = task.encode_source(list(sources))
-    order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
-    out: list[list[int]] = [[] for _ in ids]
-    beam = settings.beam if beam is None else beam
-    for start in range(0, len(order), max_batch_size):
-        batch = order[start:start + max_batch_size]
-        limits = [max_len(len(ids[i]) + 1, settings, max_positions) for i in batch]
-        results = translator.translate_batch(
-            [[src_tokens[t] for t in ids[i]] for i in batch], beam_size=beam, length_penalty=settings.alpha,
-            max_decoding_length=max(limits) + 1, min_decoding_length=0, max_input_length=0,
-            suppress_sequences=[[SPECIALS[PAD]], [SPECIALS[BOS]]])
-        for i, limit, r in zip(batch, limits, results):
-            out[i] = [tgt_ids[t] for t in r.hypotheses[0]][:limit]
-    return out
-
-
-def max_len(src_len: int, settings, max_positions: int | None = None) -> int:
-    """The engine's maximum output length for a source of src_len tokens (EOS included)."""
-    n = int(settings.max_len_a * src_len + settings.max_len_b)
-    return max(0, n if max_positions is None else min(n, max_positions - 1))
 
 
 # -- Hugging Face ----------------------------------------------------------------------------
@@ -313,7 +276,7 @@ def to_huggingface(model: Transformer, cfg, task, out: Path) -> None:
         decoder_start_token_id=BOS, bos_token_id=BOS, eos_token_id=EOS, pad_token_id=PAD,
         num_beams=1, do_sample=False, suppress_tokens=[PAD, BOS], max_length=m.max_positions)
     hf.save_pretrained(str(out))
-    src, tgt = _tokenizers(task)
+    src, tgt = tokenizers_of(task)
     hf_tokenizer(src, source=True).save_pretrained(str(out))
     if not shared:
         hf_tokenizer(tgt, source=False).save_pretrained(str(out / "target_tokenizer"))
@@ -384,27 +347,3 @@ def hf_tokenizer(tokenizer, source: bool):
                                                            special_tokens=[(SPECIALS[EOS], EOS)])
     return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token=SPECIALS[PAD], bos_token=SPECIALS[BOS],
                                    eos_token=SPECIALS[EOS], unk_token=SPECIALS[UNK], split_special_tokens=True)
-
-
-def translate_huggingface(hf_model, task, sources: Sequence[str], settings, max_batch_size: int = 64) -> list[list[int]]:
-    """Target ids (no specials) for each source line, greedy, with `s2s generate`'s maximum
-    lengths (a batch decodes to its longest limit; each sentence is cut at its own)."""
-    ids = task.encode_source(list(sources))
-    order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
-    out: list[list[int]] = [[] for _ in ids]
-    positions = hf_model.config.max_position_embeddings
-    for start in range(0, len(order), max_batch_size):
-        batch = order[start:start + max_batch_size]
-        limits = [max_len(len(ids[i]) + 1, settings, positions) for i in batch]
-        width = max(len(ids[i]) for i in batch) + 1
-        src = torch.full((len(batch), width), PAD, dtype=torch.long)
-        for row, i in enumerate(batch):
-            src[row, :len(ids[i]) + 1] = torch.tensor(ids[i] + [EOS])
-        with torch.inference_mode():
-            gen = hf_model.generate(input_ids=src, attention_mask=src.ne(PAD), num_beams=1, do_sample=False,
-                                    max_length=max(limits) + 2, min_length=0)  # the start token counts
-        for i, limit, row in zip(batch, limits, gen.tolist()):
-            hyp = row[1:]
-            hyp = hyp[:hyp.index(EOS)] if EOS in hyp else hyp
-            out[i] = [t for t in hyp if t != PAD][:limit]
-    return out

@@ -11,9 +11,8 @@ from pathlib import Path
 from typing import Sequence
 
 import numpy as np
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
-from .config import task_section
 from .data import prepare as prepare_data
 from .errors import ConfigError, DataError, TrainingError
 from .idspace import N_SPECIAL, IdMap, MappedConstraint, join
@@ -71,6 +70,13 @@ class Member:
 
     def score(self, hypotheses, references, sources=None):
         return self.task.score(hypotheses, references, sources)
+
+
+def task_section(section: DictConfig) -> DictConfig:
+    """A task section without its `name`, as the task's Config expects it."""
+    section = OmegaConf.to_container(section)
+    section.pop("name", None)
+    return OmegaConf.create(section)
 
 
 def build_task(section, registry) -> Task:

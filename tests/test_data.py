@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from s2s.core.config import DataConfig
+from s2s.core.settings import DataConfig
 from s2s.core.data import epoch_batches, prepare, token_batches
 from s2s.core.errors import DataError
 from s2s.core.vocab import BOS, EOS, PAD

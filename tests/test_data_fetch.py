@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from conftest import MULTI30K, NLTK_DATA, corpus
-from s2s.core.config import load_config, task_section
+from s2s.core.config import load_config
+from s2s.core.members import task_section
 from s2s.core.errors import DataError
 from s2s.data_recipes import data_home, multi30k, treebank
 from s2s.data_recipes.__main__ import main as fetch_main

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from s2s.core.config import ModelConfig
+from s2s.core.settings import ModelConfig
 from s2s.core.decoding import generate, length_penalty, top_k
 from s2s.core.model import Transformer
 from s2s.core.task import Constraint

@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 
 from s2s.core.cli import main
 from s2s.core.checks import declared
-from s2s.core.config import SECTIONS, load_config
+from s2s.core.config import load_config
+from s2s.core.settings import SECTIONS
 from s2s.core.errors import ConfigError
 from s2s.core.registry import Registry
 from s2s.core.errors import RegistryError

@@ -9,7 +9,8 @@ import torch
 from omegaconf import OmegaConf
 
 from s2s.core import checkpoint
-from s2s.core.config import ModelConfig, load_config
+from s2s.core.config import load_config
+from s2s.core.settings import ModelConfig
 from s2s.core.decoding import generate
 from s2s.core.model import Transformer
 from s2s.core.train import train

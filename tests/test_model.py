@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from s2s.core.config import ModelConfig
+from s2s.core.settings import ModelConfig
 from s2s.core.model import Transformer
 from s2s.core.vocab import BOS, PAD
 

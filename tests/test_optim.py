@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from s2s.core.config import ModelConfig
+from s2s.core.settings import ModelConfig
 from s2s.core.model import Transformer
 from s2s.core.loss import label_smoothed_loss
 from s2s.core.optim import lrate

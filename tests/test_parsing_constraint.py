@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
-from s2s.core.config import ModelConfig
+from s2s.core.settings import ModelConfig
 from s2s.core.decoding import generate
 from s2s.core.inference import source_batch
 from s2s.core.model import Transformer

@@ -10,7 +10,7 @@ import torch
 
 from s2s.core import precision
 from s2s.core.decoding import generate
-from s2s.core.config import ModelConfig
+from s2s.core.settings import ModelConfig
 from s2s.core.model import Transformer
 
 

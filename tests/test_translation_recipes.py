@@ -10,7 +10,8 @@ from omegaconf import OmegaConf
 from conftest import MULTI30K, corpus
 from s2s.data_recipes import parallel_text, wmt14
 from s2s.plugins.translation import TranslationConfig, TranslationTask
-from s2s.core.config import load_config, task_section
+from s2s.core.config import load_config
+from s2s.core.members import task_section
 from s2s.core.errors import DataError
 
 HUB_SPLITS = {"train": 300, "validation": 20, "test": 30}

@@ -52,7 +52,7 @@ _WORD_CLOSER = re.compile(r"[^\s()]\)")  # "The)": the end of a pre-terminal
 class ParsingConfig(TaskConfig):
     corpus: str = setting("wsj", one_of(*CORPORA))
     # wsj: the LDC99T42 copy (holding parsed/mrg/wsj/00 .. 24) and the sections of each split
-    wsj_root: str = ""
+    wsj_root: str = setting("", path=True)  # a leading ~ is expanded, as in every path setting
     wsj_train: str = "02-21"
     wsj_valid: str = "22"
     wsj_test: str = "23"
@@ -60,11 +60,11 @@ class ParsingConfig(TaskConfig):
     # nltk_data, where nltk.download("treebank") fetches it once when absent)
     nltk_data: str = ""
     # lines: one bracketed tree per line
-    train_file: str = ""
-    valid_file: str = ""
-    test_file: str = ""
+    train_file: str = setting("", path=True)
+    valid_file: str = setting("", path=True)
+    test_file: str = setting("", path=True)
     # semi-supervised: extra training trees, one per line (same form as the gold trees)
-    silver_trees: str = ""
+    silver_trees: str = setting("", path=True)
     # preprocessing (data_recipes.treebank.Preprocessing)
     remove_empty: bool = True  # drop -NONE- elements and the phrases left empty
     strip_functions: bool = True  # NP-SBJ-1 -> NP

@@ -2,7 +2,8 @@
 
 Modules: `task` (the Task and its config), `tokenizer` (byte-level BPE / word-piece with exact
 detokenisation), `metrics` (sacreBLEU, the paper's tokenised BLEU, chrF), `moses` (the word
-tokeniser and compound splitting behind tokenised BLEU). Recipes live in `data_recipes`.
+tokeniser and compound splitting behind tokenised BLEU), `languages` (the ISO 639-1 codes
+src_lang / tgt_lang may take). Recipes live in `data_recipes`.
 """
 from .task import TranslationConfig, TranslationTask
 

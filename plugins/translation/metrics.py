@@ -6,6 +6,8 @@ default 13a tokenisation, printed with its signature so it can be compared acros
 Moses-style tokenisation of both sides (`moses.tokenize`), hyphenated compounds split into
 `##AT##-##AT##`, then corpus BLEU on those tokens with no further tokenisation and no smoothing,
 as `multi-bleu.perl` computes it. It usually reads higher than `bleu` on the same output.
+Its signature names the Moses rules used: `tok:moses-fr+atat` for a language with rules of its
+own (`moses.RULES`), `tok:moses-generic+atat` for any other.
 """
 from __future__ import annotations
 
@@ -41,7 +43,8 @@ def bleu_tok(hypotheses: Sequence[str], references: Sequence[str], lang: str = "
     prep = lambda line: moses.split_compounds(moses.tokenize(line, lang))  # noqa: E731
     metric = BLEU(tokenize="none", smooth_method="none", force=True)
     score = metric.corpus_score([prep(h) for h in hyps], [[prep(r) for r in refs]])
-    score.signature = str(metric.get_signature()).replace("tok:none", f"tok:moses-{lang}+atat")
+    rules = lang if lang in moses.RULES else "generic"  # no rules of its own: the generic ones
+    score.signature = str(metric.get_signature()).replace("tok:none", f"tok:moses-{rules}+atat")
     return score
 
 

@@ -39,6 +39,10 @@ NONBREAKING = {
 }
 
 
+#: the languages with rules of their own (abbreviations and/or apostrophes); others get the generic ones
+RULES = frozenset(NONBREAKING) | {"it", "ca", "ga"}
+
+
 def tokenize(text: str, lang: str = "en") -> str:
     """`text` split into space-separated Moses-style tokens for language `lang` (ISO 639-1)."""
     text = re.sub(r"[\x00-\x1f]", "", re.sub(r"\s+", " ", f" {text} "))

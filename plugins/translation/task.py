@@ -8,6 +8,7 @@ exact, so hypotheses are scored as plain text.
 """
 from __future__ import annotations
 
+import logging
 import tempfile
 from dataclasses import dataclass
 from itertools import islice
@@ -19,18 +20,23 @@ from s2s.core.errors import ConfigError
 from s2s.core.task import DecodeDefaults, Score, Task, TaskConfig
 from s2s.core.errors import DataError
 
-from . import metrics
-from .tokenizer import MODELS, Subwords
+from . import metrics, moses
+from .languages import LANGUAGE, UNSEGMENTED
+from .tokenizer import MODELS, Subwords, smallest_vocab
+
+log = logging.getLogger(__name__)
 
 SOURCES = ("text", "wmt14", "multi30k")
 _BATCH = 1000
+_TOLD: set = set()  # the languages the log has already said something about
 
 
 @dataclass
 class TranslationConfig(TaskConfig):
     source: str = setting("text", one_of(*SOURCES))
-    src_lang: str = "en"
-    tgt_lang: str = "de"
+    # lower-case ISO 639-1 codes (languages.py); tokenised BLEU has rules of its own for some
+    src_lang: str = setting("en", LANGUAGE)
+    tgt_lang: str = setting("de", LANGUAGE)
     # source=text: {data_dir}/{prefix}.{lang}, plain or .gz; an empty test_prefix means no test split;
     # source=multi30k: the same files, fetched into ~/.cache/s2s/multi30k unless data_dir names a copy
     data_dir: str = ""
@@ -44,9 +50,32 @@ class TranslationConfig(TaskConfig):
     local_dir: str = ""
     # vocabulary
     tokenizer: str = setting("bpe", one_of(*MODELS))
-    vocab_size: int = 37_000
+    vocab_size: int = 37_000  # at least the specials and the bytes: 260 (bpe), 516 (wordpiece)
     shared_vocab: bool = True
     drop_empty: bool = True  # drop (and count) pairs with an empty side
+
+    @staticmethod
+    def check_relations(section, where: str) -> None:
+        """Two languages (WMT14: English and another; Multi30k, fetched: en, de, fr), and a
+        vocab_size at least what a byte-level vocabulary of `tokenizer` holds."""
+        src, tgt = section.src_lang, section.tgt_lang
+        if src == tgt:
+            raise ConfigError(f"{where}.src_lang and {where}.tgt_lang are both {src!r}")
+        if section.source == "wmt14" and not section.hub_config and "en" not in (src, tgt):
+            raise ConfigError(f"{where}.src_lang={src!r}, {where}.tgt_lang={tgt!r}: WMT14 pairs English "
+                              f"with another language (or set {where}.hub_config)")
+        if section.source == "multi30k" and not section.data_dir:
+            from s2s.data_recipes.multi30k import LANGS
+
+            for key, lang in (("src_lang", src), ("tgt_lang", tgt)):
+                if lang not in LANGS:
+                    raise ConfigError(f"{where}.{key}={lang!r}: Multi30k is fetched in {', '.join(LANGS)} "
+                                      f"(or set {where}.data_dir to a copy holding .{lang} files)")
+        smallest = smallest_vocab(section.tokenizer)
+        if section.vocab_size < smallest:
+            raise ConfigError(f"{where}.vocab_size={section.vocab_size}: must be >= {smallest} with "
+                              f"{where}.tokenizer={section.tokenizer} (the 4 specials and every byte"
+                              f"{' twice' if section.tokenizer == 'wordpiece' else ''})")
 
 
 class TranslationTask(Task):
@@ -65,6 +94,15 @@ class TranslationTask(Task):
             raise ConfigError(f"task.src_lang and task.tgt_lang are both {cfg.src_lang!r}")
         if cfg.source == "text" and not cfg.test_prefix:
             self.splits = ("train", "valid")
+        if cfg.tgt_lang not in moses.RULES and cfg.tgt_lang not in _TOLD:
+            _TOLD.add(cfg.tgt_lang)
+            log.info("task.tgt_lang=%s: tokenised BLEU (bleu_tok) uses the generic Moses rules, "
+                     "none of its own (signature tok:moses-generic+atat)", cfg.tgt_lang)
+        if cfg.tgt_lang in UNSEGMENTED and f"13a-{cfg.tgt_lang}" not in _TOLD:
+            _TOLD.add(f"13a-{cfg.tgt_lang}")
+            log.warning("task.tgt_lang=%s: sacreBLEU's 13a tokenisation does not split %s words; bleu "
+                        "and bleu_tok are not comparable with figures computed with a word segmenter "
+                        "(chrf is)", cfg.tgt_lang, cfg.tgt_lang)
 
     # -- data -------------------------------------------------------------------------------
     def read_split(self, split: str) -> Iterator[tuple[str, str]]:

@@ -36,6 +36,12 @@ SLICE = 2_000  # lines a thread encodes at a time
 ALPHABET = sorted(pre_tokenizers.ByteLevel.alphabet())
 
 
+def smallest_vocab(model: str) -> int:
+    """The fewest tokens a byte-level `model` vocabulary holds: the specials and every byte
+    (word-piece: every byte twice, word-initial and continuing)."""
+    return len(SPECIALS) + len(ALPHABET) * (2 if model == "wordpiece" else 1)
+
+
 class Subwords:
     """A trained subword vocabulary: lines to ids and ids back to the exact line."""
 
@@ -49,7 +55,7 @@ class Subwords:
         batches of lines."""
         if model not in MODELS:
             raise ValueError(f"subword model must be one of {', '.join(MODELS)}, got {model!r}")
-        smallest = len(SPECIALS) + len(ALPHABET) * (2 if model == "wordpiece" else 1)
+        smallest = smallest_vocab(model)
         if vocab_size < smallest:
             raise ValueError(f"a byte-level {model} vocabulary needs at least {smallest} tokens, got {vocab_size}")
         unk = SPECIALS[UNK]

@@ -1,0 +1,168 @@
+"""The settings of a run: one dataclass per component, each field with its default and the values
+it allows (`s2s.core.checks`). `s2s.core.config` loads them from a preset and the command line."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Optional
+
+from .checks import PROBABILITY, NOT_EMPTY, Allowed, above, at_least, in_range, setting
+
+_DEVICE = re.compile(r"auto|cpu|mps|cuda(:\d+)?")
+
+
+@dataclass
+class ModelConfig:
+    """The Transformer of section 3: N layers in each stack, d_model, d_ff, h heads, P_drop."""
+
+    layers: int = setting(6, at_least(1))
+    d_model: int = setting(512, at_least(1))
+    d_ff: int = setting(2048, at_least(1))
+    heads: int = setting(8, at_least(1))
+    dropout: float = setting(0.1, PROBABILITY)
+    attention_dropout: float = setting(0.0, PROBABILITY)
+    pre_norm: bool = False  # the paper is post-norm: LayerNorm(x + Dropout(Sublayer(x)))
+    # the pre-softmax projection is the target embedding: None = only with a shared vocabulary
+    # (section 3.4 ties all three); a small separate target vocabulary learns a little faster untied
+    tie_output: Optional[bool] = None
+    max_positions: int = setting(1024, at_least(2))
+
+
+@dataclass
+class OptimConfig:
+    """Adam and the warm-up schedule of section 5.3, label smoothing of 5.4.
+
+    lrate = lr_scale * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)
+    """
+
+    lr_scale: float = setting(1.0, above(0))
+    warmup: int = setting(4000, at_least(1))
+    beta1: float = setting(0.9, PROBABILITY)
+    beta2: float = setting(0.98, PROBABILITY)
+    eps: float = setting(1e-9, above(0))
+    weight_decay: float = setting(0.0, at_least(0))
+    clip_norm: float = setting(0.0, at_least(0, "0 = no clipping"))  # 0 = no clipping, as in the paper
+    label_smoothing: float = setting(0.1, PROBABILITY)
+    max_updates: int = setting(100_000, at_least(1))
+    update_freq: int = setting(1, at_least(1))  # gradient accumulation: batches per update
+
+
+@dataclass
+class DataConfig:
+    """Token-count batching: a batch holds about max_tokens source and max_tokens target tokens."""
+
+    max_tokens: int = setting(25_000, at_least(1))
+    max_len: int = setting(1024, at_least(1))  # pairs with a longer side (in tokens) are dropped from training
+    max_len_ratio: float = setting(0.0, Allowed(lambda v: v == 0 or v >= 1, "0 (no ratio filter) or a number >= 1"))  # 0 = no ratio filter; otherwise drop pairs with len ratio above it
+    cache_dir: str = setting(".cache/s2s", NOT_EMPTY, path=True)  # prepared data, keyed by the task section
+
+
+class Stop(str, Enum):
+    """Beam search's stopping rule (s2s.core.task.DecodeDefaults says what each means)."""
+
+    bound = "bound"
+    beam = "beam"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class SearchPrecision(str, Enum):
+    """The model search runs with (s2s.core.precision.for_inference): fp32, bf16, or dynamic
+    int8 linear layers (CPU)."""
+
+    fp32 = "fp32"
+    bf16 = "bf16"
+    int8 = "int8"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass
+class DecodeConfig:
+    """Decoding; None means the task's default."""
+
+    beam: Optional[int] = setting(None, at_least(1))
+    alpha: Optional[float] = setting(None, at_least(0))
+    max_len_a: Optional[float] = setting(None, at_least(0))
+    max_len_b: Optional[int] = setting(None, at_least(0))
+    stop: Optional[Stop] = None  # when beam search leaves a sentence: bound (exact) or beam (fairseq's)
+    max_sentences: int = setting(128, at_least(1))  # sentences decoded together
+    precision: SearchPrecision = SearchPrecision.fp32  # fp32 | bf16 | int8 (CPU): the model searched with
+
+
+class Precision(str, Enum):
+    """Arithmetic of training (s2s.core.precision says what each means): fp32, bf16 with fp32
+    master weights, fp16 autocast with dynamic loss scaling, or auto (bf16 where the device has
+    it natively, else fp32); any other value fails when the config is loaded."""
+
+    fp32 = "fp32"
+    bf16 = "bf16"
+    fp16 = "fp16"
+    auto = "auto"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+SEED_MAX = 2**32 - 1
+
+
+@dataclass
+class RunConfig:
+    """Where and how a run happens, and how often it validates, logs and saves."""
+
+    dir: str = setting("runs/default", NOT_EMPTY, path=True)
+    seed: int = setting(1, in_range(0, SEED_MAX, "a whole number"))  # numpy's and torch's seed range
+    device: str = setting("auto", Allowed(lambda v: bool(_DEVICE.fullmatch(str(v))), "auto, cpu, mps, cuda or cuda:N"))  # auto | cpu | cuda | cuda:N
+    threads: int = setting(0, at_least(0, "0 = torch's default"))  # torch intra-op threads on CPU; 0 = torch's default
+    precision: Precision = Precision.fp32  # fp32 | bf16 | fp16 | auto; fp32 unless you ask
+    log_interval: int = setting(100, at_least(1))
+    valid_interval: int = setting(1000, at_least(1))  # updates between validations (loss and task metric; the best model is kept)
+    valid_max_sentences: int = setting(0, at_least(0, "0 = all"))  # decode at most this many dev sentences for the metric (0 = all)
+    save_interval: int = setting(1000, at_least(1))  # updates between checkpoints
+    max_minutes: float = setting(0.0, at_least(0, "0 = off"))  # also stop after this many minutes of training, across resumes (0 = off)
+    save_minutes: float = setting(0.0, at_least(0, "0 = off"))  # also save when this many minutes passed since the last save (0 = off)
+    keep_last: int = setting(5, at_least(1))  # checkpoints kept
+    average_last: int = setting(0, at_least(0, "0 = none"))  # at the end, average the last K checkpoints (0 = none); tested unless the best validated model scores higher on dev
+    max_nonfinite: int = setting(10, at_least(1))  # stop after this many non-finite updates in a row
+    quiet: bool = False
+
+
+@dataclass
+class MultitaskConfig:
+    """Several tasks in one model (`tasks`, see s2s.core.members): update u trains one member,
+    drawn with probability proportional to weight * (training pairs)^(1/temperature)."""
+
+    temperature: float = setting(1.0, above(0))  # 1: in proportion to size; larger: closer to uniform
+
+
+@dataclass
+class MemberConfig:
+    """One member of a multi-task preset: a task section, or a single-task preset whose task
+    section it takes (with `task` keys overriding it), a sampling weight and the weight of its
+    metric in the selection figure (the weighted mean of the members' primary figures)."""
+
+    preset: str = ""
+    task: Any = field(default_factory=dict)
+    weight: float = setting(1.0, above(0))
+    select: float = setting(1.0, at_least(0))
+
+
+@dataclass
+class Config:
+    task: Any = field(default_factory=dict)
+    tasks: Any = None  # multi-task: member name -> MemberConfig (then no `task` section)
+    multitask: MultitaskConfig = field(default_factory=MultitaskConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    decode: DecodeConfig = field(default_factory=DecodeConfig)
+    run: RunConfig = field(default_factory=RunConfig)
+
+
+#: the engine's sections, each checked against its dataclass's declared ranges
+SECTIONS = {"model": ModelConfig, "optim": OptimConfig, "data": DataConfig, "decode": DecodeConfig,
+            "run": RunConfig, "multitask": MultitaskConfig}
