@@ -40,7 +40,7 @@ from s2s.core.inference import load_for_inference  # noqa: E402
 from s2s.core.config import load_config  # noqa: E402
 from s2s.core.data import prepare  # noqa: E402
 from s2s.core.inference import hypotheses  # noqa: E402
-from s2s.core.task import decode_settings  # noqa: E402
+from s2s.core.members import decode_settings  # noqa: E402
 from s2s.core.members import data_config  # noqa: E402
 from s2s.core.registry import Registry  # noqa: E402
 from s2s.core.runlog import read_metrics  # noqa: E402

@@ -66,11 +66,12 @@ def load(preset: str, run: str | None, cache_dir: str):
     from s2s.core.inference import load_for_inference, run_dir_of
     from s2s.core.config import load_config
     from s2s.core.data import prepare
-    from s2s.core.task import decode_settings
+    from s2s.core.members import decode_settings
     from s2s.core.registry import Registry
     from s2s.core.members import Member, build_task
     from s2s.core.runlog import read_metrics
-    from s2s.core.members import build_model
+    from s2s.core.idspace import join
+    from s2s.core.model import Transformer
 
     registry = Registry.installed()
     if run:
@@ -94,7 +95,7 @@ def load(preset: str, run: str | None, cache_dir: str):
         task = build_task(cfg.task, registry)
         prepare(task, cfg.data, quiet=True)  # the tokenizer (cached)
         torch.manual_seed(cfg.run.seed)
-        model = build_model(cfg, [Member(task.name, task)]).eval()
+        model = Transformer(cfg.model, *join([Member(task.name, task)])).eval()
         desc = {"model": "untrained (random initialisation): hypotheses run to the maximum length"}
     desc.update(preset=preset, parameters=model.num_parameters(), layers=cfg.model.layers,
                 d_model=cfg.model.d_model, src_vocab=task.src_vocab_size, tgt_vocab=task.tgt_vocab_size)

@@ -53,14 +53,16 @@ def pair_flops(common: list[str]) -> tuple[float, dict]:
     from s2s.core.config import load_config
     from s2s.core.data import prepare
     from s2s.core.registry import Registry
-    from s2s.core.members import Member, build_model, build_task
+    from s2s.core.idspace import join
+    from s2s.core.members import Member, build_task
+    from s2s.core.model import Transformer
 
     registry = Registry.installed()
     cfg = load_config(PRESET, common, registry=registry)
     task = build_task(cfg.task, registry)
     train = prepare(task, cfg.data, quiet=True).splits["train"]
     with torch.device("meta"):  # the run's model, its shapes only
-        net = build_model(cfg, [Member(task.name, task)])
+        net = Transformer(cfg.model, *join([Member(task.name, task)]))
     total = net.flops(train.src_lens, train.tgt_lens)
     m = cfg.model
     model = {"layers": m.layers, "d_model": m.d_model, "d_ff": m.d_ff, "heads": m.heads,

@@ -121,9 +121,9 @@ def resume(run_dir: Path, group) -> tuple[dict | None, Path | None]:
             raise TrainingError(
                 f"{run_dir} has trained before ({', '.join(history[:3])}) but holds no readable checkpoint "
                 f"in {checkpoint_dir(run_dir)}: restore one, or train in a new run.dir")
+        return None if found[1] is None else str(found[1])
 
-    group.agreed(pick, rank0_only=True)
-    path = group.from_rank0(None if found[1] is None else str(found[1]))
+    path = group.agreed(pick, rank0_only=True)
     if path is None:
         return None, None
     return (found[0] if group.rank == 0 else load(path)), Path(path)
@@ -147,6 +147,36 @@ def tested(run_dir: Path) -> tuple[dict, Path] | tuple[None, None]:
     if (run_dir / AVERAGE).is_file():
         return load(run_dir / AVERAGE), run_dir / AVERAGE
     return load_latest(run_dir)
+
+
+def tokenizer_files(state: dict) -> dict:
+    """The vocabulary files a checkpoint was trained with, {path in the run directory: sha256}
+    ({} for a checkpoint that records none)."""
+    tokenizer = state.get("tokenizer")
+    files = tokenizer.get("files") if isinstance(tokenizer, dict) else None
+    return dict(files) if isinstance(files, dict) else {}
+
+
+def check_tokenizer_files(state: dict, run_dir: Path, path: Path) -> None:
+    """A CheckpointError naming the first vocabulary file recorded in `state` (the checkpoint at
+    `path`) that is missing from `run_dir` or whose SHA-256 differs: with another vocabulary the
+    model's rows are other words."""
+    from .files import sha256
+
+    for name, digest in sorted(tokenizer_files(state).items()):
+        file = Path(run_dir) / name
+        if not file.is_file():
+            raise CheckpointError(f"{file} is missing: checkpoint {path} was trained with it (the vocabulary "
+                                  "of its rows); restore it from a copy of the run directory")
+        try:
+            now = sha256(file)
+        except OSError as e:
+            raise CheckpointError(f"{file}: cannot read the vocabulary checkpoint {path} was trained with: "
+                                  f"{e.strerror or e}") from None
+        if now != digest:
+            raise CheckpointError(f"{file} differs from the vocabulary checkpoint {path} was trained with "
+                                  f"(sha256 {now[:12]}..., not {str(digest)[:12]}...): its rows would be other "
+                                  "words; restore the file the run wrote")
 
 
 def average(paths: list[Path]) -> dict:

@@ -13,11 +13,16 @@ A field may also be a path (`setting("", path=True)`; by default a field whose n
 `_dir`, or is `nltk_data`): a leading `~` is expanded when the config loads. A config dataclass
 may check relations between its own fields in a static method `check_relations(section, where)`
 that raises `ConfigError` (e.g. translation's vocab_size against its tokenizer's smallest size).
+`validate` runs all of it over a loaded config, after it has been merged.
 """
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Iterator, NamedTuple
+import math
+from typing import Any, Callable, Iterable, Iterator, NamedTuple
+
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from .errors import ConfigError
 
@@ -33,16 +38,11 @@ class Allowed(NamedTuple):
 
 def setting(default: Any, allowed: Allowed | None = None, path: bool | None = None):
     """A dataclass field with its default and the values it allows; `path`: a file or folder
-    whose leading `~` is expanded (None: by its name, see `is_path`)."""
+    whose leading `~` is expanded (None: by its name, `*_dir` or `nltk_data`)."""
     metadata = {"allowed": allowed} if allowed else {}
     if path is not None:
         metadata["path"] = path
     return dataclasses.field(default=default, metadata=metadata)
-
-
-def is_path(f: dataclasses.Field) -> bool:
-    """Whether field `f` names a file or folder: declared so, or named `*_dir` or `nltk_data`."""
-    return f.metadata.get("path", f.name.endswith("_dir") or f.name == "nltk_data")
 
 
 def in_range(lo, hi, what: str = "a number") -> Allowed:
@@ -92,3 +92,24 @@ def check_section(where: str, cls, section) -> None:
     relations = getattr(cls, "check_relations", None)
     if callable(relations):
         relations(section, where)
+
+
+def validate(cfg, sections: Iterable[tuple[str, type, Any]]) -> None:
+    """No NaN or infinity anywhere in `cfg`, then every (key prefix, dataclass, section) of
+    `sections`: its declared ranges and its relations (`check_section`)."""
+    try:
+        _finite("", OmegaConf.to_container(cfg, resolve=True))
+    except OmegaConfBaseException as e:  # an interpolation that does not resolve
+        key = getattr(e, "full_key", None) or "?"
+        raise ConfigError(f"bad value for '{key}': {str(getattr(e, 'msg', e)).splitlines()[0]}") from None
+    for where, cls, section in sections:
+        check_section(where, cls, section)
+
+
+def _finite(prefix: str, node) -> None:
+    items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+    for key, value in items:
+        dotted = f"{prefix}.{key}" if prefix else str(key)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"{dotted}={value}: must be a finite number")
+        _finite(dotted, value)

@@ -1,4 +1,4 @@
-"""The `s2s` command: tasks, prepare, train, generate, score, average, export, plot, quickstart."""
+"""The `s2s` command: tasks, prepare, train, generate, score, average, export, plot, sweep, attention, quickstart."""
 from __future__ import annotations
 
 import argparse
@@ -23,10 +23,13 @@ def _registry(args):
     return Registry.installed(args.plugin or [])
 
 
-def _config(args, registry):
+def _config(args):
+    """(config, registry) of a command that takes PRESET [key=value ...]."""
     from .config import load_config
+    from .registry import Registry
 
-    return load_config(args.preset, args.overrides, registry=registry)
+    registry = Registry.installed(args.plugin or [])
+    return load_config(args.preset, args.overrides, registry=registry), registry
 
 
 def cmd_tasks(args) -> int:
@@ -44,8 +47,7 @@ def cmd_prepare(args) -> int:
     from .data import prepare
     from .members import build_task
 
-    reg = _registry(args)
-    cfg = _config(args, reg)
+    cfg, reg = _config(args)
     task = build_task(cfg.task, reg)
     prepared = prepare(task, cfg.data, quiet=args.quiet)
     for name, split in prepared.splits.items():
@@ -57,8 +59,7 @@ def cmd_prepare(args) -> int:
 
 
 def cmd_train(args) -> int:
-    reg = _registry(args)
-    cfg = _config(args, reg)  # a bad setting fails here, before torch is even imported
+    cfg, reg = _config(args)  # a bad setting fails here, before torch is even imported
     if args.print_config:
         print(OmegaConf.to_yaml(cfg), end="")
         return 0
@@ -108,7 +109,7 @@ def _generate(args, stdout) -> int:
     from .files import remove_stale_temporaries, replacing
     from .inference import generate_lines, load_for_inference
     from .progress import progress
-    from .task import decode_settings
+    from .members import decode_settings
 
     reg = _registry(args)
     overrides = list(args.overrides)
@@ -229,17 +230,38 @@ def cmd_plot(args) -> int:
     return 0
 
 
+def cmd_sweep(args) -> int:
+    from . import sweep
+
+    variants = sweep.read_variants(args.variants) if args.variants else sweep.grid(args.grid)
+    budget = {"updates": args.budget_updates} if args.budget_updates is not None else {"minutes": args.budget_minutes}
+    plan = sweep.Sweep(args.preset, variants, budget, Path(args.dir), list(args.overrides), list(args.plugin or []))
+    if args.print_commands:
+        print("\n".join(sweep.commands(plan, _registry(args))))
+        return 0
+    print(sweep.table(sweep.run(plan, _registry(args), quiet=args.quiet)) + f"wrote {args.dir}/results.md, results.json, sweep_*.png")
+    return 0
+
+
+def cmd_attention(args) -> int:
+    from .attention_maps import draw_attention
+
+    for path in draw_attention(args.run_dir, _registry(args), args.input, args.output, args.task, args.layer,
+                               args.head, args.beam, args.overrides):
+        print(path)
+    return 0
+
+
 def cmd_quickstart(args) -> int:
     """Train the demo end to end and compare its held-out score with the copy baseline."""
     import time
 
     from .inference import load_for_inference, translate
-    from .task import decode_settings
+    from .members import decode_settings
     from .train import train
 
-    reg = _registry(args)
     args.preset = "demo"
-    cfg = _config(args, reg)
+    cfg, reg = _config(args)
     t0 = time.time()
     train(cfg, reg, quiet=args.quiet)
     cfg, member, model = load_for_inference(cfg.run.dir, reg)
@@ -329,6 +351,33 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("run_dir", help="a run directory of `s2s train` (it may still be training)")
     s.add_argument("--output", help="folder for the PNG files (default: RUN_DIR/plots)")
     s.set_defaults(func=cmd_plot)
+
+    s = sub.add_parser("sweep", parents=[common], help="train variants of a preset to one budget; one table, plots",
+                       description="Train a grid or a list of variants of PRESET to one budget, each in DIR/NAME, "
+                                   "one after another (the same command resumes); write DIR/results.md, .json, sweep_KEY.png.")
+    s.add_argument("preset", help="a preset name from tasks/ or a YAML file")
+    s.add_argument("overrides", nargs="*", metavar="key=value", help="common overrides, for every variant")
+    which, budget = s.add_mutually_exclusive_group(required=True), s.add_mutually_exclusive_group(required=True)
+    which.add_argument("--grid", action="append", metavar="KEY=V1,V2", help="vary KEY (repeatable: the cartesian product)")
+    which.add_argument("--variants", metavar="FILE.yaml", help="a YAML list of override mappings, each optionally named")
+    budget.add_argument("--budget-updates", type=int, metavar="N", help="optim.max_updates of every variant")
+    budget.add_argument("--budget-minutes", type=float, metavar="M", help="run.max_minutes of every variant")
+    s.add_argument("--dir", required=True, help="the sweep's folder: sweep.json, a run directory per variant, results")
+    s.add_argument("--print-commands", action="store_true", help="print one `s2s train` line per variant; run nothing")
+    s.set_defaults(func=cmd_sweep)
+
+    s = sub.add_parser("attention", parents=[common], help="draw a run's attention weights for input lines (PNG, JSON)",
+                       description="Decode each line as `s2s generate` does, run the model over (source, hypothesis) "
+                                   "and draw every attention's weights, tokens on both axes. See docs/attention.md.")
+    s.add_argument("run_dir", help="a run directory of `s2s train` (or a checkpoint file in one)")
+    s.add_argument("overrides", nargs="*", metavar="key=value", help="e.g. run.device=cpu")
+    s.add_argument("--input", required=True, help="source lines")
+    s.add_argument("--output", required=True, help="the folder for the PNG and JSON files")
+    for flag, meta, text in (("--task", "MEMBER", "the member of a multi-task run"), ("--layer", "L", "only layer L (from 1)"),
+                             ("--head", "H", "a page for head H alone (from 1); default: all heads on a page"),
+                             ("--beam", "N", "the search's beam")):
+        s.add_argument(flag, metavar=meta, type=str if flag == "--task" else int, help=text)
+    s.set_defaults(func=cmd_attention)
 
     s = sub.add_parser("quickstart", parents=[common], help="train and score the offline demo")
     s.add_argument("overrides", nargs="*", metavar="key=value")

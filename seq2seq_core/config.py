@@ -2,27 +2,33 @@
 
 A preset names its task (`task.name`); the task section is then checked against that task's own
 `Config` dataclass. Any unknown key or wrongly typed value fails at once with the dotted key and
-the nearest valid one; values out of the range a field declares (`s2s.core.checks`), non-finite numbers and broken relations
-(heads dividing d_model, ...) fail the same way, before any data is read. Each component
-receives only its own section.
+the nearest valid one; values out of the range a field declares, non-finite numbers and broken
+relations (heads dividing d_model, ...) fail the same way (`s2s.core.checks.validate`, once the
+config is merged), before any data is read. Each component receives only its own section.
+Preset files stay YAML; task keys are typed by the task's own Config once `task.name` is known.
 
-Command-line overrides are taken as typed (`s2s.core.overrides`); task keys are typed by the
-task's own Config once `task.name` is known. Preset files stay YAML. The settings themselves,
-with their defaults and allowed values, are `s2s.core.settings`.
+Command-line overrides `KEY=VALUE` are split at the first "=", and the value converted only by
+the declared type of its field (`typed_value`): a string is kept exactly (a "#", a newline,
+"no", "null" or "${...}" included), a number is Python's int() or float() of it, a bool is
+true/false/yes/no/1/0 (any case), an Optional field takes null or none as None, an Enum field
+one of its values. Path fields get a leading `~` expanded.
 """
 from __future__ import annotations
 
+import dataclasses
 import difflib
-import math
+import os
 import re
+import typing
+from enum import Enum
 from pathlib import Path
+from typing import Any, Union
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from .checks import check_section
+from . import checks
 from .errors import ConfigError
-from .overrides import add_override, expand_paths, plain, typed_section
 from .settings import SECTIONS, Config, MemberConfig
 
 
@@ -85,75 +91,128 @@ def _merge(schema: DictConfig, section: str, data: dict) -> DictConfig:
 _MEMBER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
 
-def _finite(prefix: str, node) -> None:
-    """No NaN or infinity anywhere, the task's own section included."""
-    items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
-    for key, value in items:
-        dotted = f"{prefix}.{key}" if prefix else str(key)
-        if isinstance(value, float) and not math.isfinite(value):
-            raise ConfigError(f"{dotted}={value}: must be a finite number")
-        _finite(dotted, value)
+# -- overrides: values as the user typed them, typed by the field they set ----------------------
+class _Typed(str):
+    """An override's value exactly as typed on the command line, not yet typed by its field."""
 
 
-def validate(cfg: DictConfig) -> None:
-    """Every range and relation of the engine's settings; one line naming key, value and rule."""
+_SECTION_KEYS = {f.name for f in dataclasses.fields(Config)}
+_TRUE, _FALSE = ("true", "yes", "1"), ("false", "no", "0")
+_NULL = ("null", "none")
+_INTERPOLATION = re.compile(r"(\\*)\$\{")
+
+
+def add_override(data: dict, item: str) -> None:
+    """Put override `KEY=VALUE` (split at the first "=") into the nested dict `data`."""
+    key, sep, value = str(item).partition("=")
+    parts = key.split(".")
+    if not sep or not all(p.strip() for p in parts):
+        raise ConfigError(f"bad override {str(item)!r}: write KEY=VALUE with a dotted key, e.g. model.layers=3")
+    node = data
+    for i, part in enumerate(parts[:-1]):
+        child = node.get(part)
+        if child is None:
+            child = node[part] = {}
+        elif not isinstance(child, dict):
+            raise ConfigError(f"{key}={value!r}: '{'.'.join(parts[:i + 1])}' is a setting, not a section")
+        node = child
+    if isinstance(node.get(parts[-1]), dict) or (len(parts) == 1 and key in _SECTION_KEYS):
+        raise ConfigError(f"{key}={value!r}: '{key}' is a section; set its keys ({key}.KEY=VALUE)")
+    node[parts[-1]] = _Typed(value)
+
+
+def _escaped(text: str) -> str:
+    """`text` as omegaconf keeps a literal string: "${" is not an interpolation."""
+    return _INTERPOLATION.sub(lambda m: m.group(1) * 2 + "\\${", text)
+
+
+def plain(value):
+    """`value` with every typed-as-given string made a plain (escaped) string."""
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    return _escaped(str(value)) if isinstance(value, _Typed) else value
+
+
+_BUILTIN_TYPES = {"int": int, "float": float, "str": str, "bool": bool}
+
+
+def _field_types(cls) -> dict:
+    """Field name -> declared type of dataclass `cls` (string annotations resolved)."""
     try:
-        _finite("", OmegaConf.to_container(cfg, resolve=True))
-    except OmegaConfBaseException as e:  # an interpolation that does not resolve
-        key = getattr(e, "full_key", None) or "?"
-        raise ConfigError(f"bad value for '{key}': {str(getattr(e, 'msg', e)).splitlines()[0]}") from None
-    for name, cls in SECTIONS.items():
-        check_section(name, cls, cfg[name])
-    m, d, r = cfg.model, cfg.data, cfg.run
-    if m.d_model % 2:
-        raise ConfigError(f"model.d_model={m.d_model}: must be an even number (the sinusoidal positions "
-                          f"pair a sine and a cosine per frequency), e.g. {m.d_model + 1}")
-    if m.d_model % m.heads:
-        divisors = [h for h in range(1, min(m.d_model, 64) + 1) if m.d_model % h == 0]
-        raise ConfigError(f"model.heads={m.heads}: must divide model.d_model={m.d_model} "
-                          f"(d_k = d_model / h), e.g. {', '.join(map(str, divisors[-4:]))}")
-    if d.max_len > m.max_positions:
-        raise ConfigError(f"data.max_len={d.max_len}: must be <= model.max_positions={m.max_positions} "
-                          "(a longer training pair would not fit the model's positions)")
-    for name, member in (cfg.tasks or {}).items():
-        check_section(f"tasks.{name}", MemberConfig, member)
-        for key, (lo, hi) in (("weight", WEIGHT_RANGE), ("select", (0, WEIGHT_RANGE[1]))):
-            if not lo <= member[key] <= hi:
-                raise ConfigError(f"tasks.{name}.{key}={member[key]!r}: must be in [{lo:g}, {hi:g}] (weights "
-                                  "are relative: beyond that the sampling probabilities overflow)")
-    if cfg.tasks is not None and cfg.multitask.temperature < MIN_TEMPERATURE:
-        raise ConfigError(f"multitask.temperature={cfg.multitask.temperature!r}: must be >= {MIN_TEMPERATURE} "
-                          "(a member's n^(1/temperature) overflows below that)")
-    if r.average_last > r.keep_last:
-        raise ConfigError(f"run.average_last={r.average_last}: must be <= run.keep_last={r.keep_last} "
-                          "(only the kept checkpoints can be averaged)")
-    _check_device(str(r.device))
+        return typing.get_type_hints(cls)
+    except Exception:  # noqa: BLE001 -- a plugin's annotation that does not resolve: builtins by name
+        return {f.name: _BUILTIN_TYPES.get(f.type, Any) if isinstance(f.type, str) else f.type
+                for f in dataclasses.fields(cls)}
 
 
-#: multi-task sampling, p_k ~ weight_k * n_k^(1/T) in float64 (s2s.core.schedule): with n_k up to
-#: 10^12 pairs, 1/T * ln(10^12) + ln(weight) stays far below ln(float64 max) ~ 709.8
-MIN_TEMPERATURE = 0.05
-WEIGHT_RANGE = (1e-6, 1e6)
+def typed_section(where: str, values: dict, cls) -> dict:
+    """`values` (a section of dataclass `cls`) with each typed-as-given string converted by the
+    type its field declares; values from YAML are left to omegaconf."""
+    types = _field_types(cls)
+    out = {}
+    for key, value in values.items():
+        dotted, tp = f"{where}.{key}", types.get(key, Any)
+        if isinstance(value, dict):
+            out[key] = typed_section(dotted, value, tp) if dataclasses.is_dataclass(tp) else plain(value)
+        elif isinstance(value, _Typed):
+            out[key] = typed_value(dotted, str(value), tp)
+        else:
+            out[key] = value
+    return out
 
 
-def _check_device(device: str) -> None:
-    """run.device names a device this build of torch has (torch is imported only to ask)."""
-    if device.startswith("cuda"):
-        import torch
+def typed_value(key: str, text: str, tp):
+    """The value of setting `key` (declared type `tp`) that the string `text` stands for."""
+    nullable = False
+    if typing.get_origin(tp) is Union:
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        nullable = len(args) < len(typing.get_args(tp))
+        if nullable and text.strip().lower() in _NULL:
+            return None
+        tp = args[0] if len(args) == 1 else Any
+    orelse = " (or null)" if nullable else ""
+    if tp is bool:
+        lowered = text.strip().lower()
+        if lowered in _TRUE or lowered in _FALSE:
+            return lowered in _TRUE
+        raise ConfigError(f"{key}={text!r}: must be true or false (yes/no, 1/0){orelse}")
+    if isinstance(tp, type) and issubclass(tp, Enum):
+        try:
+            return tp(text)
+        except ValueError:
+            values = [str(m.value) for m in tp]
+            near = [v for v in values if v.lower() == text.strip().lower()]
+            hint = f" (did you mean {near[0]!r}?)" if near else ""
+            raise ConfigError(f"{key}={text!r}: must be one of {', '.join(values)}{orelse}{hint}") from None
+    if tp is int:
+        try:
+            return int(text)
+        except ValueError:
+            raise ConfigError(f"{key}={text!r}: must be a whole number{orelse}") from None
+    if tp is float:
+        try:
+            return float(text)
+        except ValueError:
+            raise ConfigError(f"{key}={text!r}: must be a number{orelse}") from None
+    if typing.get_origin(tp) in (list, dict, tuple) or tp in (list, dict, tuple):
+        import yaml
 
-        if not torch.cuda.is_available():
-            why = "this torch build has no CUDA" if torch.version.cuda is None else "torch sees no CUDA device"
-            raise ConfigError(f"run.device={device!r}: {why}; use run.device=cpu (or auto)")
-        index = int(device.partition(":")[2] or 0)
-        if index >= torch.cuda.device_count():
-            raise ConfigError(f"run.device={device!r}: there are {torch.cuda.device_count()} CUDA devices "
-                              f"(cuda:0 .. cuda:{torch.cuda.device_count() - 1})")
-    elif device == "mps":
-        import torch
+        try:
+            return yaml.safe_load(text)
+        except yaml.YAMLError:
+            raise ConfigError(f"{key}={text!r}: must be a YAML list or mapping") from None
+    return _escaped(text)  # str, Any and any other type: the string as typed
 
-        if not torch.backends.mps.is_available():
-            raise ConfigError(f"run.device={device!r}: this machine or torch build has no MPS device; "
-                              "use run.device=cpu (or auto)")
+
+def expand_paths(values: dict, cls) -> dict:
+    """A leading `~` of every path field of `cls` expanded: one declared so (`checks.setting`), or
+    by default one named `*_dir` or `nltk_data`."""
+    for f in dataclasses.fields(cls):
+        value = values.get(f.name)
+        path = f.metadata.get("path", f.name.endswith("_dir") or f.name == "nltk_data")
+        if path and isinstance(value, str) and value.startswith("~"):
+            values[f.name] = os.path.expanduser(value)
+    return values
 
 
 def load_config(preset: str | Path | None, overrides: list[str] = (), task_config_cls=None,
@@ -189,11 +248,11 @@ def load_config(preset: str | Path | None, overrides: list[str] = (), task_confi
     if members is not None:
         if task_data:
             raise ConfigError("the config has both 'task' (one task) and 'tasks' (a multi-task run); keep one")
-        members = _members(members, registry, task_config_cls)
+        members, member_classes = _members(members, registry, task_config_cls)
     else:
         if task_data is not None and not isinstance(task_data, dict):
             raise ConfigError(f"config section 'task' must be a mapping, got {plain(task_data)!r}")
-        task_cfg = _task_section(dict(task_data or {}), "task", registry, task_config_cls)
+        task_cfg, task_cls = _task_section(dict(task_data or {}), "task", registry, task_config_cls)
 
     merged = _merge(schema, "", data)
     OmegaConf.set_struct(merged, False)
@@ -203,7 +262,15 @@ def load_config(preset: str | Path | None, overrides: list[str] = (), task_confi
         merged.task = {}
         merged.tasks = members
     OmegaConf.set_struct(merged, True)
-    validate(merged)
+    # what each section allows, the task's own section included, once everything is merged
+    sections = [(name, cls, merged[name]) for name, cls in SECTIONS.items()]
+    if members is None:
+        sections.append(("task", task_cls, merged.task))
+    else:
+        for name, cls in member_classes.items():
+            sections += [(f"tasks.{name}", MemberConfig, merged.tasks[name]),
+                         (f"tasks.{name}.task", cls, merged.tasks[name].task)]
+    checks.validate(merged, [*sections, ("", Config, merged)])  # relations between sections last
     return merged
 
 
@@ -242,8 +309,7 @@ def _task_section(task_data: dict, where: str, registry, task_config_cls=None) -
     _check_keys(where, task_data, task_schema)
     task_data = expand_paths(typed_section(where, task_data, task_config_cls), task_config_cls)
     section = _merge(task_schema, f"{where}.", task_data)
-    check_section(where, task_config_cls, section)  # the ranges the task declares beside its fields
-    return OmegaConf.merge({"name": plain(name)}, section)
+    return OmegaConf.merge({"name": plain(name)}, section), task_config_cls
 
 
 def _members(members, registry, task_config_cls=None) -> dict:
@@ -251,7 +317,7 @@ def _members(members, registry, task_config_cls=None) -> dict:
     if not isinstance(members, dict) or not members:
         raise ConfigError("'tasks' must map member names to members (preset: NAME or task: {name: ...})")
     schema = OmegaConf.structured(MemberConfig)
-    out = {}
+    out, classes = {}, {}
     for name, member in members.items():
         where = f"tasks.{name}"
         if not _MEMBER_NAME.fullmatch(str(name)):
@@ -274,10 +340,10 @@ def _members(members, registry, task_config_cls=None) -> dict:
         if not isinstance(member.get("task", {}), dict):
             raise ConfigError(f"{where}.task must be a task section (a mapping)")
         section.update(member.get("task") or {})
-        task = _task_section(section, f"{where}.task", registry, task_config_cls)
+        task, classes[str(name)] = _task_section(section, f"{where}.task", registry, task_config_cls)
         rest = typed_section(where, {k: v for k, v in member.items() if k not in ("task", "preset")}, MemberConfig)
         rest = _merge(schema, f"{where}.", rest)
         # the task section is complete now: the run's config.yaml no longer needs the preset
         out[str(name)] = {"preset": "", "task": OmegaConf.to_container(task), "weight": rest.weight,
                           "select": rest.select}
-    return out
+    return out, classes

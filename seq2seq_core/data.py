@@ -118,13 +118,29 @@ class Prepared:
 
     directory: Path
     splits: dict  # name -> Split
+    pairs: dict  # name -> number of pairs
     _texts: dict = field(default_factory=dict)
 
     @classmethod
-    def open(cls, directory: Path, names: Sequence[str]) -> "Prepared":
+    def open(cls, directory: Path, names: Sequence[str], fit: tuple[int, bool] | None = None) -> "Prepared":
+        """The splits `names` in `directory`; with `fit` (model.max_positions, whether each source
+        gets a task token), a dev or test pair too long for the model fails now, naming its line."""
+        splits = {s: Split.load(directory, s) for s in names}
+        for name, split in splits.items():
+            if fit is None or name == "train":  # training pairs are filtered by data.max_len
+                continue
+            positions, extra = fit
+            too_long = np.flatnonzero(np.maximum(split.src_lens + extra, split.tgt_lens) > positions)
+            if len(too_long):
+                i = int(too_long[0])
+                raise DataError(
+                    f"{name} split, line {i + 1} of {directory / f'{name}.src.txt'}: "
+                    f"{int(split.src_lens[i]) + extra} source / {int(split.tgt_lens[i])} target tokens (with </s>"
+                    f"{' and the task token' if extra else ''}) do not fit model.max_positions={positions} "
+                    f"({len(too_long)} such pair(s) in {name}); raise model.max_positions or shorten them")
         texts = {s: (textio.read_lines(directory / f"{s}.src.txt"), textio.read_lines(directory / f"{s}.ref.txt"))
                  for s in names if (directory / f"{s}.src.txt").is_file()}
-        return cls(directory, {s: Split.load(directory, s) for s in names}, texts)
+        return cls(directory, splits, {s: len(split) for s, split in splits.items()}, texts)
 
     def texts(self, split: str) -> tuple[list[str], list[str]]:
         """The raw source and reference lines of an evaluation split."""
@@ -250,15 +266,16 @@ def _remove_orphans(root: Path) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def prepare(task: Task, data_cfg, quiet: bool = False) -> Prepared:
-    """Vocabulary plus binarised splits for `task`, from the cache when already prepared."""
+def prepare(task: Task, data_cfg, quiet: bool = False, fit: tuple[int, bool] | None = None) -> Prepared:
+    """Vocabulary plus binarised splits for `task`, from the cache when already prepared; `fit`:
+    see `Prepared.open`."""
     root = Path(data_cfg.cache_dir)
     directory = root / f"{task.name}-{cache_key(task, data_cfg)}"
     if directory.is_dir():
         why = _problem(directory)
         if why is None:
             task.load_vocab(directory)
-            return Prepared.open(directory, task.splits)
+            return Prepared.open(directory, task.splits, fit)
         log.warning("prepared data %s is rebuilt: %s", directory, why)
     created = not root.exists()
     try:
@@ -285,7 +302,7 @@ def prepare(task: Task, data_cfg, quiet: bool = False) -> Prepared:
         shutil.rmtree(tmp, ignore_errors=True)
         if created and not directory.exists() and not any(root.iterdir()):
             root.rmdir()  # a failed first preparation leaves no trace
-    return Prepared.open(directory, task.splits)
+    return Prepared.open(directory, task.splits, fit)
 
 
 def _build(task: Task, data_cfg, tmp: Path, quiet: bool) -> None:

@@ -44,14 +44,16 @@ class Group:
                 value = fn()
             except Exception as e:  # noqa: BLE001 -- re-raised below, on every process
                 error = e
-        if self.world > 1:
-            errors = self.gather(None if error is None else f"{type(error).__name__}: {error}")
-            failed = [(r, m) for r, m in enumerate(errors) if m is not None]
+        if self.world > 1:  # every process's error, and rank 0's result, in one exchange
+            shares = self.gather((None if error is None else f"{type(error).__name__}: {error}",
+                                  value if self.rank == 0 and error is None else None))
+            failed = [(r, m) for r, (m, _) in enumerate(shares) if m is not None]
             if failed and error is None:
                 raise TrainingError(f"process {failed[0][0]} failed: {failed[0][1]}")
+            value = shares[0][1]
         if error is not None:
             raise error
-        return self.from_rank0(value)
+        return value
 
     def sum(self, t: torch.Tensor) -> torch.Tensor:
         if self.world > 1:

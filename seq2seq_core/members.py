@@ -7,17 +7,16 @@ in the run's id space (`s2s.core.idspace`); which member an update trains is `s2
 """
 from __future__ import annotations
 
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import Sequence
 
-import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from .data import prepare as prepare_data
 from .errors import ConfigError, DataError, TrainingError
 from .idspace import N_SPECIAL, IdMap, MappedConstraint, join
-from .model import Transformer
-from .task import Constraint, Task, decode_settings
+from .task import Constraint, DecodeDefaults, Task
 
 
 class Member:
@@ -72,6 +71,12 @@ class Member:
         return self.task.score(hypotheses, references, sources)
 
 
+def decode_settings(task: Task, decode_cfg) -> DecodeDefaults:
+    """A task's decoding defaults (`task.decoding`) with any field the run's decode section sets."""
+    chosen = {f.name: getattr(decode_cfg, f.name) for f in fields(DecodeDefaults)}
+    return replace(task.decoding, **{k: v for k, v in chosen.items() if v is not None})
+
+
 def task_section(section: DictConfig) -> DictConfig:
     """A task section without its `name`, as the task's Config expects it."""
     section = OmegaConf.to_container(section)
@@ -90,11 +95,19 @@ def build_task(section, registry) -> Task:
 
 
 def build_members(cfg, registry) -> list[Member]:
-    """The run's members: its one task (named after the task), or those of `tasks`, in order."""
+    """The run's members: its one task (named after the task), or those of `tasks`, in order,
+    each with decoding settings that a search can use."""
     if cfg.tasks is None:
-        return [Member(cfg.task.name, build_task(cfg.task, registry))]
-    return [Member(name, build_task(m.task, registry), m.weight, m.select, alone=False)
-            for name, m in cfg.tasks.items()]
+        members = [Member(cfg.task.name, build_task(cfg.task, registry))]
+    else:
+        members = [Member(name, build_task(m.task, registry), m.weight, m.select, alone=False)
+                   for name, m in cfg.tasks.items()]
+    for m in members:
+        decoding = decode_settings(m.task, cfg.decode)
+        if decoding.beam < 1 or str(decoding.stop) not in ("bound", "beam"):
+            raise ConfigError(f"task {m.name!r}: decoding {decoding} is not usable "
+                              "(beam >= 1, stop bound | beam); set decode.beam / decode.stop")
+    return members
 
 
 def data_config(cfg):
@@ -105,8 +118,8 @@ def data_config(cfg):
     return OmegaConf.merge(cfg.data, {"max_len": min(cfg.data.max_len, cfg.model.max_positions - 1)})
 
 
-def load_vocabularies(members: list[Member], run_dir: Path) -> None:
-    """Every member's vocabulary from a run directory, then the run's id space."""
+def load_vocabularies(members: list[Member], run_dir: Path) -> tuple[int, int, bool]:
+    """Every member's vocabulary from a run directory; returns the run's id space (`idspace.join`)."""
     for m in members:
         where = Path(run_dir) / m.vocab_subdir
         try:
@@ -116,7 +129,7 @@ def load_vocabularies(members: list[Member], run_dir: Path) -> None:
         except Exception as e:  # noqa: BLE001 -- a tokenizer library's own errors, e.g. on a damaged file
             raise DataError(f"cannot read the vocabulary files in {where}: {type(e).__name__}: "
                             f"{(str(e).splitlines() or [''])[0]}") from None
-    join(members)
+    return join(members)
 
 
 def pick(members: list[Member], name: str | None) -> Member:
@@ -131,48 +144,23 @@ def pick(members: list[Member], name: str | None) -> Member:
     return members[names.index(name)]
 
 
-def prepare(members: list[Member], cfg, group, quiet: bool) -> None:
+def prepare(members: list[Member], cfg, group, quiet: bool) -> tuple[int, int, bool]:
     """Each member's data (rank 0 prepares it or checks its cache, the others then read the
-    cache), the run's id space, and what would otherwise fail after training: the splits
-    training needs, dev and test pairs too long for the model, unusable decoding settings."""
+    cache), and what would otherwise fail after training: the splits training needs, dev and
+    test pairs too long for the model (`data.Prepared.open`). Returns the run's id space
+    (`idspace.join`)."""
     data_cfg = data_config(cfg)
 
     def read(rank0: bool):
         if (group.rank == 0) == rank0:
-            for m in members:
-                m.data = prepare_data(m.task, data_cfg, quiet=quiet or not rank0)
+            for m in members:  # a source of several members starts with its task token
+                m.data = prepare_data(m.task, data_cfg, quiet=quiet or not rank0,
+                                      fit=(cfg.model.max_positions, bool(m.prefix)))
 
     group.agreed(lambda: read(True), rank0_only=True)
     group.agreed(lambda: read(False))
-    join(members)
     for m in members:
         for needed in ("train", "valid"):
             if needed not in m.data.splits:
                 raise TrainingError(f"task {m.name!r} has no {needed!r} split")
-        _check_fits(m, cfg.model.max_positions)
-        decoding = decode_settings(m.task, cfg.decode)
-        if decoding.beam < 1 or str(decoding.stop) not in ("bound", "beam"):
-            raise TrainingError(f"task {m.name!r}: decoding {decoding} is not usable "
-                                "(beam >= 1, stop bound | beam); set decode.beam / decode.stop")
-
-
-def _check_fits(member: Member, max_positions: int) -> None:
-    """Dev and test pairs must fit the model's positions (training pairs are filtered by
-    data.max_len); the error names the split and line."""
-    extra = member.ids.task_token is not None
-    for name, split in member.data.splits.items():
-        if name == "train":
-            continue
-        too_long = np.flatnonzero(np.maximum(split.src_lens + extra, split.tgt_lens) > max_positions)
-        if len(too_long):
-            i = int(too_long[0])
-            raise TrainingError(
-                f"{name} split, line {i + 1} of {member.data.directory / f'{name}.src.txt'}: "
-                f"{int(split.src_lens[i]) + extra} source / {int(split.tgt_lens[i])} target tokens (with </s>"
-                f"{' and the task token' if extra else ''}) do not fit model.max_positions={max_positions} "
-                f"({len(too_long)} such pair(s) in {name}); raise model.max_positions or shorten them")
-
-
-def build_model(cfg, members: list[Member]) -> Transformer:
-    """The Transformer over the members' id space (`idspace.join`)."""
-    return Transformer(cfg.model, *join(members))
+    return join(members)

@@ -12,7 +12,7 @@ import json
 from . import checkpoint, precision
 from .files import atomic_write_text
 from .inference import checked_score, hypotheses
-from .task import decode_settings
+from .members import decode_settings
 
 
 def select(trainer) -> dict:

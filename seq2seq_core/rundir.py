@@ -9,7 +9,6 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from . import checkpoint
 from .files import sha256
 from .errors import TrainingError
 from .task import Task
@@ -61,17 +60,17 @@ def check_run_dir(run_dir: Path, need_bytes: int) -> None:
                             f"need about {need_bytes / 2**20:.0f} MiB (run.keep_last + 1 files)")
 
 
-def save_tokenizer(task: Task, run_dir: Path, directory: Path) -> dict:
+def save_tokenizer(task: Task, run_dir: Path, directory: Path, resuming: bool) -> dict:
     """Write the task's vocabulary files into `directory` (in run_dir) and return {file: sha256}.
 
-    They are what `s2s generate` reads; a run directory that holds checkpoints keeps the
-    vocabulary they were trained with, so a different one is refused rather than written.
+    They are what `s2s generate` reads; a resumed run keeps the vocabulary its checkpoints
+    were trained with, so a different one is refused rather than written.
     """
     directory.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=directory, prefix=".vocab") as tmp:
         task.save_vocab(Path(tmp))
         files = {p.relative_to(tmp).as_posix(): sha256(p) for p in sorted(Path(tmp).rglob("*")) if p.is_file()}
-        if checkpoint.listed(run_dir):
+        if resuming:
             changed = [n for n, h in files.items() if (directory / n).is_file() and sha256(directory / n) != h]
             if changed:
                 raise TrainingError(f"{', '.join(str(directory / n) for n in changed)}: the task's vocabulary now "

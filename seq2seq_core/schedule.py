@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 def probabilities(members: list[Member], temperature: float) -> np.ndarray:
     """p_k proportional to weight_k * n_k^(1/T), n_k = member k's training pairs."""
-    sizes = np.array([len(m.data.splits["train"]) for m in members], dtype=np.float64)
+    sizes = np.array([m.data.pairs["train"] for m in members], dtype=np.float64)
     weights = np.array([m.weight for m in members], dtype=np.float64)
     p = weights * sizes ** (1.0 / temperature)
     return p / p.sum()

@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Optional
 
-from .checks import PROBABILITY, NOT_EMPTY, Allowed, above, at_least, in_range, setting
+from .checks import PROBABILITY, NOT_EMPTY, Allowed, above, at_least, in_range, one_of, setting
+from .errors import ConfigError
 
 _DEVICE = re.compile(r"auto|cpu|mps|cuda(:\d+)?")
 
@@ -20,6 +21,9 @@ class ModelConfig:
     d_model: int = setting(512, at_least(1))
     d_ff: int = setting(2048, at_least(1))
     heads: int = setting(8, at_least(1))
+    # dimensions of a head's queries and keys (d_k) and values (d_v); None = d_model / heads (Table 3, A, B)
+    d_k: Optional[int] = setting(None, at_least(1))
+    d_v: Optional[int] = setting(None, at_least(1))
     dropout: float = setting(0.1, PROBABILITY)
     attention_dropout: float = setting(0.0, PROBABILITY)
     pre_norm: bool = False  # the paper is post-norm: LayerNorm(x + Dropout(Sublayer(x)))
@@ -27,6 +31,17 @@ class ModelConfig:
     # (section 3.4 ties all three); a small separate target vocabulary learns a little faster untied
     tie_output: Optional[bool] = None
     max_positions: int = setting(1024, at_least(2))
+    positions: str = setting("sinusoid", one_of("sinusoid", "learned"))  # section 3.5, or learned (Table 3, E)
+
+    @staticmethod
+    def check_relations(m, where: str) -> None:
+        if m.d_model % 2:
+            raise ConfigError(f"{where}.d_model={m.d_model}: must be an even number (the sinusoidal positions "
+                              f"pair a sine and a cosine per frequency), e.g. {m.d_model + 1}")
+        if m.d_model % m.heads:
+            divisors = [h for h in range(1, min(m.d_model, 64) + 1) if m.d_model % h == 0]
+            raise ConfigError(f"{where}.heads={m.heads}: must divide {where}.d_model={m.d_model} "
+                              f"(d_k = d_model / h), e.g. {', '.join(map(str, divisors[-4:]))}")
 
 
 @dataclass
@@ -108,6 +123,10 @@ class Precision(str, Enum):
 
 
 SEED_MAX = 2**32 - 1
+#: multi-task sampling, p_k ~ weight_k * n_k^(1/T) in float64 (s2s.core.schedule): with n_k up to
+#: 10^12 pairs, 1/T * ln(10^12) + ln(weight) stays far below ln(float64 max) ~ 709.8
+MIN_TEMPERATURE = 0.05
+WEIGHT_RANGE = (1e-6, 1e6)
 
 
 @dataclass
@@ -130,6 +149,13 @@ class RunConfig:
     max_nonfinite: int = setting(10, at_least(1))  # stop after this many non-finite updates in a row
     quiet: bool = False
 
+    @staticmethod
+    def check_relations(r, where: str) -> None:
+        if r.average_last > r.keep_last:
+            raise ConfigError(f"{where}.average_last={r.average_last}: must be <= {where}.keep_last={r.keep_last} "
+                              "(only the kept checkpoints can be averaged)")
+        _check_device(str(r.device))
+
 
 @dataclass
 class MultitaskConfig:
@@ -150,6 +176,13 @@ class MemberConfig:
     weight: float = setting(1.0, above(0))
     select: float = setting(1.0, at_least(0))
 
+    @staticmethod
+    def check_relations(member, where: str) -> None:
+        for key, (lo, hi) in (("weight", WEIGHT_RANGE), ("select", (0, WEIGHT_RANGE[1]))):
+            if not lo <= member[key] <= hi:
+                raise ConfigError(f"{where}.{key}={member[key]!r}: must be in [{lo:g}, {hi:g}] (weights "
+                                  "are relative: beyond that the sampling probabilities overflow)")
+
 
 @dataclass
 class Config:
@@ -162,7 +195,37 @@ class Config:
     decode: DecodeConfig = field(default_factory=DecodeConfig)
     run: RunConfig = field(default_factory=RunConfig)
 
+    @staticmethod
+    def check_relations(cfg, where: str) -> None:
+        """What ties one section to another."""
+        if cfg.data.max_len > cfg.model.max_positions:
+            raise ConfigError(f"data.max_len={cfg.data.max_len}: must be <= model.max_positions="
+                              f"{cfg.model.max_positions} (a longer training pair would not fit the model's positions)")
+        if cfg.tasks is not None and cfg.multitask.temperature < MIN_TEMPERATURE:
+            raise ConfigError(f"multitask.temperature={cfg.multitask.temperature!r}: must be >= {MIN_TEMPERATURE} "
+                              "(a member's n^(1/temperature) overflows below that)")
+
 
 #: the engine's sections, each checked against its dataclass's declared ranges
 SECTIONS = {"model": ModelConfig, "optim": OptimConfig, "data": DataConfig, "decode": DecodeConfig,
             "run": RunConfig, "multitask": MultitaskConfig}
+
+
+def _check_device(device: str) -> None:
+    """run.device names a device this build of torch has (torch is imported only to ask)."""
+    if device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            why = "this torch build has no CUDA" if torch.version.cuda is None else "torch sees no CUDA device"
+            raise ConfigError(f"run.device={device!r}: {why}; use run.device=cpu (or auto)")
+        index = int(device.partition(":")[2] or 0)
+        if index >= torch.cuda.device_count():
+            raise ConfigError(f"run.device={device!r}: there are {torch.cuda.device_count()} CUDA devices "
+                              f"(cuda:0 .. cuda:{torch.cuda.device_count() - 1})")
+    elif device == "mps":
+        import torch
+
+        if not torch.backends.mps.is_available():
+            raise ConfigError(f"run.device={device!r}: this machine or torch build has no MPS device; "
+                              "use run.device=cpu (or auto)")

@@ -22,7 +22,7 @@ Every vocabulary reserves the ids in `SPECIALS` (see `s2s.core.vocab`): 0 <pad>,
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Iterator, Sequence
 
@@ -47,12 +47,6 @@ class DecodeDefaults:
     max_len_a: float = 1.0
     max_len_b: int = 50
     stop: str = "bound"
-
-
-def decode_settings(task: Task, decode_cfg) -> DecodeDefaults:
-    """A task's decoding defaults (`task.decoding`) with any field the run's decode section sets."""
-    chosen = {f.name: getattr(decode_cfg, f.name) for f in fields(DecodeDefaults)}
-    return replace(task.decoding, **{k: v for k, v in chosen.items() if v is not None})
 
 
 @dataclass

@@ -29,7 +29,8 @@ from . import checkpoint, precision, result, rundir
 from .distributed import Group
 from .errors import TrainingError
 from .files import atomic_write_text
-from .members import Member, build_members, build_model, prepare
+from .members import Member, build_members, prepare
+from .model import Transformer
 from .optim import adam, lrate
 from .rng import rng_state, seed_everything, set_rng_state
 from .runlog import RunLog
@@ -58,22 +59,13 @@ class Trainer:
 
         g.agreed(claim, rank0_only=True)
         self.members = build_members(cfg, registry)
-        prepare(self.members, cfg, g, quiet or cfg.run.quiet)  # the data, the id space, early checks
+        sizes = prepare(self.members, cfg, g, quiet or cfg.run.quiet)  # the data, early checks; the id space
 
         torch.manual_seed(cfg.run.seed)  # the same initial parameters on every process
-        self.model = build_model(cfg, self.members).to(self.device)
+        self.model = Transformer(cfg.model, *sizes).to(self.device)
         seed_everything(cfg.run.seed * 1000 + g.rank)  # each process its own dropout stream
         self.n_params = sum(p.numel() for p in {id(p): p for p in self.model.parameters()}.values())
         self.tokenizer = {"prepared": {m.name: str(m.data.directory) for m in self.members}, "files": {}}
-
-        def write_run_files():
-            # parameters in fp32 plus Adam's two moments: 12 bytes a parameter per checkpoint
-            rundir.check_run_dir(self.run_dir, need_bytes=self.n_params * 12 * (cfg.run.keep_last + 1))
-            for m in self.members:
-                where = self.run_dir / m.vocab_subdir
-                self.tokenizer["files"].update(rundir.save_tokenizer(m.task, self.run_dir, where))
-
-        g.agreed(write_run_files, rank0_only=True)
 
         self.precision = precision.resolve(cfg.run.precision, self.device)
         self.search_precision = precision.resolve(cfg.decode.precision, self.device, "decode.precision")
@@ -94,6 +86,11 @@ class Trainer:
         self.validated = None  # (update, figure) of this process's latest validation
         state, path = checkpoint.resume(self.run_dir, g)
         if state is not None:
+            trained, names = state.get("tasks"), [m.name for m in self.members]
+            if trained is not None and list(trained) != names:  # each member's ids would index another's rows
+                raise TrainingError(f"checkpoint {path} was trained with the tasks {', '.join(map(str, trained))} in "
+                                    f"this order, this config lists {', '.join(names)}: list the same tasks in the "
+                                    "checkpoint's order (as RUN_DIR/config.yaml does) or train in a new run.dir")
             try:
                 self.model.load_state_dict(state["model"])
                 self.optimizer.load_state_dict(state["optimizer"])
@@ -123,6 +120,14 @@ class Trainer:
                                 "approximate and the RNG streams restart", path, len(rngs), g.world)
             if g.rank == 0:
                 log.info("resumed from %s at update %d", path, self.update)
+        def write_run_files():  # a resumed run keeps the vocabulary its checkpoints were trained with
+            # parameters in fp32 plus Adam's two moments: 12 bytes a parameter per checkpoint
+            rundir.check_run_dir(self.run_dir, need_bytes=self.n_params * 12 * (cfg.run.keep_last + 1))
+            for m in self.members:
+                where = self.run_dir / m.vocab_subdir
+                self.tokenizer["files"].update(rundir.save_tokenizer(m.task, self.run_dir, where, state is not None))
+
+        g.agreed(write_run_files, rank0_only=True)
         g.agreed(lambda: atomic_write_text(self.run_dir / "config.yaml", OmegaConf.to_yaml(cfg)), rank0_only=True)
         self.log = RunLog(self.run_dir, quiet or cfg.run.quiet, writer=g.rank == 0)
         self.log.start(self.update)

@@ -16,7 +16,7 @@ from .data import token_batches
 from .inference import checked_score, hypotheses
 from .members import Member
 from .rng import rng_preserved
-from .task import decode_settings
+from .members import decode_settings
 
 
 def dev_loss(net, member: Member, group, max_tokens: int, eps: float, autocast) -> torch.Tensor:

@@ -26,7 +26,8 @@ import torch
 
 from s2s.core import checkpoint, data, schedule
 from s2s.core.config import load_config
-from s2s.core.members import build_members, build_model, load_vocabularies
+from s2s.core.members import build_members, load_vocabularies
+from s2s.core.model import Transformer
 
 from conftest import task_keys
 from s2s.core.train import Trainer, train
@@ -115,11 +116,11 @@ def test_two_processes_equal_one_with_twice_the_batch_and_with_update_freq_2(pre
     two, one_2b, one_uf2 = (_final(tmp_path / n) for n in ("two", "one_2B", "one_B_uf2"))
     cfg = load_config(preset, _overrides(tmp_path, cache, "two", preset=preset), registry=registry)
     run = build_members(cfg, registry)
-    load_vocabularies(run, tmp_path / "two")
+    sizes = load_vocabularies(run, tmp_path / "two")
     if preset != "demo":  # both members trained within the compared updates
         assert len({r for r in _members_trained(tmp_path / "two")}) == 2
     torch.manual_seed(cfg.run.seed)
-    model = build_model(cfg, run)
+    model = Transformer(cfg.model, *sizes)
     index = {name: i for i, (name, _) in enumerate(model.named_parameters())}  # a tied tensor once
 
     _assert_same_steps(two, one_uf2, "2 processes vs update_freq 2", index)

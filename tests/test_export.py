@@ -20,7 +20,7 @@ from s2s.core.config import load_config
 from s2s.core.data import prepare
 from s2s.core.decoding import generate
 from s2s.core.inference import source_batch
-from s2s.core.task import decode_settings
+from s2s.core.members import decode_settings
 from s2s.core.deployed import translate_ctranslate2, translate_huggingface
 from s2s.core.export import load_safetensors, to_ctranslate2
 from s2s.core.train import train

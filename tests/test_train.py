@@ -107,15 +107,15 @@ def test_batches_searched_in_parallel_equal_one_after_another(registry, tiny):
     lines as one batch after the other, and the thread setting is given back."""
     from s2s.core.data import prepare
     from s2s.core.inference import translate
-    from s2s.core.task import decode_settings
-    from s2s.core.members import Member, build_task
-    from s2s.core.members import build_model
+    from s2s.core.idspace import join
+    from s2s.core.members import Member, build_task, decode_settings
+    from s2s.core.model import Transformer
 
     cfg = _cfg(registry, tiny, "optim.max_updates=4")
     train(cfg, registry, quiet=True)
     task = build_task(cfg.task, registry)
     prepare(task, cfg.data, quiet=True)
-    model = build_model(cfg, [Member(task.name, task)])
+    model = Transformer(cfg.model, *join([Member(task.name, task)]))
     model.load_state_dict(checkpoint.load(checkpoint.listed(cfg.run.dir)[-1])["model"])
     sources = [s for s, _ in task.read_split("test")]
     settings = decode_settings(task, cfg.decode)

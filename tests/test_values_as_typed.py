@@ -22,7 +22,8 @@ from omegaconf import OmegaConf
 
 from conftest import MULTI30K, corpus
 from s2s.core.cli import main
-from s2s.core.config import MIN_TEMPERATURE, WEIGHT_RANGE, load_config, single_task
+from s2s.core.config import load_config, single_task
+from s2s.core.settings import MIN_TEMPERATURE, WEIGHT_RANGE
 from s2s.core.settings import SEED_MAX, Precision, Stop
 from s2s.core.errors import ConfigError, DataError
 
@@ -289,8 +290,7 @@ def test_the_sampling_bounds_keep_the_probabilities_finite():
     from s2s.core.schedule import probabilities
 
     def member(n, weight):
-        split = type("Split", (), {"__len__": lambda self: n})()
-        return SimpleNamespace(weight=weight, data=SimpleNamespace(splits={"train": split}))
+        return SimpleNamespace(weight=weight, data=SimpleNamespace(pairs={"train": n}))
 
     lo, hi = WEIGHT_RANGE
     for members in ([member(10**12, hi), member(1, lo)], [member(1, lo), member(1, lo)],
