@@ -21,8 +21,8 @@ from pathlib import Path
 
 import torch
 
-from .errors import CheckpointError, TrainingError
-from .files import replacing
+from .errors import CheckpointError, TrainingError, UsageError
+from .files import remove_stale_temporaries, replacing, sha256, writable
 
 log = logging.getLogger("s2s")
 PATTERN = re.compile(r"checkpoint_(\d{8})\.pt$")
@@ -161,8 +161,6 @@ def check_tokenizer_files(state: dict, run_dir: Path, path: Path) -> None:
     """A CheckpointError naming the first vocabulary file recorded in `state` (the checkpoint at
     `path`) that is missing from `run_dir` or whose SHA-256 differs: with another vocabulary the
     model's rows are other words."""
-    from .files import sha256
-
     for name, digest in sorted(tokenizer_files(state).items()):
         file = Path(run_dir) / name
         if not file.is_file():
@@ -216,3 +214,38 @@ def average(paths: list[Path]) -> dict:
     for key in ("optimizer", "scaler", "rng"):  # they belong to one point of training, not the mean
         first.pop(key, None)
     return first
+
+
+def average_files(inputs: list[str], last: int | None, output: str | None) -> tuple[list[Path], Path]:
+    """`s2s average`: the mean of checkpoint files `inputs`, or of the `last` K of one run
+    directory, written to `output` (default RUN_DIR/checkpoint_average.pt, or
+    ./checkpoint_average.pt); never over one of its inputs, a rolling checkpoint or a run's best
+    model. Returns (the checkpoints averaged, the file written)."""
+    if last is not None:
+        if last < 1:
+            raise UsageError(f"--last {last}: must be a number >= 1")
+        if len(inputs) != 1 or not Path(inputs[0]).is_dir():
+            raise UsageError("--last K takes one run directory")
+        paths = listed(Path(inputs[0]))[-last:]
+        if not paths:
+            raise UsageError(f"{inputs[0]} holds no checkpoints (checkpoints/checkpoint_*.pt)")
+        if len(paths) < last:
+            log.warning("only %d checkpoints in %s", len(paths), inputs[0])
+    else:
+        paths = [Path(p) for p in inputs]
+        for p in paths:
+            if not p.is_file():
+                raise UsageError(f"{p}: no such checkpoint file")
+    out = Path(output or (Path(inputs[0]) / AVERAGE if last else AVERAGE))
+    writable(out)
+    for p in paths:  # no command writes over its own inputs
+        if out.exists() and out.samefile(p):
+            raise UsageError(f"--output {out} is the input {p}: write the average elsewhere")
+    if out.parent.name == "checkpoints" and PATTERN.fullmatch(out.name):
+        raise UsageError(f"--output {out} is named like a rolling checkpoint in {out.parent}, which "
+                         "training deletes, resumes from and averages: write the average elsewhere")
+    if out.name == BEST and (out.parent / "config.yaml").is_file():
+        raise UsageError(f"--output {out} is the run's best validated model: write the average elsewhere")
+    remove_stale_temporaries(out.parent)
+    atomic_save(average(paths), out)
+    return paths, out

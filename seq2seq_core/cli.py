@@ -5,7 +5,6 @@ import argparse
 import contextlib
 import json
 import logging
-import os
 import sys
 from pathlib import Path
 
@@ -70,26 +69,6 @@ def cmd_train(args) -> int:
     return 0
 
 
-def _writable(path: str) -> None:
-    """Fail before any work when the output file cannot be written (what is there stays)."""
-    p = Path(path)
-    if p.is_dir():
-        raise UsageError(f"output {p} is a directory")
-    parent = p.parent if str(p.parent) else Path(".")
-    if not parent.is_dir():
-        raise UsageError(f"output {p}: folder {parent} does not exist")
-    if not os.access(parent, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
-        raise UsageError(f"output {p}: not writable")
-
-
-def _readable(path: str) -> None:
-    p = Path(path)
-    if not p.is_file():
-        raise UsageError(f"input {p}: {'is a directory' if p.is_dir() else 'no such file'}")
-    if not os.access(p, os.R_OK):
-        raise UsageError(f"input {p}: not readable")
-
-
 def cmd_generate(args) -> int:
     """Stream source lines to output lines, exactly one out per line in (`inference.generate_lines`).
 
@@ -98,51 +77,26 @@ def cmd_generate(args) -> int:
     encoding, search, post-processing) sys.stdout is stderr, so that what a plugin prints never
     lands among the output lines; the output goes to the real stdout.
     """
-    stdout = sys.stdout  # the output's, whatever plugins print meanwhile
-    with contextlib.redirect_stdout(sys.stderr):
-        return _generate(args, stdout)
+    from .files import readable, writable
+    from .inference import generate_file
 
-
-def _generate(args, stdout) -> int:
-    from . import textio
-    from .errors import ConfigError
-    from .files import remove_stale_temporaries, replacing
-    from .inference import generate_lines, load_for_inference
-    from .progress import progress
-    from .members import decode_settings
-
-    reg = _registry(args)
     overrides = list(args.overrides)
     for key in ("beam", "alpha", "max_len_a", "max_len_b"):
         if getattr(args, key) is not None:
             overrides.append(f"decode.{key}={getattr(args, key)}")
     if args.input:
-        _readable(args.input)
+        readable(args.input)
     if args.output:
-        _writable(args.output)
+        writable(args.output)
         if args.input and Path(args.output).exists() and Path(args.output).samefile(args.input):
             raise UsageError(f"--output {args.output} is the input file: write the output elsewhere")
-    cfg, task, model = load_for_inference(args.checkpoint, reg, overrides, args.task)
-    beam, vocab = decode_settings(task, cfg.decode).beam, task.task.tgt_vocab_size  # the member's own words
-    if beam > vocab:
-        raise ConfigError(f"{'--beam' if args.beam is not None else 'decode.beam'}={beam}: the beam is larger "
-                          f"than the target vocabulary of {args.checkpoint} ({vocab} tokens)")
-    name = args.input or "<stdin>"
-    raw = textio.raw_lines(args.input) if args.input else (
-        line[:-1] if line.endswith(b"\n") else line for line in sys.stdin.buffer)
-    regular = args.output and (Path(args.output).is_file() or not Path(args.output).exists())
-    if regular:
-        remove_stale_temporaries(Path(args.output).parent)
-    try:
-        with contextlib.ExitStack() as stack:
-            out = (stack.enter_context(replacing(args.output)) if regular else
-                   stack.enter_context(open(args.output, "w", encoding="utf-8")) if args.output else stdout)
-            bar = stack.enter_context(progress(args.quiet, desc="generate", unit=" sent"))
-            number, bad = generate_lines(model, task, cfg, raw, name, out, progress=bar)
-    except OSError as e:  # a full disk, a closed pipe (reading errors are DataErrors)
-        raise UsageError(f"cannot write {args.output or '<stdout>'}: {e.strerror or e}") from None
+    stdout = sys.stdout  # the output's, whatever plugins print meanwhile
+    with contextlib.redirect_stdout(sys.stderr):
+        number, bad = generate_file(args.checkpoint, _registry(args), overrides, args.task, args.input, args.output,
+                                    stdout, "--beam" if args.beam is not None else "decode.beam", args.quiet)
     if bad:
-        log.warning("%s: %d of %d line(s) could not be decoded and got an empty output line", name, bad, number)
+        log.warning("%s: %d of %d line(s) could not be decoded and got an empty output line",
+                    args.input or "<stdin>", bad, number)
     return 0
 
 
@@ -181,35 +135,7 @@ def cmd_score(args) -> int:
 def cmd_average(args) -> int:
     from . import checkpoint
 
-    if args.last is not None:
-        if args.last < 1:
-            raise UsageError(f"--last {args.last}: must be a number >= 1")
-        if len(args.inputs) != 1 or not Path(args.inputs[0]).is_dir():
-            raise UsageError("--last K takes one run directory")
-        paths = checkpoint.listed(Path(args.inputs[0]))[-args.last:]
-        if not paths:
-            raise UsageError(f"{args.inputs[0]} holds no checkpoints (checkpoints/checkpoint_*.pt)")
-        if len(paths) < args.last:
-            log.warning("only %d checkpoints in %s", len(paths), args.inputs[0])
-    else:
-        paths = [Path(p) for p in args.inputs]
-        for p in paths:
-            if not p.is_file():
-                raise UsageError(f"{p}: no such checkpoint file")
-    output = Path(args.output or (Path(args.inputs[0]) / "checkpoint_average.pt" if args.last else "checkpoint_average.pt"))
-    _writable(str(output))
-    for p in paths:  # no command writes over its own inputs
-        if output.exists() and output.samefile(p):
-            raise UsageError(f"--output {output} is the input {p}: write the average elsewhere")
-    if output.parent.name == "checkpoints" and checkpoint.PATTERN.fullmatch(output.name):
-        raise UsageError(f"--output {output} is named like a rolling checkpoint in {output.parent}, which "
-                         "training deletes, resumes from and averages: write the average elsewhere")
-    if output.name == checkpoint.BEST and (output.parent / "config.yaml").is_file():
-        raise UsageError(f"--output {output} is the run's best validated model: write the average elsewhere")
-    from .files import remove_stale_temporaries
-
-    remove_stale_temporaries(output.parent)
-    checkpoint.atomic_save(checkpoint.average(paths), output)
+    paths, output = checkpoint.average_files(args.inputs, args.last, args.output)
     print(f"averaged {len(paths)} checkpoints into {output}")
     return 0
 

@@ -18,6 +18,8 @@ import sysconfig
 from pathlib import Path
 from typing import IO, Iterable, Iterator
 
+from .errors import UsageError
+
 _recorders: list[set] = []
 _WRITING = os.O_WRONLY | os.O_RDWR | os.O_CREAT
 
@@ -149,3 +151,24 @@ def remove_stale_temporaries(folder: str | Path) -> list[Path]:
         except OSError as e:
             logging.getLogger("s2s").warning("cannot remove the stale temporary %s: %s", path, e)
     return removed
+
+
+def writable(path: str) -> None:
+    """Fail before any work when the output file cannot be written (what is there stays)."""
+    p = Path(path)
+    if p.is_dir():
+        raise UsageError(f"output {p} is a directory")
+    parent = p.parent if str(p.parent) else Path(".")
+    if not parent.is_dir():
+        raise UsageError(f"output {p}: folder {parent} does not exist")
+    if not os.access(parent, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
+        raise UsageError(f"output {p}: not writable")
+
+
+def readable(path: str) -> None:
+    """Fail before any work when the input file cannot be read."""
+    p = Path(path)
+    if not p.is_file():
+        raise UsageError(f"input {p}: {'is a directory' if p.is_dir() else 'no such file'}")
+    if not os.access(p, os.R_OK):
+        raise UsageError(f"input {p}: not readable")

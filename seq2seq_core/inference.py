@@ -9,10 +9,12 @@ that a task counts what its post-processing did there, and `postprocess` keeps n
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import math
 import numbers
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from itertools import islice
@@ -27,9 +29,11 @@ from .config import load_config
 from .data import chunks
 from .decoding import generate
 from .distributed import resolve_device
-from .errors import CheckpointError, DataError, UsageError, plugin_error
+from .errors import CheckpointError, ConfigError, DataError, UsageError, plugin_error
+from .files import remove_stale_temporaries, replacing
 from .members import build_members, decode_settings, load_vocabularies, pick
 from .model import Transformer
+from .progress import progress
 from .task import DecodeDefaults, Score, Task
 from .vocab import EOS, PAD
 
@@ -293,3 +297,27 @@ def _source_line(raw: bytes, name: str, number: int, task, max_positions: int) -
                     name, number, n, max_positions)
         return None
     return line
+
+
+def generate_file(path, registry, overrides, task: str | None, input: str | None, output: str | None,
+                  stdout, beam_setting: str = "decode.beam", quiet: bool = False) -> tuple[int, int]:
+    """`s2s generate`: decode the lines of `input` (None: stdin) with the run at `path` into
+    `output` (None: `stdout`); returns (lines, lines that could not be decoded). A regular output
+    file appears complete at the end (`files.replacing`); a device or a pipe is written as it goes."""
+    cfg, member, model = load_for_inference(path, registry, overrides, task)
+    beam, vocab = decode_settings(member, cfg.decode).beam, member.task.tgt_vocab_size  # the member's own words
+    if beam > vocab:
+        raise ConfigError(f"{beam_setting}={beam}: the beam is larger than the target vocabulary of {path} "
+                          f"({vocab} tokens)")
+    raw = textio.raw_lines(input) if input else (line[:-1] if line.endswith(b"\n") else line for line in sys.stdin.buffer)
+    regular = output and (Path(output).is_file() or not Path(output).exists())
+    if regular:
+        remove_stale_temporaries(Path(output).parent)
+    try:
+        with contextlib.ExitStack() as stack:
+            out = (stack.enter_context(replacing(output)) if regular else
+                   stack.enter_context(open(output, "w", encoding="utf-8")) if output else stdout)
+            bar = stack.enter_context(progress(quiet, desc="generate", unit=" sent"))
+            return generate_lines(model, member, cfg, raw, input or "<stdin>", out, progress=bar)
+    except OSError as e:  # a full disk, a closed pipe (reading errors are DataErrors)
+        raise UsageError(f"cannot write {output or '<stdout>'}: {e.strerror or e}") from None
