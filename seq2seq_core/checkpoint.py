@@ -9,6 +9,10 @@ with flipped bytes without complaint). Averaging follows section 6.1: the elemen
 the parameters of the last 5 (base) or 20 (big) checkpoints. Beside them a run keeps
 `checkpoint_best.pt`, its validated model with the highest dev figure; at the end it tests
 whichever of the two scores higher on dev, and names it in result.json (`checkpoint`).
+
+The vocabulary files a run's checkpoints were trained with are part of them: written into the
+run directory with their SHA-256 recorded in every checkpoint (`save_tokenizer`), and checked
+against it before a checkpoint is decoded with (`check_tokenizer_files`).
 """
 from __future__ import annotations
 
@@ -16,6 +20,7 @@ import json
 import logging
 import os
 import re
+import tempfile
 import zipfile
 from pathlib import Path
 
@@ -249,3 +254,25 @@ def average_files(inputs: list[str], last: int | None, output: str | None) -> tu
     remove_stale_temporaries(out.parent)
     atomic_save(average(paths), out)
     return paths, out
+
+
+def save_tokenizer(task, run_dir: Path, directory: Path, resuming: bool) -> dict:
+    """Write the task's vocabulary files into `directory` (in run_dir) and return {file: sha256}.
+
+    They are what `s2s generate` reads; a resumed run keeps the vocabulary its checkpoints
+    were trained with, so a different one is refused rather than written.
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=directory, prefix=".vocab") as tmp:
+        task.save_vocab(Path(tmp))
+        files = {p.relative_to(tmp).as_posix(): sha256(p) for p in sorted(Path(tmp).rglob("*")) if p.is_file()}
+        if resuming:
+            changed = [n for n, h in files.items() if (directory / n).is_file() and sha256(directory / n) != h]
+            if changed:
+                raise TrainingError(f"{', '.join(str(directory / n) for n in changed)}: the task's vocabulary now "
+                                    "differs from the one this run's checkpoints were trained with; resume "
+                                    "with the original data and config, or train in a new run.dir")
+        for name in files:
+            (directory / name).parent.mkdir(parents=True, exist_ok=True)
+            os.replace(Path(tmp) / name, directory / name)
+    return {(directory / n).relative_to(run_dir).as_posix(): h for n, h in files.items()}

@@ -138,9 +138,10 @@ class Prepared:
                     f"{int(split.src_lens[i]) + extra} source / {int(split.tgt_lens[i])} target tokens (with </s>"
                     f"{' and the task token' if extra else ''}) do not fit model.max_positions={positions} "
                     f"({len(too_long)} such pair(s) in {name}); raise model.max_positions or shorten them")
+        pairs = {s: len(split) for s, split in splits.items()}
         texts = {s: (textio.read_lines(directory / f"{s}.src.txt"), textio.read_lines(directory / f"{s}.ref.txt"))
                  for s in names if (directory / f"{s}.src.txt").is_file()}
-        return cls(directory, splits, {s: len(split) for s, split in splits.items()}, texts)
+        return cls(directory, splits, pairs, texts)
 
     def texts(self, split: str) -> tuple[list[str], list[str]]:
         """The raw source and reference lines of an evaluation split."""

@@ -10,16 +10,19 @@ checkpoint_average.pt, else the newest checkpoint: `checkpoint.tested`) and writ
 * ctranslate2: a CTranslate2 model through its spec API (`ctranslate2.specs.TransformerSpec`),
   optionally quantised. The architecture maps one to one: post-norm (or pre-norm with final
   layer norms), ReLU, biases everywhere, embeddings scaled by sqrt(d_model) and the output
-  projection tied or not (model.tie_output), our interleaved sinusoid table stored as the position encodings, EOS
-  appended to the source, BOS as the decoder's start token.
+  projection tied or not (model.tie_output), our interleaved sinusoid table (or the learned one,
+  model.positions=learned) stored as the position encodings, heads of model.d_k = model.d_v
+  dimensions as its head_dim, EOS appended to the source, BOS as the decoder's start token. Its
+  heads have one width: model.d_k other than model.d_v is refused.
 * huggingface: a `transformers` MarianMTModel with a PreTrainedTokenizerFast over the task's
   `tokenizers` vocabulary. Marian lays sinusoids out as [sin | cos] halves where we interleave
   them (PE(pos, 2i) = sin, PE(pos, 2i+1) = cos); the export permutes the d_model dimensions of
   every weight by the same fixed permutation (even dimensions first, then odd), which is exact
   because layer norms, attention and the tied output projection are equivariant under it.
   Marian computes its position table itself (in float64, then rounded), which differs from
-  our float32 one by up to 3e-5 at position 1023. Marian has no pre-norm form, so a pre-norm
-  model is refused.
+  our float32 one by up to 3e-5 at position 1023. Marian has no pre-norm form, no learned
+  positions and heads of d_model / heads dimensions only: model.pre_norm=true,
+  model.positions=learned and model.d_k / model.d_v other than that are refused.
 
 `s2s.core.deployed` decodes source lines with an export the way `s2s generate` does.
 
@@ -183,9 +186,17 @@ def to_ctranslate2(model: Transformer, task, out: Path, quantization: str | None
         from ctranslate2.specs import common_spec, transformer_spec
     except ImportError:
         raise ExportError("--to ctranslate2 needs the ctranslate2 package: pip install 's2s[export]'") from None
-    pre_norm = model.encoder[0].res1.pre_norm
-    spec = transformer_spec.TransformerSpec.from_config(len(model.encoder), model.encoder[0].self_attn.h,
-                                                        pre_norm=pre_norm, activation=common_spec.Activation.RELU)
+    pre_norm, attn = model.encoder[0].res1.pre_norm, model.encoder[0].self_attn
+    if attn.d_k != attn.d_v:
+        raise ExportError(f"model.d_k={attn.d_k} with model.d_v={attn.d_v} has no CTranslate2 form (its heads have one "
+                          "width for queries, keys and values): export it with --to safetensors")
+    layers, relu = len(model.encoder), common_spec.Activation.RELU
+    if attn.d_k * attn.h == model.d_model:
+        spec = transformer_spec.TransformerSpec.from_config(layers, attn.h, pre_norm=pre_norm, activation=relu)
+    else:  # heads narrower or wider than d_model / h
+        spec = transformer_spec.TransformerSpec(
+            transformer_spec.TransformerEncoderSpec(layers, attn.h, pre_norm=pre_norm, activation=relu, head_dim=attn.d_k),
+            transformer_spec.TransformerDecoderSpec(layers, attn.h, pre_norm=pre_norm, activation=relu, head_dim=attn.d_k))
     spec.config.add_source_eos = True  # the engine ends every source with EOS
     spec.config.decoder_start_token = SPECIALS[BOS]
     spec.config.layer_norm_epsilon = model.encoder[0].res1.norm.eps
@@ -194,7 +205,7 @@ def to_ctranslate2(model: Transformer, task, out: Path, quantization: str | None
         embeddings = stack.embeddings[0] if isinstance(stack.embeddings, list) else stack.embeddings
         embeddings.weight = _numpy(emb.weight)
         stack.scale_embeddings = True  # x sqrt(d_model)
-        stack.position_encodings.encodings = _numpy(model.pe)  # our interleaved table, as it is
+        stack.position_encodings.encodings = _numpy(model.position_table())  # interleaved sinusoids, or learned
         if pre_norm:
             _ct2_norm(stack.layer_norm, final)
         for layer_spec, layer in zip(stack.layer, layers):
@@ -252,6 +263,14 @@ def to_huggingface(model: Transformer, cfg, task, out: Path) -> None:
     if m.pre_norm:
         raise ExportError("model.pre_norm=true has no MarianMT form (Marian is post-norm): "
                           "export it with --to ctranslate2 or --to safetensors")
+    if m.positions != "sinusoid":
+        raise ExportError(f"model.positions={m.positions} has no MarianMT form (Marian computes sinusoids): "
+                          "export it with --to ctranslate2 or --to safetensors")
+    for key, value in (("d_k", m.d_k), ("d_v", m.d_v)):
+        if value is not None and value * m.heads != m.d_model:
+            raise ExportError(f"model.{key}={value} has no MarianMT form (its heads have d_model / heads = "
+                              f"{m.d_model // m.heads} dimensions): export it with --to "
+                              f"{'ctranslate2 or --to ' if m.d_k == m.d_v else ''}safetensors")
     shared = bool(task.shared_vocab)
     tied = model.out.weight is model.tgt_embed.weight
     hf_cfg = MarianConfig(

@@ -1,10 +1,11 @@
-"""The Transformer of "Attention Is All You Need" (Vaswani et al. 2017), section 3, in one file.
+"""The Transformer of "Attention Is All You Need" (Vaswani et al. 2017), section 3, attention aside.
 
-An encoder and a decoder stack of N layers each (3.1); multi-head scaled dot-product attention (3.2)
-through PyTorch's fused kernel, written out in bf16 on CPU (`attention`); position-wise feed-forward
-networks (3.3); embeddings scaled by sqrt(d_model), with a shared vocabulary tied with the pre-softmax
-projection (3.4); sinusoidal positional encodings (3.5). Residual blocks are post-norm as in the paper,
-LayerNorm(x + Dropout(Sublayer(x))), or pre-norm with `cfg.pre_norm`.
+An encoder and a decoder stack of N layers each (3.1); multi-head scaled dot-product attention (3.2,
+s2s.core.attention), d_k and d_v per head d_model / h or set (Table 3, rows A and B); position-wise
+feed-forward networks (3.3); embeddings scaled by sqrt(d_model), with a shared vocabulary tied with the
+pre-softmax projection (3.4); sinusoidal positional encodings (3.5), or learned ones (Table 3, row E).
+Residual blocks are post-norm as in the paper, LayerNorm(x + Dropout(Sublayer(x))), or pre-norm with
+`cfg.pre_norm`. `forward(..., return_attention=True)` also returns every attention's weights.
 
 Besides training (`forward`), the model serves search: `encode` once, then either `decode` the
 whole prefix at every step or keep a `DecoderCache` and feed one token per step (`decode_step`).
@@ -21,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .attention import AttentionWeights, MultiHeadAttention, attention  # noqa: F401  (s2s.core.model.attention)
 from .loss import label_smoothed_loss
 from .vocab import PAD
 
@@ -33,59 +35,6 @@ def sinusoids(n_positions: int, d_model: int) -> Tensor:
     pe[:, 0::2] = torch.sin(pos * inv_freq)
     pe[:, 1::2] = torch.cos(pos * inv_freq)
     return pe
-
-
-def attention(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor], causal: bool, dropout: float) -> Tensor:
-    """Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V (equation 1), over q [B, h, T, d_k] and
-    k, v [B, h, S, d_k]; mask [B, 1, 1, S] True where a key may be attended, `causal`: query i
-    sees keys 0..i; `dropout` on the attention weights.
-
-    PyTorch's fused scaled_dot_product_attention, except bf16 on CPU, where its fused kernel is slower
-    than unfused bf16 products and its math kernel casts q, k and v to fp32 and back: there both
-    products are bf16, the softmax fp32 by torch's kernel, returned in bf16 (docs/performance.md)."""
-    if not (q.dtype == torch.bfloat16 and q.device.type == "cpu"):
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, dropout_p=dropout)
-    scores = torch.matmul(q, k.transpose(-1, -2)).mul_(q.size(-1) ** -0.5)
-    if causal:
-        T, S = scores.shape[-2:]
-        scores.masked_fill_(torch.ones(T, S, dtype=torch.bool, device=q.device).triu_(1), float("-inf"))
-    elif mask is not None:
-        scores.masked_fill_(~mask, float("-inf"))
-    weights = torch.softmax(scores, -1)
-    if dropout > 0.0:
-        weights = F.dropout(weights, dropout)
-    return torch.matmul(weights, v)
-
-
-class MultiHeadAttention(nn.Module):
-    """MultiHead(Q, K, V) = Concat(head_1..head_h) W^O, head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V).
-
-    Keys and values are projected separately (`keys_values`) so that the decoder can compute the
-    encoder-decoder ones once per sentence and cache its own step by step."""
-
-    def __init__(self, d_model: int, heads: int, dropout: float):
-        super().__init__()
-        assert d_model % heads == 0, f"d_model {d_model} is not a multiple of heads {heads}"
-        self.h, self.dropout = heads, dropout
-        self.w_q, self.w_k, self.w_v, self.w_o = (nn.Linear(d_model, d_model) for _ in range(4))
-
-    def split_heads(self, x: Tensor) -> Tensor:  # [B, T, d_model] -> [B, h, T, d_k]
-        return x.view(x.size(0), x.size(1), self.h, -1).transpose(1, 2)
-
-    def keys_values(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        return self.split_heads(self.w_k(x)), self.split_heads(self.w_v(x))
-
-    def forward(self, x: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor] = None,
-                causal: bool = False) -> Tensor:
-        """Queries from x [B*g, T, d_model] attend over k, v [B, h, S, d_k].
-
-        mask [B, 1, 1, S] is True where a key may be attended. When x holds g > 1 rows per row
-        of k, v (g beam hypotheses of one sentence, consecutive), their queries are folded into
-        one query sequence of length g*T: they share the keys, which are never copied."""
-        n, T, d = x.shape
-        q = self.split_heads(self.w_q(x.reshape(k.size(0), -1, d)))
-        out = attention(q, k, v, mask, causal, self.dropout if self.training else 0.0)
-        return self.w_o(out.transpose(1, 2).reshape(n, T, d))
 
 
 class LayerNorm(nn.LayerNorm):
@@ -163,12 +112,17 @@ class FeedForward(nn.Sequential):
         super().__init__(nn.Linear(d_model, d_ff), nn.ReLU(), nn.Linear(d_ff, d_model))
 
 
+def attention_of(cfg) -> MultiHeadAttention:
+    return MultiHeadAttention(cfg.d_model, cfg.heads, cfg.attention_dropout, getattr(cfg, "d_k", None),
+                              getattr(cfg, "d_v", None))
+
+
 class EncoderLayer(nn.Module):
     """Self-attention over the source, then the feed-forward network."""
 
     def __init__(self, cfg):
         super().__init__()
-        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.heads, cfg.attention_dropout)
+        self.self_attn = attention_of(cfg)
         self.ffn = FeedForward(cfg.d_model, cfg.d_ff)
         self.res1, self.res2 = (Residual(cfg.d_model, cfg.dropout, cfg.pre_norm) for _ in range(2))
 
@@ -182,24 +136,24 @@ class DecoderLayer(nn.Module):
 
     def __init__(self, cfg):
         super().__init__()
-        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.heads, cfg.attention_dropout)
-        self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.heads, cfg.attention_dropout)
+        self.self_attn, self.cross_attn = attention_of(cfg), attention_of(cfg)
         self.ffn = FeedForward(cfg.d_model, cfg.d_ff)
         self.res1, self.res2, self.res3 = (Residual(cfg.d_model, cfg.dropout, cfg.pre_norm) for _ in range(3))
 
     def forward(self, x: Tensor, memory_kv, memory_mask: Tensor,
                 kv: Optional[Tensor] = None, step: int = 0) -> Tensor:
-        """memory_kv: the encoder output's keys and values for this layer, each [B, h, S, d_k].
+        """memory_kv: the encoder output's keys [B, h, S, d_k] and values [B, h, S, d_v] for this layer.
 
         kv None: x is the whole target prefix, masked causally. Otherwise x is one position
-        (`step`) and kv [B*g, 2, h, capacity, d_k] this layer's self-attention cache: this
+        (`step`) and kv [B*g, 2, h, capacity, max(d_k, d_v)] this layer's self-attention cache: this
         step's keys and values are written at `step` and the query attends to steps 0..step."""
         def self_attention(y):
             k, v = self.self_attn.keys_values(y)
             if kv is None:
                 return self.self_attn(y, k, v, causal=True)
-            kv[:, 0, :, step:step + 1], kv[:, 1, :, step:step + 1] = k, v
-            return self.self_attn(y, kv[:, 0, :, :step + 1], kv[:, 1, :, :step + 1])
+            keys, values = self.self_attn.split_cached(kv)
+            keys[:, :, step:step + 1], values[:, :, step:step + 1] = k, v
+            return self.self_attn(y, keys[:, :, :step + 1], values[:, :, :step + 1])
 
         x = self.res1(x, self_attention)
         x = self.res2(x, lambda y: self.cross_attn(y, memory_kv[0], memory_kv[1], memory_mask))
@@ -211,9 +165,10 @@ class DecoderCache:
     """What incremental decoding keeps between steps; tensors only, one row per sentence or
     hypothesis first, so that moving rows is one contiguous copy each.
 
-    memory_kv [B, N, 2, h, S, d_k]: encoder-decoder keys/values of the N layers, once per sentence.
+    memory_kv [B, N, 2, h, S, d]: encoder-decoder keys/values of the N layers, once per sentence, keys
+    in the first d_k, values in the first d_v of d = max(d_k, d_v) (MultiHeadAttention.split_cached).
     memory_mask [B, 1, 1, S]: True at source positions that may be attended.
-    kv [B*g, N, 2, h, capacity, d_k]: self-attention keys/values of the steps done so far, and spare,
+    kv [B*g, N, 2, h, capacity, d]: self-attention keys/values of the steps done so far, and spare,
     a buffer of the same shape that reordering copies into (the two then swap), so that a step
     allocates nothing; both allocated at the first step with `capacity` positions, doubled when full.
     step: number of steps done, hence the position of the next token."""
@@ -244,7 +199,12 @@ class Transformer(nn.Module):
             self.src_embed = self.tgt_embed
         else:
             self.src_embed = nn.Embedding(src_vocab_size, cfg.d_model, padding_idx=PAD)
-        self.register_buffer("pe", sinusoids(cfg.max_positions, cfg.d_model), persistent=False)
+        # learned positions (Table 3, row E) are a parameter; the sinusoid buffer `pe` is then empty,
+        # kept for its dtype, the activations' (s2s.core.precision casts buffers, not embeddings)
+        learned = getattr(cfg, "positions", "sinusoid") == "learned"
+        self.pos_embed = nn.Embedding(cfg.max_positions, cfg.d_model) if learned else None
+        self.register_buffer("pe", torch.zeros(0, cfg.d_model) if learned else sinusoids(cfg.max_positions, cfg.d_model),
+                             persistent=False)
         self.drop = Dropout(cfg.dropout)
         self.encoder = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.layers))
         self.decoder = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.layers))
@@ -257,8 +217,10 @@ class Transformer(nn.Module):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        """Zero biases; embeddings N(0, d_model^-0.5), PAD row zero; attention's W^Q, W^K, W^V
-        Xavier-uniform as if the three were one [3 d_model, d_model] matrix (gain 1/sqrt(2)),
+        """Zero biases; embeddings N(0, d_model^-0.5), PAD row zero, learned positions too (fairseq's:
+        small beside the scaled token embeddings, whose entries start near std 1, so that a token's
+        identity dominates its first input); attention's W^Q, W^K, W^V Xavier-uniform as if the three
+        were one [h (2 d_k + d_v), d_model] matrix (gain 1/sqrt(2) when d_k = d_v = d_model / h),
         W^O Xavier-uniform; the feed-forward weights U(+-1/sqrt(fan_in)), which keeps each FFN's
         residual branch small at the start (W_2's bound is half Xavier's at d_ff = 4 d_model). With Xavier
         everywhere a small parser learned far slower per update (docs/parsing.md, "Learning speed")."""
@@ -266,8 +228,9 @@ class Transformer(nn.Module):
             if isinstance(m, nn.Linear) and m.bias is not None:
                 nn.init.zeros_(m.bias)
             if isinstance(m, MultiHeadAttention):
-                for w in (m.w_q, m.w_k, m.w_v):
-                    nn.init.xavier_uniform_(w.weight, gain=2 ** -0.5)
+                d, hk, hv = m.w_q.in_features, m.w_q.out_features, m.w_v.out_features
+                for w in (m.w_q, m.w_k, m.w_v):  # fan_out of the three together: 2 hk + hv
+                    nn.init.xavier_uniform_(w.weight, gain=((d + w.out_features) / (d + 2 * hk + hv)) ** 0.5)
                 nn.init.xavier_uniform_(m.w_o.weight)
             elif isinstance(m, FeedForward):
                 for w in (m[0], m[2]):
@@ -278,6 +241,8 @@ class Transformer(nn.Module):
             nn.init.normal_(emb.weight, 0.0, self.d_model ** -0.5)
             with torch.no_grad():
                 emb.weight[PAD].zero_()
+        if self.pos_embed is not None:
+            nn.init.normal_(self.pos_embed.weight, 0.0, self.d_model ** -0.5)
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())  # parameters() yields a tied tensor once
@@ -286,31 +251,42 @@ class Transformer(nn.Module):
         """Matmul FLOPs (2mkn a product) of training (`backward`) or of a forward pass over pairs of
         these real lengths (numbers or arrays, an entry a pair: padding is waste, not work), what
         model-FLOPs utilisation divides by. S, T: a pair's source and target tokens (with EOS / BOS),
-        N layers a stack, d = d_model, V the target vocabulary:
+        N layers a stack, d = d_model, V the target vocabulary, a = h d_k, b = h d_v (d both by default):
 
-            training = 3 forward                       the backward pass costs twice the forward
-            forward = 2 (S P_src + T P_tgt) + A        P: the weights a token is multiplied by
-            P_src = N (4 d^2 + 2 d d_ff) + N 2 d^2     encoder Q, K, V, O, FFN; decoder's cross K, V
-            P_tgt = N (6 d^2 + 2 d d_ff) + d V         decoder self Q, K, V, O, cross Q, O, FFN; output
-            A = N (4 S^2 d + 2 T (T + 1) d + 4 T S d)  Q K^T and weights x V; causal pairs only
+            training = 3 forward                        the backward pass costs twice the forward
+            forward = 2 (S P_src + T P_tgt) + A         P: the weights a token is multiplied by
+            P_src = N (2 d (a + b) + 2 d d_ff) + N d (a + b)   encoder Q, K, V, O, FFN; decoder's cross K, V
+            P_tgt = N (3 d (a + b) + 2 d d_ff) + d V    decoder self Q, K, V, O, cross Q, O, FFN; output
+            A = N (a + b) (2 S^2 + T (T + 1) + 2 T S)   Q K^T and weights x V; causal pairs only
 
         Embeddings, biases, norms, softmax, dropout, loss and Adam count 0. Without `attention` (small in a
         search step) only the lengths' sums matter: a search's source tokens and decoder rows will do."""
         S, T = np.asarray(src_lens, dtype=np.float64), np.asarray(tgt_lens, dtype=np.float64)
         N, d, d_ff, V = len(self.encoder), self.d_model, self.d_ff, self.out.out_features
-        p_src, p_tgt = N * (4 * d * d + 2 * d * d_ff) + N * 2 * d * d, N * (6 * d * d + 2 * d * d_ff) + d * V
+        att = self.encoder[0].self_attn
+        ab = att.h * (att.d_k + att.d_v)  # a + b
+        p_src, p_tgt = N * (2 * d * ab + 2 * d * d_ff) + N * d * ab, N * (3 * d * ab + 2 * d * d_ff) + d * V
         forward = 2 * (S * p_src + T * p_tgt)
         if attention:
-            forward = forward + N * (4 * S * S * d + 2 * T * (T + 1) * d + 4 * T * S * d)
+            forward = forward + N * ab * (2 * S * S + T * (T + 1) + 2 * T * S)
         return float((3 if backward else 1) * forward.sum())
 
     def embed(self, emb: nn.Embedding, tokens: Tensor, start: int = 0) -> Tensor:
         """Dropout(Embedding(tokens) * sqrt(d_model) + PE), positions from `start`, in the dtype
-        of PE (that of the activations: s2s.core.precision casts it with the weights)."""
+        of the buffer `pe` (that of the activations: s2s.core.precision casts it with the weights).
+        Learned positions are added in their table's dtype, then cast: the gradient of a position's
+        row, a sum over the batch, is summed in fp32 when the table is (as the token embeddings')."""
         end = start + tokens.size(1)
         if end > self.max_positions:
             raise ValueError(f"position {end - 1} is beyond model.max_positions={self.max_positions}")
+        if self.pos_embed is not None:
+            x = emb(tokens) * math.sqrt(self.d_model) + self.pos_embed.weight[start:end]
+            return self.drop(x.to(self.pe.dtype))
         return self.drop(emb(tokens).to(self.pe.dtype) * math.sqrt(self.d_model) + self.pe[start:end])
+
+    def position_table(self) -> Tensor:
+        """The positional encodings added at each position, [max_positions, d_model]."""
+        return self.pe if self.pos_embed is None else self.pos_embed.weight
 
     def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
         """src [B, S] -> memory [B, S, d_model] and src_pad [B, S] (True at PAD)."""
@@ -343,20 +319,40 @@ class Transformer(nn.Module):
         return self.out(self.decoder_states(tgt_in, memory, src_pad))
 
     def forward(self, src: Tensor, tgt_in: Tensor, tgt_out: Optional[Tensor] = None,
-                label_smoothing: float = 0.0):
+                label_smoothing: float = 0.0, return_attention: bool = False):
         """Logits [B, T, V]; or, given the targets tgt_out [B, T], the summed label-smoothed
         loss and NLL over its non-PAD tokens (s2s.core.loss.label_smoothed_loss), which
-        projects the decoder states chunk by chunk: training never holds the whole logits."""
+        projects the decoder states chunk by chunk: training never holds the whole logits.
+
+        With `return_attention`, (that, AttentionWeights): the weights every attention computed
+        its output with in this pass (equation 1 written out instead of the fused kernel)."""
+        if return_attention:
+            return self._with_attention(src, tgt_in, tgt_out, label_smoothing)
         states = self.decoder_states(tgt_in, *self.encode(src))
         if tgt_out is None:
             return self.out(states)
         return label_smoothed_loss(states, self.out.weight, tgt_out, label_smoothing)
 
+    def _with_attention(self, *args):
+        kinds = AttentionWeights()
+        modules = [(layer.self_attn, kinds.encoder) for layer in self.encoder] + \
+            [(layer.self_attn, kinds.decoder) for layer in self.decoder] + [(layer.cross_attn, kinds.cross) for layer in self.decoder]
+        for m, _ in modules:
+            m.recorded = []
+        try:
+            result = self.forward(*args)
+            for m, where in modules:
+                where.extend(m.recorded)
+        finally:
+            for m, _ in modules:
+                m.recorded = None
+        return result, kinds
+
     # -- incremental decoding for search ---------------------------------------------------
     def init_cache(self, memory: Tensor, src_pad: Tensor, capacity: int = 16) -> DecoderCache:
         """Compute the encoder-decoder keys and values of every layer once per sentence;
         `capacity`: the number of steps expected (more are possible, at the cost of a copy)."""
-        memory_kv = torch.stack([torch.stack(layer.cross_attn.keys_values(memory), 1) for layer in self.decoder], 1)
+        memory_kv = torch.stack([layer.cross_attn.cached_keys_values(memory) for layer in self.decoder], 1)
         return DecoderCache(memory_kv, self.key_mask(src_pad), max(1, capacity))
 
     def decode_step(self, tokens: Tensor, cache: DecoderCache) -> Tensor:
@@ -365,9 +361,9 @@ class Transformer(nn.Module):
         Equal to decode(prefix)[:, -1]; rows b*g .. b*g+g-1 belong to sentence b of the cache."""
         n, step = tokens.size(0), cache.step
         if cache.kv is None:
-            B, N, _, h, _, d_k = cache.memory_kv.shape
+            B, N, _, h, _, d = cache.memory_kv.shape
             assert n % B == 0, f"{n} rows are not a whole number of hypotheses per sentence ({B})"
-            cache.kv = cache.memory_kv.new_empty(n, N, 2, h, cache.capacity, d_k)
+            cache.kv = cache.memory_kv.new_empty(n, N, 2, h, cache.capacity, d)
             cache.spare = torch.empty_like(cache.kv)
         elif step == cache.kv.size(4):
             grown = cache.kv.new_empty(*cache.kv.shape[:4], 2 * step, cache.kv.size(5))
@@ -375,8 +371,7 @@ class Transformer(nn.Module):
             cache.kv, cache.spare = grown, torch.empty_like(grown)
         x = self.embed(self.tgt_embed, tokens[:, None], start=step)
         for i, layer in enumerate(self.decoder):
-            memory_kv = cache.memory_kv[:, i]
-            x = layer(x, (memory_kv[:, 0], memory_kv[:, 1]), cache.memory_mask, cache.kv[:n, i], step)
+            x = layer(x, layer.cross_attn.split_cached(cache.memory_kv[:, i]), cache.memory_mask, cache.kv[:n, i], step)
         cache.step += 1
         return self.out(self.dec_norm(x[:, 0]))
 

@@ -1,18 +1,13 @@
 """The run directory before training: owned by one training at a time, s2s's own, writable,
-with room for the checkpoints, and the vocabulary files `s2s generate` reads, which a run with
-checkpoints never lets change under them."""
+with room for the checkpoints."""
 from __future__ import annotations
 
 import fcntl
 import os
 import shutil
-import tempfile
 from pathlib import Path
 
-from .files import sha256
 from .errors import TrainingError
-from .task import Task
-
 
 MARK = ".s2s-run"  # in every run directory s2s trains: the folder is s2s's to write
 LOCK = ".lock"
@@ -58,25 +53,3 @@ def check_run_dir(run_dir: Path, need_bytes: int) -> None:
     if free < need_bytes:
         raise TrainingError(f"run directory {run_dir}: {free / 2**20:.0f} MiB free, checkpoints "
                             f"need about {need_bytes / 2**20:.0f} MiB (run.keep_last + 1 files)")
-
-
-def save_tokenizer(task: Task, run_dir: Path, directory: Path, resuming: bool) -> dict:
-    """Write the task's vocabulary files into `directory` (in run_dir) and return {file: sha256}.
-
-    They are what `s2s generate` reads; a resumed run keeps the vocabulary its checkpoints
-    were trained with, so a different one is refused rather than written.
-    """
-    directory.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=directory, prefix=".vocab") as tmp:
-        task.save_vocab(Path(tmp))
-        files = {p.relative_to(tmp).as_posix(): sha256(p) for p in sorted(Path(tmp).rglob("*")) if p.is_file()}
-        if resuming:
-            changed = [n for n, h in files.items() if (directory / n).is_file() and sha256(directory / n) != h]
-            if changed:
-                raise TrainingError(f"{', '.join(str(directory / n) for n in changed)}: the task's vocabulary now "
-                                    "differs from the one this run's checkpoints were trained with; resume "
-                                    "with the original data and config, or train in a new run.dir")
-        for name in files:
-            (directory / name).parent.mkdir(parents=True, exist_ok=True)
-            os.replace(Path(tmp) / name, directory / name)
-    return {(directory / n).relative_to(run_dir).as_posix(): h for n, h in files.items()}

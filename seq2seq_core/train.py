@@ -125,7 +125,7 @@ class Trainer:
             rundir.check_run_dir(self.run_dir, need_bytes=self.n_params * 12 * (cfg.run.keep_last + 1))
             for m in self.members:
                 where = self.run_dir / m.vocab_subdir
-                self.tokenizer["files"].update(rundir.save_tokenizer(m.task, self.run_dir, where, state is not None))
+                self.tokenizer["files"].update(checkpoint.save_tokenizer(m.task, self.run_dir, where, state is not None))
 
         g.agreed(write_run_files, rank0_only=True)
         g.agreed(lambda: atomic_write_text(self.run_dir / "config.yaml", OmegaConf.to_yaml(cfg)), rank0_only=True)

@@ -11,8 +11,8 @@ V = 23
 
 def tiny(pre_norm=False, shared=True, src_vocab=V, **kw):
     torch.manual_seed(0)
-    cfg = ModelConfig(layers=2, d_model=32, d_ff=64, heads=4, dropout=0.1, pre_norm=pre_norm,
-                      max_positions=64, **kw)
+    cfg = ModelConfig(**{"layers": 2, "d_model": 32, "d_ff": 64, "heads": 4, "dropout": 0.1, "pre_norm": pre_norm,
+                         "max_positions": 64, **kw})
     return Transformer(cfg, src_vocab, V, shared).eval()
 
 
@@ -85,10 +85,13 @@ def test_all_pad_row_gives_no_nan():
     assert torch.isfinite(model(src, sentences([3, 3]))).all()
 
 
-@pytest.mark.parametrize("pre_norm", [False, True])
-def test_decode_step_equals_full_decode(pre_norm):
-    """20 steps (past the cache's first capacity), with beam-like reordering half way."""
-    model = tiny(pre_norm=pre_norm)
+@pytest.mark.parametrize("kw", [{}, {"pre_norm": True}, {"d_k": 5, "d_v": 11}, {"d_k": 12, "d_v": 3},
+                                {"d_k": 16, "d_v": 16}, {"positions": "learned"}],
+                         ids=["post_norm", "pre_norm", "d_k<d_v", "d_k>d_v", "wide_heads", "learned_positions"])
+def test_decode_step_equals_full_decode(kw):
+    """20 steps (past the cache's first capacity), with beam-like reordering half way; heads of
+    d_k, d_v other than d_model / h (the cache pads the narrower) and learned positions too."""
+    model = tiny(**kw)
     B, g, T, t0 = 2, 3, 20, 9
     src = sentences([5, 8])
     memory, src_pad = model.encode(src)
@@ -181,3 +184,94 @@ def test_initialisation_bounds():
     assert all(p.abs().max() == 0 for n, p in m.named_parameters() if n.endswith("bias") and "norm" not in n)
     assert m.src_embed.weight[PAD].abs().max() == 0
     assert abs(m.src_embed.weight[1:].std().item() - d ** -0.5) < 0.01
+
+
+def test_default_heads_keep_the_parameter_names_and_shapes():
+    """d_k = d_v = d_model / h, unset or given, is the model of before: same names, shapes, values."""
+    unset, given = tiny().state_dict(), tiny(d_k=8, d_v=8).state_dict()
+    assert list(unset) == list(given) and all(torch.equal(unset[k], given[k]) for k in unset)
+    assert "pos_embed.weight" not in unset and not any(k.endswith("pe") for k in unset)
+
+
+def test_head_dimensions_and_learned_positions_shape_the_parameters():
+    """Q, K: d_model -> h d_k; V: d_model -> h d_v; O: h d_v -> d_model (Table 3, rows A, B);
+    learned positions (row E): a [max_positions, d_model] parameter, N(0, d_model^-0.5)."""
+    model = tiny(d_k=5, d_v=11, positions="learned")
+    for attn in (model.encoder[0].self_attn, model.decoder[1].cross_attn):
+        assert attn.w_q.weight.shape == attn.w_k.weight.shape == (4 * 5, 32)
+        assert attn.w_v.weight.shape == (4 * 11, 32) and attn.w_o.weight.shape == (32, 4 * 11)
+        bound = (6 / (32 + 2 * 20 + 44)) ** 0.5  # Xavier over [W^Q; W^K; W^V]
+        assert all(0.9 * bound < w.weight.abs().max() <= bound for w in (attn.w_q, attn.w_k, attn.w_v))
+    state = model.state_dict()
+    assert state["pos_embed.weight"].shape == (64, 32)
+    assert abs(state["pos_embed.weight"].std().item() - 32 ** -0.5) < 0.02
+    assert model.position_table() is model.pos_embed.weight and model.pe.numel() == 0
+    src, tgt = sentences([5, 3]), sentences([4, 6])
+    model.train()(src, tgt, tgt, 0.1)[0].backward()
+    assert model.pos_embed.weight.grad[:6].abs().sum() > 0 and model.pos_embed.weight.grad[6:].abs().sum() == 0
+    heads_of_one = tiny(heads=3, d_k=7, d_v=7)  # heads need not divide d_model when d_k and d_v are given
+    assert heads_of_one(src, tgt).shape == (2, 6, V)
+
+
+def test_learned_positions_in_bf16_keep_an_fp32_table_and_gradient():
+    from s2s.core.precision import LowPrecision
+
+    model = tiny(positions="learned").train()
+    src, tgt = sentences([5, 3]), sentences([4, 6])
+    loss = LowPrecision(model)(src, tgt, tgt, 0.1)[0]
+    loss.float().backward()
+    assert model.pos_embed.weight.dtype == model.pos_embed.weight.grad.dtype == torch.float32
+    assert model.pe.dtype == torch.float32
+
+
+@pytest.mark.parametrize("kw", [{}, {"d_k": 5, "d_v": 11}])
+def test_flops_count_the_products_of_a_forward_pass(kw):
+    """Transformer.flops against torch's FLOP counter on one pair (no padding), attention written
+    out (return_attention: the counter misses some fused kernels), where all T^2 query-key pairs of
+    the decoder's causal self-attention are multiplied and flops counts T (T + 1) / 2; with d_k,
+    d_v other than d_model / h too."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    model = tiny(**kw)
+    S, T = 9, 7
+    with FlopCounterMode(display=False) as counter:
+        model(sentences([S]), sentences([T]), return_attention=True)
+    attn = model.encoder[0].self_attn
+    masked = len(model.decoder) * 2 * attn.h * (attn.d_k + attn.d_v) * T * (T - 1) / 2
+    assert model.flops([S], [T], backward=False) + masked == counter.get_total_flops()
+
+
+def test_attention_weights_come_from_the_forward_pass():
+    """return_attention: the same logits, and [layer][B, h, queries, keys] distributions: padded
+    keys and the decoder's future get 0, every row sums to 1; nothing is kept afterwards."""
+    model = tiny(d_k=5, d_v=11)
+    src, tgt = sentences([6, 4]), sentences([5, 7])
+    logits, weights = model(src, tgt, return_attention=True)
+    torch.testing.assert_close(logits, model(src, tgt), atol=1e-5, rtol=1e-5)
+    assert [len(w) for w in weights.kinds().values()] == [2, 2, 2]
+    assert weights.encoder[0].shape == (2, 4, 6, 6) and weights.decoder[1].shape == (2, 4, 7, 7)
+    assert weights.cross[1].shape == (2, 4, 7, 6)
+    for per_layer in weights.kinds().values():
+        for w in per_layer:
+            torch.testing.assert_close(w.sum(-1), torch.ones(w.shape[:-1]))
+    assert weights.encoder[0][1, :, :, 4:].abs().max() == 0 and weights.cross[0][1, :, :, 4:].abs().max() == 0
+    assert torch.equal(weights.decoder[0].triu(1), torch.zeros(2, 4, 7, 7))
+    assert all(m.recorded is None for m in model.modules() if hasattr(m, "recorded"))
+
+
+def test_attention_weights_unfold_beam_rows():
+    """Queries of g hypotheses folded onto one sentence's keys come back one row each."""
+    from s2s.core.model import MultiHeadAttention
+
+    torch.manual_seed(0)
+    attn = MultiHeadAttention(16, 2, 0.0, d_k=3, d_v=5).eval()
+    x, memory = torch.randn(6, 4, 16), torch.randn(2, 7, 16)  # g = 3 rows per sentence
+    attn.recorded = []
+    folded = attn(x, *attn.keys_values(memory))
+    (w,) = attn.recorded
+    assert w.shape == (6, 2, 4, 7)
+    for r in range(6):
+        attn.recorded = []
+        alone = attn(x[r:r + 1], *(t[r // 3:r // 3 + 1] for t in attn.keys_values(memory)))
+        torch.testing.assert_close(attn.recorded[0][0], w[r])
+        torch.testing.assert_close(alone[0], folded[r], atol=1e-5, rtol=1e-5)
