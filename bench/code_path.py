@@ -51,7 +51,7 @@ def trace(argv: list[str]) -> list[tuple[str, str, bool]]:
         if event != "call":
             return
         code = frame.f_code
-        path = Path(code.co_filename)
+        path = Path(code.co_filename).resolve()
         if path.parent != ENGINE or code in seen:
             return
         # module and class bodies run at import; comprehensions, lambdas and nested functions are
