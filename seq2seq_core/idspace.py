@@ -13,15 +13,12 @@ constraint if it has one.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 import torch
 
 from .task import Constraint
 from .vocab import SPECIALS
-
-if TYPE_CHECKING:
-    from .members import Member
 
 N_SPECIAL = len(SPECIALS)
 
@@ -48,8 +45,9 @@ class IdMap:
         return [i - self.tgt_offset if i >= N_SPECIAL else i for i in ids]
 
 
-def join(members: list[Member]) -> tuple[int, int, bool]:
-    """Give each member its place in one id space; (source size, target size, shared) of the run.
+def join(members: list) -> tuple[int, int, bool]:
+    """Give each member (`s2s.core.members.Member`) its place in one id space; (source size,
+    target size, shared) of the run.
 
     Call once every member's vocabulary is built or loaded.
     """

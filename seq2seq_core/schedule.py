@@ -8,18 +8,16 @@ its own stream of epochs (`Stream`), whose position the checkpoint keeps.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 import numpy as np
 
 from .data import epoch_batches
 
-if TYPE_CHECKING:
-    from .members import Member
 
-
-def probabilities(members: list[Member], temperature: float) -> np.ndarray:
-    """p_k proportional to weight_k * n_k^(1/T), n_k = member k's training pairs."""
+def probabilities(members: list, temperature: float) -> np.ndarray:
+    """p_k proportional to weight_k * n_k^(1/T), n_k = member k's training pairs (members:
+    `s2s.core.members.Member`)."""
     sizes = np.array([m.data.pairs["train"] for m in members], dtype=np.float64)
     weights = np.array([m.weight for m in members], dtype=np.float64)
     p = weights * sizes ** (1.0 / temperature)
@@ -36,7 +34,7 @@ def draw(p: np.ndarray, seed: int, update: int) -> int:
 class Stream:
     """One member's training batches from a position (epoch, batches taken in it), epoch after epoch."""
 
-    def __init__(self, member: Member, max_tokens: int, seed: int, rank: int, world: int):
+    def __init__(self, member, max_tokens: int, seed: int, rank: int, world: int):
         self.member, self.max_tokens, self.seed, self.rank, self.world = member, max_tokens, seed, rank, world
         self.epoch, self.pos, self._batches = 0, 0, None
 
