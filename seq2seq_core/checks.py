@@ -45,6 +45,11 @@ def setting(default: Any, allowed: Allowed | None = None, path: bool | None = No
     return dataclasses.field(default=default, metadata=metadata)
 
 
+def setting_list(allowed: Allowed):
+    """A list field, empty by default, with the values it allows."""
+    return dataclasses.field(default_factory=list, metadata={"allowed": allowed})
+
+
 def in_range(lo, hi, what: str = "a number") -> Allowed:
     return Allowed(lambda v: lo <= v <= hi, f"{what} in [{lo}, {hi}]")
 

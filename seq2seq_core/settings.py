@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Optional
+from typing import Any, List, Optional
 
-from .checks import PROBABILITY, NOT_EMPTY, Allowed, above, at_least, in_range, one_of, setting
+from .checks import PROBABILITY, NOT_EMPTY, Allowed, above, at_least, in_range, one_of, setting, setting_list
 from .errors import ConfigError
 
 _DEVICE = re.compile(r"auto|cpu|mps|cuda(:\d+)?")
@@ -123,6 +123,8 @@ class Precision(str, Enum):
 
 
 SEED_MAX = 2**32 - 1
+INIT_KEEP = ("optimizer", "schedule", "best", "data")
+
 #: multi-task sampling, p_k ~ weight_k * n_k^(1/T) in float64 (s2s.core.schedule): with n_k up to
 #: 10^12 pairs, 1/T * ln(10^12) + ln(weight) stays far below ln(float64 max) ~ 709.8
 MIN_TEMPERATURE = 0.05
@@ -147,6 +149,14 @@ class RunConfig:
     keep_last: int = setting(5, at_least(1))  # checkpoints kept
     average_last: int = setting(0, at_least(0, "0 = none"))  # at the end, average the last K checkpoints (0 = none); tested unless the best validated model scores higher on dev
     max_nonfinite: int = setting(10, at_least(1))  # stop after this many non-finite updates in a row
+    # a new run starts from the weights of this run directory (the checkpoint it tested) or
+    # checkpoint file (s2s.core.transfer); "" = from scratch. init_member: the source member whose
+    # vocabulary rows to take, from a multi-task source; init_keep: what else to take besides the
+    # weights (optimizer, schedule, best, data), nothing by default
+    init_from: str = setting("", path=True)
+    init_member: str = ""
+    init_keep: List[str] = setting_list(Allowed(lambda v: set(v) <= set(INIT_KEEP),
+                                                f"a list of {', '.join(INIT_KEEP)} (e.g. [optimizer,schedule])"))
     quiet: bool = False
 
     @staticmethod

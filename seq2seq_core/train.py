@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf
 
-from . import checkpoint, precision, result, rundir
+from . import checkpoint, precision, result, rundir, transfer
 from .distributed import Group
 from .errors import TrainingError
 from .files import atomic_write_text
@@ -120,6 +120,8 @@ class Trainer:
                                 "approximate and the RNG streams restart", path, len(rngs), g.world)
             if g.rank == 0:
                 log.info("resumed from %s at update %d", path, self.update)
+        elif cfg.run.init_from:  # a new run that starts from another run's weights
+            transfer.keep(self, transfer.init_from(self.model, self.members, cfg, registry))
         def write_run_files():  # a resumed run keeps the vocabulary its checkpoints were trained with
             # parameters in fp32 plus Adam's two moments: 12 bytes a parameter per checkpoint
             rundir.check_run_dir(self.run_dir, need_bytes=self.n_params * 12 * (cfg.run.keep_last + 1))
