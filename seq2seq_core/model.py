@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .attention import AttentionWeights, MultiHeadAttention, attention  # noqa: F401  (s2s.core.model.attention)
+from .attention import AttentionWeights, MultiHeadAttention
 from .loss import label_smoothed_loss
 from .vocab import PAD
 

@@ -147,11 +147,11 @@ def test_residual_dropout_is_one_mask():
 
 @pytest.mark.parametrize("causal", [False, True])
 def test_bf16_cpu_attention_matches_the_fused_kernel(causal):
-    """bf16 on CPU writes equation 1 out (s2s.core.model.attention); its output and gradients
+    """bf16 on CPU writes equation 1 out (s2s.core.attention.attention); its output and gradients
     agree with the fused fp32 kernel's to bf16 precision, padding and causal masks included."""
     import torch.nn.functional as F
 
-    from s2s.core.model import attention
+    from s2s.core.attention import attention
 
     torch.manual_seed(0)
     q, k, v = (torch.randn(3, 4, 7, 16, requires_grad=True) for _ in range(3))
@@ -261,7 +261,7 @@ def test_attention_weights_come_from_the_forward_pass():
 
 def test_attention_weights_unfold_beam_rows():
     """Queries of g hypotheses folded onto one sentence's keys come back one row each."""
-    from s2s.core.model import MultiHeadAttention
+    from s2s.core.attention import MultiHeadAttention
 
     torch.manual_seed(0)
     attn = MultiHeadAttention(16, 2, 0.0, d_k=3, d_v=5).eval()
