@@ -38,10 +38,10 @@ class ModelConfig:
         if m.d_model % 2:
             raise ConfigError(f"{where}.d_model={m.d_model}: must be an even number (the sinusoidal positions "
                               f"pair a sine and a cosine per frequency), e.g. {m.d_model + 1}")
-        if m.d_model % m.heads:
+        if m.d_model % m.heads and (m.get("d_k") is None or m.get("d_v") is None):  # d_model / h is a default
             divisors = [h for h in range(1, min(m.d_model, 64) + 1) if m.d_model % h == 0]
             raise ConfigError(f"{where}.heads={m.heads}: must divide {where}.d_model={m.d_model} "
-                              f"(d_k = d_model / h), e.g. {', '.join(map(str, divisors[-4:]))}")
+                              f"(d_k = d_model / h unless model.d_k and model.d_v are set), e.g. {', '.join(map(str, divisors[-4:]))}")
 
 
 @dataclass
