@@ -172,9 +172,11 @@ def cmd_sweep(args) -> int:
 def cmd_attention(args) -> int:
     from .attention_maps import draw_attention
 
-    for path in draw_attention(args.run_dir, _registry(args), args.input, args.output, args.task, args.layer,
-                               args.head, args.beam, args.overrides):
-        print(path)
+    stdout = sys.stdout  # the paths written; what a plugin prints meanwhile goes to stderr
+    with contextlib.redirect_stdout(sys.stderr):
+        paths = draw_attention(args.run_dir, _registry(args), args.input, args.output, args.task, args.layer,
+                               args.head, args.beam, args.overrides)
+    stdout.write("".join(f"{path}\n" for path in paths))
     return 0
 
 
