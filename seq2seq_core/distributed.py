@@ -81,14 +81,6 @@ class Group:
         dist.all_gather_object(out, obj)
         return out
 
-    def from_rank0(self, obj):
-        """Rank 0's `obj`, on every process."""
-        if self.world == 1:
-            return obj
-        box = [obj]
-        dist.broadcast_object_list(box, src=0)
-        return box[0]
-
     def close(self) -> None:
         if self.world > 1 and dist.is_initialized():
             dist.barrier()  # leave together: a gloo process that tears its group down while a

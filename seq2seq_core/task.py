@@ -21,7 +21,6 @@ Every vocabulary reserves the ids in `SPECIALS` (see `s2s.core.vocab`): 0 <pad>,
 """
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Iterator, Sequence
@@ -228,7 +227,3 @@ class Task:
         `s2s score` passes output lines (with `sources` when given `--src`), so such a task
         tells the two apart (parsing: a token sequence from a bracketed tree)."""
         raise NotImplementedError
-
-
-def config_fields(task_cls: type[Task]) -> list[str]:
-    return [f.name for f in dataclasses.fields(task_cls.Config)]

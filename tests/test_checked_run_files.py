@@ -12,7 +12,6 @@ run are trained per module.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -23,6 +22,8 @@ import pytest
 
 from s2s.core import checkpoint
 from s2s.core.cli import main
+
+from cli_checks import fails, s2s, snapshot
 from s2s.core.config import preset_path
 
 TINY = ["model.layers=1", "model.d_model=32", "model.d_ff=64", "model.heads=2", "run.quiet=true",
@@ -47,37 +48,10 @@ def world(tmp_path_factory):
     return {"root": root, "run": run, "multi": multi, "multi_args": multi_args, "src": src}
 
 
-def snapshot(*paths: Path) -> dict:
-    """sha256 of every file and the name of every folder under `paths` (hidden ones included)."""
-    out = {}
-    for root in map(Path, paths):
-        if root.is_file():
-            out[str(root)] = hashlib.sha256(root.read_bytes()).hexdigest()
-            continue
-        out[str(root)] = "folder" if root.is_dir() else "missing"
-        for p in sorted(root.rglob("*")):
-            out[str(p)] = hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "folder"
-    return out
 
 
-def s2s(capsys, *argv) -> tuple[int, str, str]:
-    capsys.readouterr()
-    code = main([*map(str, argv)])
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
-def fails(result: tuple[int, str, str], before: dict, *needles) -> str:
-    """A clean one-line failure (exit 2) naming `needles`, with everything on disk unchanged."""
-    code, _, err = result
-    assert "Traceback" not in err, err
-    assert code == 2, (code, err)
-    errors = [line for line in err.splitlines() if ": error: " in line]
-    assert len(errors) == 1, err
-    for needle in map(str, needles):
-        assert needle in errors[0], (needle, errors[0])
-    assert snapshot(*before) == before, "a file on disk changed"
-    return errors[0]
 
 
 def run_copy(world, name: str, source: str = "run") -> Path:

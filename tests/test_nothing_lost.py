@@ -9,7 +9,6 @@ the paths involved hashes the same before and after. One tiny demo run is traine
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -21,6 +20,8 @@ import pytest
 
 from s2s.core import checkpoint
 from s2s.core.cli import main
+
+from cli_checks import fails, s2s, snapshot
 
 TINY = ["model.layers=1", "model.d_model=32", "model.d_ff=64", "model.heads=2", "run.quiet=true",
         "run.threads=1", "run.log_interval=1"]
@@ -46,38 +47,10 @@ def world(tmp_path_factory):
     return {"root": root, "run": run, "src": src}
 
 
-def snapshot(*paths: Path) -> dict:
-    """sha256 of every file and the name of every folder under `paths` (hidden ones included)."""
-    out = {}
-    for root in map(Path, paths):
-        if root.is_file():
-            out[str(root)] = hashlib.sha256(root.read_bytes()).hexdigest()
-        elif root.is_dir():
-            out[str(root)] = "folder"
-            for p in sorted(root.rglob("*")):
-                out[str(p)] = hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "folder"
-        else:
-            out[str(root)] = "missing"
-    return out
 
 
-def s2s(capsys, *argv: str) -> tuple[int, str, str]:
-    code = main([*map(str, argv)])
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
-def fails(result: tuple[int, str, str], before: dict, *needles) -> str:
-    """A clean one-line failure (exit 2) naming `needles`, with everything on disk unchanged."""
-    code, _, err = result
-    assert "Traceback" not in err, err
-    assert code == 2, (code, err)
-    errors = [line for line in err.splitlines() if ": error: " in line]
-    assert len(errors) == 1, err
-    for needle in map(str, needles):
-        assert needle in errors[0], (needle, errors[0])
-    assert snapshot(*before) == before, "a file on disk changed"
-    return errors[0]
 
 
 def run_copy(world, name: str) -> Path:

@@ -8,6 +8,7 @@ the key and the value, and no traceback; pure config behaviour goes through `loa
 from __future__ import annotations
 
 import functools
+import contextlib
 import gzip
 import http.server
 import logging
@@ -327,10 +328,10 @@ def test_score_with_a_multi_task_preset(capsys, score_files):
 
 
 # -- 5. downloads have an overall deadline ------------------------------------------------------------
-@pytest.fixture
-def trickle(tmp_path):
-    """A server on 127.0.0.1 that sends a gzipped file one byte every 0.5 s (until the client goes)."""
-    body = gzip.compress(b"a caption\n" * 20)
+@contextlib.contextmanager
+def local_server(send):
+    """A server on 127.0.0.1 whose GET calls send(handler, stop) (stop: set when the test ends);
+    yields its URL."""
     stop = threading.Event()
 
     class Handler(http.server.BaseHTTPRequestHandler):
@@ -338,26 +339,39 @@ def trickle(tmp_path):
             pass
 
         def do_GET(self):
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
             try:
-                for i in range(len(body)):
-                    if stop.is_set():
-                        return
-                    self.wfile.write(body[i:i + 1])
-                    self.wfile.flush()
-                    time.sleep(0.5)
+                send(self, stop)
             except OSError:  # the client gave up
                 return
 
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    stop.set()
-    httpd.shutdown()
-    httpd.server_close()
+    threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    finally:
+        stop.set()
+        httpd.shutdown()
+        httpd.server_close()
+
+
+@pytest.fixture
+def trickle(tmp_path):
+    """A server on 127.0.0.1 that sends a gzipped file one byte every 0.5 s (until the client goes)."""
+    body = gzip.compress(b"a caption\n" * 20)
+
+    def send(handler, stop):
+        handler.send_response(200)
+        handler.send_header("Content-Length", str(len(body)))
+        handler.end_headers()
+        for i in range(len(body)):
+            if stop.is_set():
+                return
+            handler.wfile.write(body[i:i + 1])
+            handler.wfile.flush()
+            time.sleep(0.5)
+
+    with local_server(send) as url:
+        yield url
 
 
 def test_a_trickling_mirror_meets_the_deadline(trickle, tmp_path):
@@ -375,31 +389,19 @@ def test_a_mirror_that_stalls_meets_the_deadline_too(tmp_path):
     the per-read timeout (60 s)."""
     from s2s.data_recipes.download import fetch_gzip
 
-    stop = threading.Event()
+    def send(handler, stop):
+        handler.send_response(200)
+        handler.send_header("Content-Length", "100")
+        handler.end_headers()
+        handler.wfile.write(b"\x1f\x8b")
+        handler.wfile.flush()
+        stop.wait(20)
 
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def log_message(self, *args):
-            pass
-
-        def do_GET(self):
-            self.send_response(200)
-            self.send_header("Content-Length", "100")
-            self.end_headers()
-            self.wfile.write(b"\x1f\x8b")
-            self.wfile.flush()
-            stop.wait(20)
-
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True).start()
-    try:
+    with local_server(send) as url:
         t0 = time.monotonic()
         with pytest.raises(DataError, match="not downloaded within 2 s"):
-            fetch_gzip(f"http://127.0.0.1:{httpd.server_address[1]}/z.gz", tmp_path / "z", deadline_s=2)
+            fetch_gzip(f"{url}/z.gz", tmp_path / "z", deadline_s=2)
         assert time.monotonic() - t0 < 6
-    finally:
-        stop.set()
-        httpd.shutdown()
-        httpd.server_close()
 
 
 def test_the_deadline_from_the_environment_through_the_recipe(trickle, tmp_path, monkeypatch):
