@@ -24,7 +24,8 @@ import torch
 
 from . import checkpoint
 from .config import load_config
-from .errors import ConfigError
+from .errors import ConfigError, UsageError
+from .inference import run_dir_of
 from .idspace import N_SPECIAL
 from .members import build_members, load_vocabularies, pick
 
@@ -61,9 +62,10 @@ def init_from(model: torch.nn.Module, members, cfg, registry) -> dict:
     and return the source checkpoint, whose other parts run.init_keep may take."""
     where = cfg.run.init_from
     path = Path(where)
-    if not path.exists():
-        raise ConfigError(f"run.init_from={where!r}: no such run directory or checkpoint file")
-    run_dir = path if path.is_dir() else path.parent.parent if path.parent.name == "checkpoints" else path.parent
+    try:
+        run_dir = run_dir_of(path)
+    except UsageError as e:
+        raise ConfigError(f"run.init_from={where!r}: {e}") from None
     state = checkpoint.tested(run_dir)[0] if path.is_dir() else checkpoint.load(path)
     if state is None:
         raise ConfigError(f"run.init_from={where!r}: {run_dir} holds no checkpoint")
