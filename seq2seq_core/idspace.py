@@ -6,7 +6,9 @@ other ids of member k are shifted past those of the members before it, so no two
 an embedding or output row. Every source then starts with its member's task token (Johnson et
 al., 2017), placed after all the source vocabularies. When every member shares one vocabulary
 between its source and target, the run does too (source and target spaces are one and all
-embeddings are tied, section 3.4); otherwise the two spaces are separate. The search for a
+embeddings are tied, section 3.4); otherwise the two spaces are separate. Members that share
+vocabularies (`multitask.shared_vocab`, `s2s.core.joint`) share their rows too, in one space
+with every embedding tied. The search for a
 member may write only that member's target ids (`MappedConstraint`), under the member's own
 constraint if it has one.
 """
@@ -17,6 +19,7 @@ from typing import Sequence
 
 import torch
 
+from .errors import DataError
 from .task import Constraint
 from .vocab import SPECIALS
 
@@ -55,6 +58,8 @@ def join(members: list) -> tuple[int, int, bool]:
         task = members[0].task
         members[0].tgt_vocab = task.tgt_vocab_size
         return task.src_vocab_size, task.tgt_vocab_size, task.shared_vocab
+    if members[0].share is not None:
+        return _join_shared(members)
     shared = all(m.task.shared_vocab for m in members)
     src = tgt = N_SPECIAL
     for m in members:
@@ -68,6 +73,34 @@ def join(members: list) -> tuple[int, int, bool]:
     for m in members:
         m.tgt_vocab = tgt
     return src, tgt, shared
+
+
+def _join_shared(members: list) -> tuple[int, int, bool]:
+    """`join` for a run whose members share vocabularies (`s2s.core.joint`): one space for
+    source and target, every embedding tied (section 3.4). Each vocabulary has one block of
+    rows: a shared one (`Member.share`) the same block in every member that shares it, a
+    member's own vocabulary one block for both its sides when it shares it between them."""
+    blocks: dict = {}  # group number or (member, vocabulary object) -> (first row, size)
+    end = N_SPECIAL
+    for k, m in enumerate(members):
+        offsets = {}
+        for side in ("src", "tgt"):
+            vocab = m.task.src_vocab if side == "src" else m.task.tgt_vocab
+            key = m.share[side] if side in m.share else (k, id(vocab))
+            if key not in blocks:
+                blocks[key] = (end, len(vocab))
+                end += len(vocab) - N_SPECIAL
+            elif blocks[key][1] != len(vocab):  # a shared vocabulary read back from each member's files
+                raise DataError(f"task {m.name!r}: its {side} vocabulary has {len(vocab)} tokens, the one "
+                                f"it shares with other members {blocks[key][1]}: the run's vocabulary files differ")
+            offsets[side] = blocks[key][0] - N_SPECIAL
+        m.ids = IdMap(src_offset=offsets["src"], tgt_offset=offsets["tgt"])
+    for k, m in enumerate(members):  # the task tokens, after every vocabulary
+        m.ids.task_token = end + k
+    end += len(members)
+    for m in members:
+        m.tgt_vocab = end
+    return end, end, True
 
 
 class MappedConstraint(Constraint):

@@ -13,6 +13,7 @@ from typing import Sequence
 
 from omegaconf import DictConfig, OmegaConf
 
+from . import joint
 from .data import prepare as prepare_data
 from .errors import ConfigError, DataError, TrainingError
 from .idspace import N_SPECIAL, IdMap, MappedConstraint, join
@@ -36,6 +37,9 @@ class Member:
         self.vocab_subdir = Path() if alone else Path("vocab") / name
         self.ids = IdMap()
         self.tgt_vocab = 0  # the run's target vocabulary size (set by `join`)
+        # side -> number of the vocabulary it shares with other members (`s2s.core.joint`);
+        # None: the run shares none (multitask.shared_vocab off)
+        self.share: dict[str, int] | None = None
         self.data = None  # s2s.core.data.Prepared, once prepared
 
     @property
@@ -102,6 +106,8 @@ def build_members(cfg, registry) -> list[Member]:
     else:
         members = [Member(name, build_task(m.task, registry), m.weight, m.select, alone=False)
                    for name, m in cfg.tasks.items()]
+        if cfg.multitask.shared_vocab:
+            joint.assign(members)
     for m in members:
         decoding = decode_settings(m.task, cfg.decode)
         if decoding.beam < 1 or str(decoding.stop) not in ("bound", "beam"):
@@ -150,11 +156,15 @@ def prepare(members: list[Member], cfg, group, quiet: bool) -> tuple[int, int, b
     test pairs too long for the model (`data.Prepared.open`). Returns the run's id space
     (`idspace.join`)."""
     data_cfg = data_config(cfg)
+    groups = joint.assign(members) if members[0].share is not None else []
 
     def read(rank0: bool):
         if (group.rank == 0) == rank0:
+            # members sharing a vocabulary are prepared with it, beneath it in the cache
+            shared_cfg = OmegaConf.merge(data_cfg, {"cache_dir": str(joint.build(members, groups, cfg, data_cfg))}) \
+                if groups else data_cfg
             for m in members:  # a source of several members starts with its task token
-                m.data = prepare_data(m.task, data_cfg, quiet=quiet or not rank0,
+                m.data = prepare_data(m.task, shared_cfg if m.share else data_cfg, quiet=quiet or not rank0,
                                       fit=(cfg.model.max_positions, bool(m.prefix)))
 
     group.agreed(lambda: read(True), rank0_only=True)

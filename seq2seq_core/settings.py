@@ -173,6 +173,13 @@ class MultitaskConfig:
     drawn with probability proportional to weight * (training pairs)^(1/temperature)."""
 
     temperature: float = setting(1.0, above(0))  # 1: in proportion to size; larger: closer to uniform
+    # members whose tasks declare the same tokenizer kind and a common language on a side share
+    # one vocabulary there, trained jointly (s2s.core.joint); source and target are then one
+    # space with every embedding tied (section 3.4)
+    shared_vocab: bool = False
+    # the joint vocabulary's text: member k's lines sampled in proportion to n_k^(1/T)
+    # (Arivazhagan et al. 2019), so that a small member does not vanish from it
+    vocab_temperature: float = setting(5.0, above(0))
 
 
 @dataclass
@@ -211,9 +218,10 @@ class Config:
         if cfg.data.max_len > cfg.model.max_positions:
             raise ConfigError(f"data.max_len={cfg.data.max_len}: must be <= model.max_positions="
                               f"{cfg.model.max_positions} (a longer training pair would not fit the model's positions)")
-        if cfg.tasks is not None and cfg.multitask.temperature < MIN_TEMPERATURE:
-            raise ConfigError(f"multitask.temperature={cfg.multitask.temperature!r}: must be >= {MIN_TEMPERATURE} "
-                              "(a member's n^(1/temperature) overflows below that)")
+        for key in ("temperature", "vocab_temperature"):
+            if cfg.tasks is not None and cfg.multitask[key] < MIN_TEMPERATURE:
+                raise ConfigError(f"multitask.{key}={cfg.multitask[key]!r}: must be >= {MIN_TEMPERATURE} "
+                                  f"(a member's n^(1/{key}) overflows below that)")
 
 
 #: the engine's sections, each checked against its dataclass's declared ranges

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Iterator, Sequence
 
 from .errors import DataError
-from .vocab import Vocabulary, WordTokenizer
+from .vocab import Shareable, Vocabulary, WordTokenizer
 
 if TYPE_CHECKING:
     import torch
@@ -126,6 +126,9 @@ class Task:
         self.cfg = cfg
         self.src_vocab: Vocabulary | None = None  # set by build_vocab or load_vocab
         self.tgt_vocab: Vocabulary | None = None
+        # side ("src" / "tgt") -> the vocabulary members share there (`shareable`), set by the
+        # engine before `build_vocab`, which then takes it for that side instead of training one
+        self.joint: dict[str, Vocabulary] = {}
 
     # -- data -------------------------------------------------------------------------------
     def read_split(self, split: str) -> Iterator[tuple[str, str]]:
@@ -176,6 +179,12 @@ class Task:
     def shared_vocab(self) -> bool:
         """True when source and target use one vocabulary (then all embeddings are tied)."""
         return self._vocab("src") is self._vocab("tgt")
+
+    def shareable(self, side: str) -> Shareable | None:
+        """What this task's `side` ("src" / "tgt") vocabulary is, for sharing it with other
+        members of a run (`multitask.shared_vocab`; see `s2s.core.vocab.Shareable`), or None: not
+        shared. Decided by the config alone (it is asked before any vocabulary exists)."""
+        return None
 
     def tokenizers(self):
         """The source and target vocabularies as `tokenizers.Tokenizer` objects (one object twice

@@ -1,4 +1,5 @@
-"""Special ids shared by every vocabulary, the `Vocabulary` protocol, and a word-level one.
+"""Special ids shared by every vocabulary, the `Vocabulary` protocol, a word-level one, and what
+a side of a task's vocabulary is when members share it (`Shareable`).
 
 The engine pads with PAD, starts every target with BOS and ends it with EOS; a task's tokenizer
 must give these ids to the tokens in `SPECIALS` (list them first when training with the
@@ -11,7 +12,8 @@ from __future__ import annotations
 import json
 from collections import Counter
 from pathlib import Path
-from typing import Iterable, Protocol, Sequence, runtime_checkable
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Protocol, Sequence, runtime_checkable
 
 from .errors import DataError
 from .files import atomic_write_text
@@ -40,6 +42,21 @@ class Vocabulary(Protocol):
     def load(cls, path: Path) -> "Vocabulary":
         """The vocabulary `save` wrote to `path`; a missing or damaged file raises `DataError`."""
         ...
+
+
+@dataclass(frozen=True)
+class Shareable:
+    """What one side of a task's vocabulary is, so that members of a run can share it
+    (`Task.shareable`, `multitask.shared_vocab`): sides of the same `tokenizer` kind that write a
+    language in common share one vocabulary, of the largest `size` they ask for, which `train`
+    learns from batches of lines (the members' training text) and `load` reads back from the
+    file its `save` wrote."""
+
+    tokenizer: str  # e.g. "bpe", "wordpiece", "word": only equal kinds share
+    languages: frozenset  # the languages this side's vocabulary writes, e.g. {"en", "de"}
+    size: int  # the vocabulary size the task asks for
+    train: Callable[[Iterable[Sequence[str]], int], "Vocabulary"] = field(compare=False)  # (batches, size)
+    load: Callable[[Path], "Vocabulary"] = field(compare=False)
 
 
 class WordTokenizer:

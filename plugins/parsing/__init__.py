@@ -82,6 +82,11 @@ class ParsingConfig(TaskConfig):
     # source words seen fewer times in the training trees are <unk> there, so that <unk> is
     # trained for the unseen words of new sentences (1 = every word keeps its own id)
     src_min_count: int = setting(2, at_least(1))
+    # the source vocabulary: words, or the translation plugin's byte-level subwords (bpe |
+    # wordpiece, src_vocab_size of them), which a multi-task run shares with translation's English
+    # (multitask.shared_vocab). Targets, the word schemes and the constraint stay word-level:
+    # they place each source word by its string, whatever the source's ids
+    src_tokenizer: str = setting("word", one_of("word", "bpe", "wordpiece"))
 
 
 class ParsingTask(Task):
@@ -141,7 +146,10 @@ class ParsingTask(Task):
         words only (to <unk>), never a label or a tag."""
         src, tgt, tags, punct_tagged = Counter(), Counter(), Counter(), set()
         punctuation = set(PUNCTUATION_TAGS.values())
+        sentences = []  # what a subword source vocabulary learns from
         for s, t in pairs:
+            if self.cfg.src_tokenizer != "word" and "src" not in self.joint:
+                sentences.append(s)
             words = s.split()
             src.update(words)
             tgt.update(t.split())
@@ -150,8 +158,13 @@ class ParsingTask(Task):
                 tags.update(leaves)
                 punct_tagged.update(w for w, rule, tag in zip(words, punctuation_tags(words), leaves)
                                     if rule is None and tag in punctuation)
-        self.src_vocab = _ranked(Counter({w: c for w, c in src.items() if c >= self.cfg.src_min_count}),
-                                 self.cfg.src_vocab_size)
+        if "src" in self.joint:  # shared with other members of the run (`shareable`)
+            self.src_vocab = self.joint["src"]
+        elif self.cfg.src_tokenizer != "word":
+            self.src_vocab = self.shareable("src").train([sentences], self.cfg.src_vocab_size)
+        else:
+            self.src_vocab = _ranked(Counter({w: c for w, c in src.items() if c >= self.cfg.src_min_count}),
+                                     self.cfg.src_vocab_size)
         if self.cfg.scheme in WORD_SCHEMES:
             structure = [t for t in tgt if t[0] in "()" or t in tags]
             words = Counter({t: c for t, c in tgt.items() if t[0] not in "()" and t not in tags})
@@ -171,8 +184,24 @@ class ParsingTask(Task):
             atomic_write_text(Path(directory) / "tgt_tags.json", json.dumps(
                 {"tags": self.tags, "punct_tagged": self.punct_tagged}, ensure_ascii=False))
 
+    def shareable(self, side: str):
+        """A subword source writes English (the treebanks are English); words and trees are not shared."""
+        if side != "src" or self.cfg.src_tokenizer == "word":
+            return None
+        from s2s.core.vocab import Shareable
+        from s2s.plugins.translation.tokenizer import Subwords
+
+        return Shareable(self.cfg.src_tokenizer, frozenset({"en"}), self.cfg.src_vocab_size,
+                         lambda batches, size: Subwords.train(batches, size, self.cfg.src_tokenizer), Subwords.load)
+
     def load_vocab(self, directory: Path) -> None:
-        super().load_vocab(directory)
+        if self.cfg.src_tokenizer != "word":  # src_vocab.json holds a subword tokenizer
+            from s2s.plugins.translation.tokenizer import Subwords
+
+            self.src_vocab = Subwords.load(Path(directory) / self.vocab_files[0])
+            self.tgt_vocab = WordTokenizer.load(Path(directory) / self.vocab_files[1])
+        else:
+            super().load_vocab(directory)
         path = Path(directory) / "tgt_tags.json"
         saved = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else []
         if isinstance(saved, list):  # written before punct_tagged: the tags alone

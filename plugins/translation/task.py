@@ -18,6 +18,7 @@ from typing import Iterable, Iterator, Sequence
 from s2s.core.checks import one_of, setting
 from s2s.core.errors import ConfigError
 from s2s.core.task import DecodeDefaults, Score, Task, TaskConfig
+from s2s.core.vocab import Shareable
 from s2s.core.errors import DataError
 
 from . import metrics, moses
@@ -128,8 +129,18 @@ class TranslationTask(Task):
                                         cfg.drop_empty)
 
     # -- vocabulary -------------------------------------------------------------------------
+    def shareable(self, side: str) -> Shareable | None:
+        """A shared subword vocabulary writes both languages; separate ones are not shared."""
+        if not self.cfg.shared_vocab:
+            return None
+        return Shareable(self.cfg.tokenizer, frozenset((self.cfg.src_lang, self.cfg.tgt_lang)), self.cfg.vocab_size,
+                         lambda batches, size: Subwords.train(batches, size, self.cfg.tokenizer), Subwords.load)
+
     def build_vocab(self, pairs: Iterator[tuple[str, str]]) -> None:
         train = lambda batches: Subwords.train(batches, self.cfg.vocab_size, self.cfg.tokenizer)  # noqa: E731
+        if self.joint:  # one vocabulary shared with other members of the run (both sides: `shareable`)
+            self.src_vocab = self.tgt_vocab = self.joint["src"]
+            return
         if self.cfg.shared_vocab:
             self.src_vocab = self.tgt_vocab = train([s for s, _ in chunk] + [t for _, t in chunk] for chunk in _chunks(pairs))
             return
