@@ -82,10 +82,12 @@ class _Stepper:
         self.can_shrink = self.cache is None or _accepts(model.reorder_cache, "keep")
         self.banned = torch.tensor([PAD, BOS], device=memory.device)
         self.logp = None  # [rows, V] fp32, reused by every step: the rows only ever shrink
+        self._max_len, self._ends_at = None, set()
 
     def __call__(self, tokens: Tensor, max_len: Tensor, t: int) -> Tensor:
         """tokens [n, t+1] (BOS and t outputs) -> log-probs [n, V] in fp32, in a buffer that the
-        next step overwrites; rows at max_len may only end."""
+        next step overwrites; rows at max_len may only end (pass the same max_len tensor while
+        the rows stay: its values are read from the device once)."""
         if self.cache is not None:
             logits = self.model.decode_step(tokens[:, -1], self.cache)
         else:
@@ -99,8 +101,10 @@ class _Stepper:
         logp = self.logp[: logits.size(0)]
         torch.log_softmax(logits if logits.dtype == torch.float32 else logp.copy_(logits), dim=-1, out=logp)
         logp.index_fill_(1, self.banned, -torch.inf)
-        at_max = max_len.eq(t)
-        if at_max.any():
+        if max_len is not self._max_len:  # the lengths the rows end at, read once per batch of rows
+            self._max_len, self._ends_at = max_len, set(max_len.tolist())
+        at_max = max_len.eq(t) if t in self._ends_at else None
+        if at_max is not None:
             eos = logp[at_max, EOS]  # the model's, even where a constraint would not allow it
         if self.constraint is not None:
             if t == 0:  # one state per sentence, repeated for its rows
@@ -109,7 +113,7 @@ class _Stepper:
             else:
                 self.state = self.constraint.advance(self.state, tokens[:, -1])
             logp = self.constraint.score(self.state, logp, max_len - t)
-        if at_max.any():  # hypotheses that reached the maximum length are finalised with EOS
+        if at_max is not None:  # hypotheses that reached the maximum length are finalised with EOS
             logp[at_max] = -torch.inf
             logp[at_max, EOS] = eos
         return logp
@@ -183,6 +187,7 @@ def _greedy(step: _Stepper, max_len: Tensor, alpha: float) -> tuple[Tensor, Tens
     tokens = seqs[:, :1]
     acc = torch.zeros(B, device=device)
     ml = max_len
+    n_live = B
     for t in range(int(max_len.max()) + 1):
         logp, next_tok = (v.squeeze(1) for v in top_k(step(tokens, ml, t), 1))
         acc += logp
@@ -190,20 +195,50 @@ def _greedy(step: _Stepper, max_len: Tensor, alpha: float) -> tuple[Tensor, Tens
         if not step.can_shrink:
             next_tok = torch.where(live, next_tok, EOS)
         seqs[alive[live], t + 1] = next_tok[live]
-        if ends.any():
+        n_ends = int(ends.sum())  # the step's one wait for the device
+        if n_ends:
             ids = alive[ends]
             logp_sum[ids], length[ids] = acc[ends], t + 1
             live &= ~ends
-            if not live.any():
+            n_live -= n_ends
+            if not n_live:
                 break
             if step.can_shrink:
-                keep = live.nonzero().squeeze(1)
+                keep = _keep_order(~live)
                 alive, ml, acc, live = alive[keep], ml[keep], acc[keep], live[keep]
                 tokens = torch.cat([tokens[keep], next_tok[keep, None]], dim=1)
                 step.reorder(keep, keep)
                 continue
         tokens = torch.cat([tokens, next_tok[:, None]], dim=1)
     return seqs, logp_sum / length_penalty(length.float(), alpha)
+
+
+def _stable_slots(parent: Tensor) -> Tensor:
+    """The row each of a sentence's k surviving hypotheses takes, given their parents' rows
+    parent [b, k] (0..k-1 within the sentence): a permutation of 0..k-1 per sentence in which
+    the first survivor of each parent keeps its parent's row and the others take the rows of
+    parents without survivors. A row's self-attention cache is then copied only when a second
+    hypothesis grows from one parent (never the full cache at every step), and a copy never
+    reads a row that another copy writes."""
+    b, k = parent.shape
+    rank = torch.arange(k, device=parent.device).expand(b, k)
+    first_child = torch.full((b, k), k, dtype=torch.long, device=parent.device).scatter_reduce(
+        1, parent, rank, "amin")  # per row: its first surviving child, k if none
+    first = first_child.gather(1, parent).eq(rank)
+    free = first_child.eq(k).int().argsort(dim=1, descending=True, stable=True)  # childless rows first, ascending
+    nth = ((~first).long().cumsum(1) - 1).clamp(min=0)
+    return torch.where(first, parent, free.gather(1, nth))
+
+
+def _keep_order(done: Tensor) -> Tensor:
+    """The sentences that remain, in the order their rows will have: the last ones fill the
+    places of those that leave, so that only their rows move (not all that follow a gap)."""
+    stay = (~done).nonzero().squeeze(1)
+    m = stay.size(0)
+    keep = torch.arange(m, device=done.device)
+    holes = done[:m].nonzero().squeeze(1)
+    keep[holes] = stay[stay.ge(m)]
+    return keep
 
 
 def _beam_search(step: _Stepper, max_len: Tensor, k: int, alpha: float, stop: str) -> tuple[Tensor, Tensor]:
@@ -216,7 +251,9 @@ def _beam_search(step: _Stepper, max_len: Tensor, k: int, alpha: float, stop: st
     most s / lp(L) (its sum can only fall), and L lies between its current length + 1 and
     max_len + 1, so it scores at most s / max(lp(current + 1), lp(max_len + 1)); with alpha >= 0
     that is s / lp(max_len + 1). A done sentence leaves the batch (its rows stop being computed);
-    at max_len every live hypothesis is forced to end, so all are done then.
+    at max_len every live hypothesis is forced to end, so all are done then. The live
+    hypotheses of a sentence keep their rows where they can (`_stable_slots`): their order in
+    the beam is not their rank.
     """
     B, device = max_len.size(0), max_len.device
     best_score = torch.full((B,), -torch.inf, device=device)
@@ -229,9 +266,12 @@ def _beam_search(step: _Stepper, max_len: Tensor, k: int, alpha: float, stop: st
     scores[:, 0] = 0.0  # one live hypothesis at the start, so the beam holds no duplicates
     ml, lp_max = max_len, length_penalty(max_len.float() + 1, alpha)
     ended = torch.zeros(B, dtype=torch.long, device=device)
+    ml_rows = None
     for t in range(int(max_len.max()) + 1):
         b = alive.size(0)
-        logp = step(tokens, ml.repeat_interleave(k), t)  # [b*k, V]
+        if ml_rows is None or ml_rows.size(0) != b * k:
+            ml_rows = ml.repeat_interleave(k)
+        logp = step(tokens, ml_rows, t)  # [b*k, V]
         V = logp.size(1)
         # the 2k best extensions of each sentence, over its k hypotheses' V tokens
         cand_score, cand_idx = top_k(logp.add_(scores.view(-1, 1)).view(b, k * V), 2 * k)  # [b, 2k]
@@ -239,31 +279,34 @@ def _beam_search(step: _Stepper, max_len: Tensor, k: int, alpha: float, stop: st
         cand_tok = cand_idx % V
         ends = cand_tok.eq(EOS)
 
-        # best finished candidate of this step, |Y| = t + 1
+        # best finished candidate of this step, |Y| = t + 1; it replaces the best so far where better
         fin = torch.where(ends, cand_score, -torch.inf) / length_penalty(t + 1, alpha)
         fin_score, fin_pos = fin.max(dim=1)
         better = fin_score.gt(best_score[alive]) & ~done
-        if better.any():
-            fin_row = cand_row.gather(1, fin_pos[:, None]).squeeze(1)[better]
-            ids = alive[better]
-            best_seq[ids, : t + 1] = tokens[fin_row]
-            best_seq[ids, t + 1] = EOS
-            best_score[ids] = fin_score[better]
+        fin_row = cand_row.gather(1, fin_pos[:, None]).squeeze(1)
+        best_seq[alive, : t + 2] = torch.where(better[:, None], torch.cat(
+            [tokens[fin_row], torch.full((b, 1), EOS, dtype=torch.long, device=device)], dim=1),
+            best_seq[alive, : t + 2])
+        best_score[alive] = torch.where(better, fin_score, best_score[alive])
 
-        # the k best extensions that did not end stay live
-        scores, live_pos = torch.where(ends, -torch.inf, cand_score).topk(k, dim=1)
-        index = cand_row.gather(1, live_pos).view(-1)
-        tokens = torch.cat([tokens[index], cand_tok.gather(1, live_pos).view(-1, 1)], dim=1)
+        # the k best extensions that did not end stay live, each in its row (_stable_slots)
+        live_score, live_pos = torch.where(ends, -torch.inf, cand_score).topk(k, dim=1)
+        parent = cand_row.gather(1, live_pos) - rows
+        at = torch.empty_like(parent).scatter_(1, _stable_slots(parent), torch.arange(k, device=device).expand(b, k))
+        scores = live_score.gather(1, at)
+        index = (rows + parent.gather(1, at)).view(-1)
+        tokens = torch.cat([tokens[index], cand_tok.gather(1, live_pos.gather(1, at)).view(-1, 1)], dim=1)
 
-        bound = scores[:, 0] / lp_max.clamp(min=length_penalty(t + 2, alpha))
+        bound = scores.amax(1) / lp_max.clamp(min=length_penalty(t + 2, alpha))
         now_done = done | best_score[alive].ge(bound) | ml.le(t)
         if stop == "beam":
             ended = ended + ends[:, :k].sum(1)
             now_done |= ended.ge(k)
-        if now_done.all():
+        n_done = int(now_done.sum())  # the step's one wait for the device
+        if n_done == b:
             break
-        if step.can_shrink and now_done.any():
-            keep = (~now_done).nonzero().squeeze(1)
+        if step.can_shrink and n_done:
+            keep = _keep_order(now_done)
             alive, ml, lp_max, scores, ended = alive[keep], ml[keep], lp_max[keep], scores[keep], ended[keep]
             index = index.view(b, k)[keep].view(-1)
             tokens = tokens.view(b, k, -1)[keep].view(index.size(0), -1)

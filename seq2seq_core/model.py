@@ -168,9 +168,9 @@ class DecoderCache:
     memory_kv [B, N, 2, h, S, d]: encoder-decoder keys/values of the N layers, once per sentence, keys
     in the first d_k, values in the first d_v of d = max(d_k, d_v) (MultiHeadAttention.split_cached).
     memory_mask [B, 1, 1, S]: True at source positions that may be attended.
-    kv [B*g, N, 2, h, capacity, d]: self-attention keys/values of the steps done so far, and spare,
-    a buffer of the same shape that reordering copies into (the two then swap), so that a step
-    allocates nothing; both allocated at the first step with `capacity` positions, doubled when full.
+    kv [B*g, N, 2, h, capacity, d]: self-attention keys/values of the steps done so far (allocated at
+    the first step with `capacity` positions, doubled when full); spare: a buffer of its shape for a
+    reordering that moves every row, made when one first does (reorder_cache).
     step: number of steps done, hence the position of the next token."""
 
     memory_kv: Tensor
@@ -364,11 +364,10 @@ class Transformer(nn.Module):
             B, N, _, h, _, d = cache.memory_kv.shape
             assert n % B == 0, f"{n} rows are not a whole number of hypotheses per sentence ({B})"
             cache.kv = cache.memory_kv.new_empty(n, N, 2, h, cache.capacity, d)
-            cache.spare = torch.empty_like(cache.kv)
         elif step == cache.kv.size(4):
             grown = cache.kv.new_empty(*cache.kv.shape[:4], 2 * step, cache.kv.size(5))
             grown[:, :, :, :, :step] = cache.kv
-            cache.kv, cache.spare = grown, torch.empty_like(grown)
+            cache.kv, cache.spare = grown, None
         x = self.embed(self.tgt_embed, tokens[:, None], start=step)
         for i, layer in enumerate(self.decoder):
             x = layer(x, layer.cross_attn.split_cached(cache.memory_kv[:, i]), cache.memory_mask, cache.kv[:n, i], step)
@@ -381,14 +380,21 @@ class Transformer(nn.Module):
 
         index[i] must be a row of the same sentence as row i, as in beam search: the encoder
         keys/values are per sentence and stay untouched; only the self-attention cache moves.
-        With `keep` (sentence numbers, ascending) the cache holds those sentences only from now
-        on; index then lists g rows for each kept sentence, in the same order."""
+        With `keep` (sentence numbers) the cache holds those sentences only from now on, in that
+        order; index then lists g rows for each kept sentence, in the same order. Only the rows
+        that change are copied, in place, when no copy reads a row another writes (as beam
+        search arranges: s2s.core.decoding._stable_slots); otherwise all, via the spare buffer."""
         if keep is not None:
             cache.memory_kv = cache.memory_kv.index_select(0, keep)
             cache.memory_mask = cache.memory_mask.index_select(0, keep)
         if cache.kv is not None and cache.step > 0:
             n, t = index.size(0), cache.step
-            # only the steps done move, into the spare buffer: no allocation, no copy of empty capacity
+            moved = index.ne(torch.arange(n, device=index.device))
+            src = index[dst := moved.nonzero().squeeze(1)]
+            if not moved[src[src.lt(n)]].any():
+                cache.kv[dst, ..., :t, :] = cache.kv[src, ..., :t, :]  # only the steps done
+                return cache
+            cache.spare = torch.empty_like(cache.kv) if cache.spare is None else cache.spare
             torch.index_select(cache.kv[..., :t, :], 0, index, out=cache.spare[:n, ..., :t, :])
             cache.kv, cache.spare = cache.spare, cache.kv
         return cache

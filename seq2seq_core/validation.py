@@ -2,21 +2,98 @@
 so that every process gets the same figures.
 
 The record holds the loss, nll and ppl over all members' dev tokens, each member's figures
-(under `MEMBER/...` keys when there are several), and `select`: the mean of the members'
-primary figures weighted by their `select` weights, the one figure a run is compared and
-selected by (a single task's is its primary figure).
+(under `MEMBER/...` keys when there are several), `select`: the mean of the members' primary
+figures weighted by their `select` weights, the one figure a run is compared and selected by
+(a single task's is its primary figure), and `seconds`: what validating took (it counts in
+run.max_minutes).
+
+Validation searches for the figure, not for the output, and so costs less than a test:
+* each dev hypothesis stops at DEV_LENGTH times its reference's tokens (`LengthCap`; under
+  the task's own limit): beyond it, a hypothesis's precision (n-grams, brackets) is below
+  1 / DEV_LENGTH whatever it holds, and young models that write on to the task's limit
+  (parsing's source + 300 tokens) are what made early validations slow;
+* the search runs in bf16 where the device computes it natively and decode.precision is fp32
+  (dev F1 / BLEU within 0.1 of fp32's: docs/performance.md).
 """
 from __future__ import annotations
 
 import math
+import time
 
 import torch
 
+from . import precision
 from .data import token_batches
 from .inference import checked_score, hypotheses
 from .members import Member
 from .rng import rng_preserved
 from .members import decode_settings
+from .task import Constraint
+from .vocab import EOS
+
+DEV_LENGTH = 1.5
+
+
+class LengthCap(Constraint):
+    """`inner` (a constraint, or None) with sentence b's output cut at caps[b] tokens before
+    EOS: at its cap a row may only end, with EOS's own probability, and `inner` is told the
+    tokens left under the cap, so that what it admits can still finish."""
+
+    def __init__(self, inner: Constraint | None, caps: torch.Tensor, vocab_size: int):
+        self.inner, self.caps, self.V = inner, caps, vocab_size
+        self.t, self.ends_at = 0, set(caps.tolist())  # every row advances at each step: one clock
+
+    def initial(self, device) -> tuple:
+        self.caps, self.t = self.caps.to(device), 0
+        inner = self.inner.initial(device) if self.inner is not None else ()
+        return (torch.arange(self.caps.size(0), device=device), *inner)
+
+    def advance(self, state: tuple, tokens) -> tuple:
+        self.t += 1
+        return state if self.inner is None else (state[0], *self.inner.advance(state[1:], tokens))
+
+    def _left(self, state: tuple, remaining) -> torch.Tensor:
+        return torch.minimum(remaining, self.caps[state[0]] - self.t)
+
+    def allowed(self, state: tuple, remaining) -> torch.Tensor:
+        left = self._left(state, remaining)
+        if self.inner is not None:
+            return self.inner.allowed(state[1:], left)
+        mask = left.gt(0)[:, None].expand(-1, self.V).clone()
+        mask[:, EOS] = True
+        return mask
+
+    def score(self, state: tuple, logp: torch.Tensor, remaining) -> torch.Tensor:
+        if self.t not in self.ends_at:
+            return logp if self.inner is None else self.inner.score(state[1:], logp, self._left(state, remaining))
+        at_cap = self.caps[state[0]].eq(self.t)
+        eos = logp[:, EOS].clone()
+        scored = logp if self.inner is None else self.inner.score(state[1:], logp, self._left(state, remaining))
+        scored = scored.masked_fill(at_cap[:, None], float("-inf"))
+        scored[:, EOS] = torch.where(at_cap, eos, scored[:, EOS])
+        return scored
+
+
+class _Capped:
+    """A member as dev search serves it: its own, but each source's output capped (LengthCap)."""
+
+    def __init__(self, member: Member, caps: dict[str, int], vocab_size: int):
+        self.member, self.caps, self.V = member, caps, vocab_size
+
+    def __getattr__(self, name):
+        return getattr(self.member, name)
+
+    def constraint(self, sources):
+        return LengthCap(self.member.constraint(sources), torch.tensor([self.caps[s] for s in sources]), self.V)
+
+
+def dev_model(search_model, search_precision, device):
+    """The model dev search runs: bf16 where the device computes it natively and the run
+    searches in fp32 (`search_precision`, decode.precision), else the run's own search model."""
+    if precision.resolve(search_precision, device, "decode.precision") == "fp32" \
+            and precision.resolve("auto", device) == "bf16":
+        return precision.for_inference(search_model, "bf16")
+    return search_model
 
 
 def dev_loss(net, member: Member, group, max_tokens: int, eps: float, autocast) -> torch.Tensor:
@@ -34,11 +111,16 @@ def dev_loss(net, member: Member, group, max_tokens: int, eps: float, autocast) 
 
 
 def dev_score(search_model, member: Member, group, cfg):
-    """The member's metric on (the first run.valid_max_sentences of) its dev sentences."""
+    """The member's metric on (the first run.valid_max_sentences of) its dev sentences, each
+    hypothesis capped at DEV_LENGTH times its reference's length."""
     sources, refs = member.data.texts("valid")
     if cfg.run.valid_max_sentences:
         sources, refs = sources[:cfg.run.valid_max_sentences], refs[:cfg.run.valid_max_sentences]
-    hyps = hypotheses(search_model, member, sources[group.rank::group.world],
+    caps: dict[str, int] = {}
+    for src, ids in zip(sources, member.task.encode_target(refs)):
+        caps[src] = max(caps.get(src, 0), math.ceil(DEV_LENGTH * len(ids)))
+    searched = _Capped(member, caps, member.tgt_vocab or member.task.tgt_vocab_size)
+    hyps = hypotheses(search_model, searched, sources[group.rank::group.world],
                       decode_settings(member.task, cfg.decode), group.device, cfg.decode.max_sentences)
     shares = group.gather(hyps)
     hyps = [shares[i % group.world][i // group.world] for i in range(len(sources))]
@@ -63,12 +145,14 @@ def validate(net, search_model, members: list[Member], group, cfg, autocast, upd
     restored afterwards, so that validating (or not) never changes the dropout masks of later
     updates."""
     record = {"kind": "valid", "update": update}
+    t0 = time.monotonic()
     with rng_preserved():
         net.eval()
         try:
             with torch.no_grad():
+                searched = dev_model(search_model, cfg.decode.precision, group.device)
                 results = [(m, dev_loss(net, m, group, cfg.data.max_tokens, cfg.optim.label_smoothing, autocast),
-                            dev_score(search_model, m, group, cfg)) for m in members]
+                            dev_score(searched, m, group, cfg)) for m in members]
         finally:
             net.train()
     # a lone member's figures are the run's own: its prefix is empty and its loss the run's
@@ -77,4 +161,5 @@ def validate(net, search_model, members: list[Member], group, cfg, autocast, upd
     record["select"] = sum(m.select * score.value for m, _, score in results) / weights if weights else 0.0
     for m, sums, score in results:
         record.update({f"{m.prefix}{k}": v for k, v in _figures(sums, score).items()})
+    record["seconds"] = round(time.monotonic() - t0, 2)
     return record, record["select"]

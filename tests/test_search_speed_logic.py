@@ -1,0 +1,98 @@
+"""The pieces that make search fast, each against the plain computation it replaces: beam rows
+that stay put (few cache copies, none reading a row another writes), the cache moved in place,
+sentences leaving the batch, dev search capped by the reference's length, its precision."""
+import pytest
+import torch
+
+from s2s.core.decoding import _keep_order, _stable_slots, generate
+from s2s.core.model import DecoderCache, Transformer
+from s2s.core.validation import LengthCap, dev_model
+from s2s.core.vocab import EOS
+
+from test_decoding import sources, transformer
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_stable_slots_keep_parents_rows_and_copies_never_overlap(seed):
+    g = torch.Generator().manual_seed(seed)
+    b, k = 6, 5
+    parent = torch.randint(0, k, (b, k), generator=g)
+    parent[0] = torch.arange(k)  # every hypothesis has one child: nothing moves
+    parent[1] = 2  # all from one parent
+    slot = _stable_slots(parent)
+    for s, p in zip(slot.tolist(), parent.tolist()):
+        assert sorted(s) == list(range(k))  # a permutation of the sentence's rows
+        firsts = {q: j for j, q in reversed(list(enumerate(p)))}
+        for q, j in firsts.items():
+            assert s[j] == q  # the first child of each parent stays in its parent's row
+        moved = [(s[j], p[j]) for j in range(k) if s[j] != p[j]]
+        written, read = {d for d, _ in moved}, {r for _, r in moved}
+        assert not written & read and len(moved) == k - len(firsts)
+    assert slot[0].tolist() == list(range(k))
+
+
+def cache_of(n, t, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    kv = torch.randn(n, 2, 2, 3, t + 4, 5, generator=g)
+    return DecoderCache(memory_kv=torch.randn(n // 2, 2, 2, 3, 7, 5, generator=g),
+                        memory_mask=torch.ones(n // 2, 1, 1, 7, dtype=torch.bool), kv=kv, step=t)
+
+
+@pytest.mark.parametrize("kind", ["stable", "any"])
+def test_reorder_cache_moves_rows_as_index_select_does(kind):
+    n, t = 8, 6
+    g = torch.Generator().manual_seed(1)
+    if kind == "stable":  # rows of a sentence from _stable_slots: only some move, in place
+        parent = torch.randint(0, 2, (4, 2), generator=g)
+        at = torch.empty_like(parent).scatter_(1, _stable_slots(parent), torch.arange(2).expand(4, 2))
+        index = (torch.arange(4)[:, None] * 2 + parent.gather(1, at)).view(-1)
+    else:  # a row is read by one copy and written by another: every row moves
+        index = torch.tensor([1, 0, 3, 2, 5, 4, 7, 6])
+    cache = cache_of(n, t)
+    expected = cache.kv[index, ..., :t, :].clone()
+    Transformer.reorder_cache(cache, index)
+    assert torch.equal(cache.kv[:n, ..., :t, :], expected)
+    assert (cache.spare is None) == (kind == "stable")
+
+
+def test_sentences_leave_by_filling_their_places_from_the_end():
+    done = torch.tensor([False, True, False, True, False, False])
+    keep = _keep_order(done)
+    assert keep.tolist() == [0, 4, 2, 5]  # 1 and 3 leave: the last two take their places
+    assert _keep_order(torch.tensor([True, False])).tolist() == [1]
+    assert _keep_order(torch.zeros(3, dtype=torch.bool)).tolist() == [0, 1, 2]
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_a_length_cap_cuts_outputs_at_each_cap_and_changes_nothing_below_it(beam):
+    model = transformer()
+    src = sources([3, 6, 2, 5], vocab=20)
+    free = generate(model, src, beam=beam, alpha=0.6, max_len_a=1.0, max_len_b=8)
+    lengths = [len(h.tokens) for h in free]
+    assert max(lengths) >= 3  # an untrained model writes on: the caps below bite
+    caps = torch.tensor([2, 0, 30, 1])
+    capped = generate(model, src, beam=beam, alpha=0.6, max_len_a=1.0, max_len_b=8,
+                      constraint=LengthCap(None, caps, 20))
+    for h, f, c in zip(capped, free, caps.tolist()):
+        assert len(h.tokens) <= c
+        if c >= 30:  # (the score may differ in rounding: the batch around it shrinks otherwise)
+            assert h.tokens == f.tokens and h.score == pytest.approx(f.score, abs=1e-5)
+    # the cap a constraint sees: the tokens left under the cap, not the search's limit
+    c = LengthCap(None, torch.tensor([2]), 20)
+    state = c.advance(c.initial("cpu"), torch.tensor([5]))
+    assert c.allowed(state, torch.tensor([9])).all()
+    state = c.advance(state, torch.tensor([5]))
+    mask = c.allowed(state, torch.tensor([8]))
+    assert mask[0, EOS] and mask.sum() == 1
+
+
+def test_dev_search_runs_in_bf16_only_where_the_device_has_it(monkeypatch):
+    from s2s.core import precision
+
+    model = transformer()
+    monkeypatch.setattr(precision, "cpu_has_bf16", lambda: True)
+    fast = dev_model(model, "fp32", torch.device("cpu"))
+    assert next(fast.parameters()).dtype == torch.bfloat16 and next(model.parameters()).dtype == torch.float32
+    assert dev_model(model, "int8", torch.device("cpu")) is model  # a run searching in int8 keeps its model
+    monkeypatch.setattr(precision, "cpu_has_bf16", lambda: False)
+    assert dev_model(model, "fp32", torch.device("cpu")) is model
