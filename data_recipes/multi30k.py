@@ -9,7 +9,8 @@ Checks, honestly stated: for train, val and test_2016_flickr in en/de/fr the sha
 decompressed text is pinned below (computed from a copy of those release files). For
 test_2017_flickr and test_2017_mscoco no copy was at hand to hash, so those files are only
 checked for their published number of lines (1,000 and 461), the same for every language.
-`S2S_MULTI30K_URL` replaces the base URL (a mirror, or a local server in the tests).
+`S2S_MULTI30K_URL` replaces the base URL (a mirror, or a local server in the tests). With
+`S2S_SHARED_DATA=DIR` set, the files are read from DIR/multi30k and never downloaded.
 
 A file already in the folder is checked again before every use, by size and sha256 (or line
 count), not trusted for its name: a file damaged or cut short since it was fetched is a
@@ -27,7 +28,7 @@ from typing import Iterable
 
 from s2s.core.errors import DataError
 
-from . import data_home
+from . import SHARED_ENV, data_home, shared_data
 from .download import fetch_gzip
 
 log = logging.getLogger(__name__)
@@ -72,7 +73,8 @@ def fetch(directory: str | Path | None = None, splits: Iterable[str] = SPLITS,
           langs: Iterable[str] = LANGS) -> Path:
     """The folder holding `{split}.{lang}` for every split and language asked for, downloading
     (and verifying) the files that are not there yet; returns the folder."""
-    directory = Path(directory).expanduser() if directory else default_dir()
+    shared = shared_data() if not directory else None
+    directory = Path(directory).expanduser() if directory else shared / "multi30k" if shared else default_dir()
     for split in splits:
         if split not in SPLITS:
             raise DataError(f"Multi30k has no split {split!r}; it has {', '.join(SPLITS)}")
@@ -83,6 +85,10 @@ def fetch(directory: str | Path | None = None, splits: Iterable[str] = SPLITS,
             if dest.is_file():  # verified when it got its final name, and again now
                 verify(dest, split, lang)
                 continue
+            if shared:
+                raise DataError(f"{dest} does not exist: {SHARED_ENV}={shared} names the folder holding the corpora "
+                                f"(nothing is downloaded while it is set); fetch them there with `{FETCH_COMMAND} "
+                                f"--dir {shared}`, or unset {SHARED_ENV}")
             url = f"{base_url()}/{split}.{lang}.gz"
             log.info("downloading %s to %s", url, dest)
             try:

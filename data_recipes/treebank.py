@@ -349,11 +349,16 @@ def sample_reader(nltk_data: str | Path | None = None):
     Given a directory, the sample is read from there and nowhere else (an NLTK_DATA in the
     user's environment cannot substitute another copy). Without one it is looked up where NLTK
     looks (nltk.data.path: the user's nltk_data, NLTK_DATA) and, when absent, downloaded there
-    once with `fetch_sample`.
+    once with `fetch_sample`. With S2S_SHARED_DATA=DIR set and no directory given, DIR/nltk_data is
+    that directory.
     """
     import nltk
     from nltk.corpus.reader import BracketParseCorpusReader
 
+    from . import shared_data
+
+    if not nltk_data and shared_data():  # S2S_SHARED_DATA: the copy there, never a download
+        nltk_data = shared_data() / "nltk_data"
     if nltk_data:
         directory = str(Path(nltk_data).expanduser())
         _allow(directory)

@@ -28,6 +28,7 @@ def _config(args):
     from .registry import Registry
 
     registry = Registry.installed(args.plugin or [])
+    registry.not_a_preset(args.preset)  # `s2s train translation`: name its presets
     return load_config(args.preset, args.overrides, registry=registry), registry
 
 
@@ -93,7 +94,8 @@ def cmd_generate(args) -> int:
     stdout = sys.stdout  # the output's, whatever plugins print meanwhile
     with contextlib.redirect_stdout(sys.stderr):
         number, bad = generate_file(args.checkpoint, _registry(args), overrides, args.task, args.input, args.output,
-                                    stdout, "--beam" if args.beam is not None else "decode.beam", args.quiet)
+                                    stdout, "--beam" if args.beam is not None else "decode.beam", args.quiet,
+                                    pretty=args.pretty)
     if bad:
         log.warning("%s: %d of %d line(s) could not be decoded and got an empty output line",
                     args.input or "<stdin>", bad, number)
@@ -134,6 +136,9 @@ def cmd_score(args) -> int:
 
 def cmd_average(args) -> int:
     from . import checkpoint
+
+    if args.last is not None and len(args.inputs) == 1 and not Path(args.inputs[0]).exists():
+        raise UsageError(f"{args.inputs[0]}: no such run directory")
 
     paths, output = checkpoint.average_files(args.inputs, args.last, args.output)
     print(f"averaged {len(paths)} checkpoints into {output}")
@@ -211,13 +216,15 @@ def cmd_quickstart(args) -> int:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="s2s", description=__doc__)
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--plugin", action="append", metavar="MODULE:CLASS|FILE.py",
-                        help="load a task plugin under development (repeatable)")
-    common.add_argument("-q", "--quiet", action="store_true", help="no progress bars; log lines only")
-    common.add_argument("-v", "--verbose", action="store_true", help="debug logging, and the traceback of an error")
+    for parser, default in ((p, None), (common, argparse.SUPPRESS)):  # `s2s -v train` and `s2s train -v`
+        parser.add_argument("--plugin", action="append", metavar="MODULE:CLASS|FILE.py", default=default,
+                            help="load a task plugin under development (repeatable; also from the current folder)")
+        parser.add_argument("-q", "--quiet", action="store_true", default=default or False, help="no progress bars; log lines only")
+        parser.add_argument("-v", "--verbose", action="store_true", default=default or False, help="debug logging, and the traceback of an error")
     sub = p.add_subparsers(dest="command", required=True)
 
-    s = sub.add_parser("tasks", parents=[common], help="list the tasks and where they come from")
+    text = "list the tasks and where they come from (entry point or --plugin), and the presets"
+    s = sub.add_parser("tasks", parents=[common], help=text, description=text)
     s.set_defaults(func=cmd_tasks)
 
     for name, func, text in (("prepare", cmd_prepare, "train the vocabulary and binarise the data"),
@@ -239,22 +246,27 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--output", help="output file (default: stdout)")
     s.add_argument("--task", help="the member of a multi-task run to decode for (its tokenisation, "
                    "constraint and post-processing)")
-    s.add_argument("--beam", type=int)
-    s.add_argument("--alpha", type=float)
-    s.add_argument("--max-len-a", dest="max_len_a", type=float)
-    s.add_argument("--max-len-b", dest="max_len_b", type=int)
+    s.add_argument("--beam", type=int, metavar="N", help="beam size (decode.beam; 1 = greedy); default: the task's")
+    s.add_argument("--alpha", type=float, metavar="A", help="length penalty alpha (decode.alpha); default: the task's")
+    s.add_argument("--max-len-a", dest="max_len_a", type=float, metavar="A", help="an output has at most "
+                   "int(A * source tokens + B) tokens (decode.max_len_a); default: the task's")
+    s.add_argument("--max-len-b", dest="max_len_b", type=int, metavar="B", help="see --max-len-a (decode.max_len_b)")
+    s.add_argument("--pretty", action="store_true", help="each output as the task displays it for a person "
+                   "(parsing: an indented tree), a blank line after each, instead of one line per input line")
     s.set_defaults(func=cmd_generate)
 
-    s = sub.add_parser("score", parents=[common], help="score hypotheses with a task's metric")
+    s = sub.add_parser("score", parents=[common], help="score hypotheses with a task's metric", description="Score "
+                       "output lines against reference lines with the task's metric (translation: BLEU, chrF; parsing: EVALB).")
     s.add_argument("task", help="a task name (translation, parsing, ...) or a preset name")
     s.add_argument("overrides", nargs="*", metavar="key=value", help="e.g. task.tgt_lang=fr (French rules)")
-    s.add_argument("--ref", required=True)
-    s.add_argument("--hyp", required=True)
-    s.add_argument("--src")
+    s.add_argument("--ref", required=True, metavar="FILE", help="the reference lines (parsing: one tree a line)")
+    s.add_argument("--hyp", required=True, metavar="FILE", help="the output lines to score, as many as --ref")
+    s.add_argument("--src", metavar="FILE", help="the source lines, for a task whose metric reads them")
     s.add_argument("--json", action="store_true", help="print one JSON object")
     s.set_defaults(func=cmd_score)
 
-    s = sub.add_parser("average", parents=[common], help="average checkpoints (section 6.1)")
+    s = sub.add_parser("average", parents=[common], help="average checkpoints (section 6.1)", description="Average "
+                       "checkpoints' weights element by element (section 6.1): a run's last K, or the files given.")
     s.add_argument("inputs", nargs="+", help="a run directory with --last, or checkpoint files")
     s.add_argument("--last", type=int, help="average the last K checkpoints of the run directory")
     s.add_argument("--output", help="default: RUN_DIR/checkpoint_average.pt (with --last), else "
@@ -307,8 +319,9 @@ def build_parser() -> argparse.ArgumentParser:
         s.add_argument(flag, metavar=meta, type=str if flag == "--task" else int, help=text)
     s.set_defaults(func=cmd_attention)
 
-    s = sub.add_parser("quickstart", parents=[common], help="train and score the offline demo")
-    s.add_argument("overrides", nargs="*", metavar="key=value")
+    text = "train the offline demo (no download), then print its held-out BLEU next to the copy baseline's"
+    s = sub.add_parser("quickstart", parents=[common], help=text, description=text)
+    s.add_argument("overrides", nargs="*", metavar="key=value", help="override any field of the demo preset")
     s.set_defaults(func=cmd_quickstart)
     return p
 
@@ -342,8 +355,11 @@ def main(argv=None) -> int:
         args.overrides = [*args.overrides, *extra]
     elif extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(message)s", datefmt="%H:%M:%S")
+    from .runlog import ConsoleFormat
+
+    console = logging.StreamHandler()
+    console.setFormatter(ConsoleFormat())
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, handlers=[console])
     try:
         return args.func(args)
     except KeyboardInterrupt:

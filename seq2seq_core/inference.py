@@ -6,6 +6,12 @@ decode them in batches of similar length with the task's defaults (overridden by
 section) and turn ids back into text. `translate` applies the task's post-processing to them
 (`s2s generate`); validation and test hand `Task.score` the hypotheses with their sources, so
 that a task counts what its post-processing did there, and `postprocess` keeps no state.
+Input typed by a person (`s2s generate`, the server) goes through the task's `prepare_source`
+first (`prepared`: parsing splits raw sentences into Penn Treebank tokens); a source word the
+model's vocabulary does not hold is named in a warning (`unknown_words`).
+
+`load_run` is the one public way to a run's model and decoding settings outside the CLI (the
+export snippets in docs/export.md use it to decode exactly as `s2s generate` does).
 """
 from __future__ import annotations
 
@@ -31,11 +37,11 @@ from .decoding import generate
 from .distributed import resolve_device
 from .errors import CheckpointError, ConfigError, DataError, UsageError, plugin_error
 from .files import remove_stale_temporaries, replacing
-from .members import build_members, decode_settings, load_vocabularies, pick
+from .members import Member, build_members, decode_settings, load_vocabularies, pick
 from .model import Transformer
 from .progress import progress
 from .task import DecodeDefaults, Score, Task
-from .vocab import EOS, PAD
+from .vocab import EOS, PAD, UNK
 
 log = logging.getLogger("s2s")
 
@@ -47,7 +53,8 @@ def run_dir_of(path: str | Path) -> Path:
         raise UsageError(f"{p}: no such run directory or checkpoint file")
     run_dir = p if p.is_dir() else p.parent.parent if p.parent.name == "checkpoints" else p.parent
     if not (run_dir / "config.yaml").is_file():
-        raise UsageError(f"{run_dir} holds no config.yaml: not a run directory of `s2s train`")
+        named = f"{p}" if run_dir == p else f"{p} (in {run_dir}, which holds no config.yaml)"
+        raise UsageError(f"{named}: not a run directory of `s2s train` nor a checkpoint file in one")
     return run_dir
 
 
@@ -81,7 +88,41 @@ def load_for_inference(path: str | Path, registry, overrides=(), task: str | Non
                               f"({(str(e).splitlines() or [''])[0]})") from None
     device = resolve_device(cfg.run.device)
     model.to(device).eval()
+    log.info("loaded %s (update %s)", p, state.get("update", "?"))
     return cfg, member, precision.for_inference(model, precision.resolve(cfg.decode.precision, device, "decode.precision"))
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """A trained run ready to decode: what `load_run` returns."""
+
+    cfg: object  # the run's config (with the overrides)
+    task: Member  # the run's task (of a multi-task run: the member asked for), in the run's id space
+    model: Transformer  # on cfg.run.device, in decode.precision, in eval mode
+    settings: DecodeDefaults  # beam, alpha, max_len_a, max_len_b, stop: the task's defaults with the decode section's
+
+    def max_length(self, source_tokens: int) -> int:
+        """The most target tokens `s2s generate` writes (before its </s>) for a source of
+        `source_tokens` ids (its </s> included): int(max_len_a * n + max_len_b), at most
+        model.max_positions - 1."""
+        n = int(self.settings.max_len_a * source_tokens + self.settings.max_len_b)
+        return max(0, min(n, self.model.max_positions - 1))
+
+    def generate(self, lines: Sequence[str]) -> list[str]:
+        """`s2s generate`'s output lines for input lines (raw text, prepared by the task)."""
+        device = next(self.model.parameters()).device
+        return translate(self.model, self.task, lines, self.settings, device, self.cfg.decode.max_sentences, raw=True)
+
+
+def load_run(path: str | Path, overrides: Sequence[str] = (), task: str | None = None, plugins: Sequence[str] = ()) -> Run:
+    """The run at `path` (a run directory of `s2s train`, or a checkpoint file in one) as
+    `s2s generate PATH key=value ...` loads it: the checkpoint the run tested, the config with
+    `overrides` (e.g. "decode.beam=1", "run.device=cpu"), the member `task` of a multi-task run,
+    tasks registered by the installed plugins and `plugins` (as --plugin takes them)."""
+    from .registry import Registry
+
+    cfg, member, model = load_for_inference(path, Registry.installed(list(plugins)), overrides, task)
+    return Run(cfg, member, model, decode_settings(member, cfg.decode))
 
 
 # model settings that training alone reads: a resume may change them, the weights mean the same
@@ -90,9 +131,10 @@ _TRAINING_ONLY = ("dropout", "attention_dropout")
 
 def _paths(task) -> set:
     """The fields of a task's section that say where its files are (as `config.expand_paths`
-    finds them): moving the data changes nothing the weights mean, the vocabulary is checked apart."""
+    finds them) or how input text is read (metadata `input`, e.g. parsing's `tokenize`): moving
+    the data changes nothing the weights mean, the vocabulary is checked apart."""
     return {f.name for f in dataclasses.fields(task.Config)
-            if f.metadata.get("path", f.name.endswith("_dir") or f.name == "nltk_data")}
+            if f.metadata.get("path", f.name.endswith("_dir") or f.name == "nltk_data") or f.metadata.get("input")}
 
 
 def _first_difference(mine, theirs, key: str, skip=()):
@@ -194,9 +236,30 @@ def checked_score(task, result) -> Score:
     return result if type(value) is float else replace(result, value=float(value))
 
 
+def prepared(task: Task | Member, lines: Sequence[str]) -> list[str]:
+    """Input lines as the task's sources (`Task.prepare_source`: parsing tokenises raw text)."""
+    inner = task.task if isinstance(task, Member) else task
+    out = inner.prepare_source(list(lines))
+    if not isinstance(out, list) or len(out) != len(lines) or not all(isinstance(x, str) for x in out):
+        raise plugin_error(inner, "prepare_source", f"returned {type(out).__name__}, not a list of "
+                                                    f"{len(lines)} str (one a line)")
+    return out
+
+
+def unknown_words(task: Task | Member, source: str, ids: Sequence[int]) -> list[str]:
+    """The words of a (prepared) source line that its ids `ids` read as <unk>: the vocabulary
+    never saw them, so the model cannot know what they mean."""
+    if UNK not in ids:
+        return []
+    return [w for w in dict.fromkeys(source.split()) if UNK in task.encode_source([w])[0]]
+
+
 def translate(model, task: Task, sources: Sequence[str], settings: DecodeDefaults, device,
-              max_sentences: int = 128, progress=None) -> list[str]:
-    """The task's output line for every source line, in input order: `hypotheses`, post-processed."""
+              max_sentences: int = 128, progress=None, raw: bool = False) -> list[str]:
+    """The task's output line for every source line, in input order: `hypotheses`, post-processed.
+    `raw`: the lines are input as a person types it (`s2s generate`, the server), made into
+    sources first (`prepared`); else they are sources already (a split's, say)."""
+    sources = prepared(task, sources) if raw else sources
     hyps = hypotheses(model, task, sources, settings, device, max_sentences, progress)
     out = [task.postprocess(h, s) for h, s in zip(hyps, sources)]
     for line in out:
@@ -256,12 +319,15 @@ def hypotheses(model, task: Task, sources: Sequence[str], settings: DecodeDefaul
     return out
 
 
-def generate_lines(model, task, cfg, raw: Iterable[bytes], name: str, out: IO[str], progress=None) -> tuple[int, int]:
+def generate_lines(model, task, cfg, raw: Iterable[bytes], name: str, out: IO[str], progress=None,
+                   pretty: bool = False) -> tuple[int, int]:
     """Write one output line to `out` for every raw source line (bytes without "\\n"), in
     order, and return (lines read, lines that could not be decoded).
 
     A line that cannot be decoded (invalid UTF-8, too long for the model's positions) gets an
-    empty output line and a warning naming `name` and its line number; the rest goes on."""
+    empty output line and a warning naming `name` and its line number; the rest goes on. Words
+    the vocabulary never saw are named in a warning with their line. `pretty`: each output as
+    the task displays it (`Task.display`, parsing: an indented tree), a blank line after each."""
     settings = decode_settings(task, cfg.decode)
     device = next(model.parameters()).device
     block = cfg.decode.max_sentences * max(1, torch.get_num_threads())  # what one translate call shares out
@@ -279,19 +345,28 @@ def generate_lines(model, task, cfg, raw: Iterable[bytes], name: str, out: IO[st
         for i, h in zip(good, hyps):
             result[i] = h.replace("\r", " ").replace("\n", " ")
         bad += len(lines) - len(good)
+        if pretty:
+            inner = task.task if isinstance(task, Member) else task
+            result = [inner.display(h).rstrip("\n") + "\n" if h else "" for h in result]
         out.write("".join(h + "\n" for h in result))
         out.flush()
     return number, bad
 
 
 def _source_line(raw: bytes, name: str, number: int, task, max_positions: int) -> str | None:
-    """The text of one source line, or None (with a warning) when it cannot be decoded."""
+    """The source of one input line (`prepared`), or None (with a warning) when it cannot be decoded."""
     try:
-        line = textio.decode_line(raw, name, number)
+        line = prepared(task, [textio.decode_line(raw, name, number)])[0]
     except DataError as e:
         log.warning("%s; its output line is empty", e)
         return None
-    n = len(task.encode_source([line])[0]) + 1  # + EOS
+    ids = task.encode_source([line])[0]
+    unknown = unknown_words(task, line, ids)
+    if unknown:
+        shown = ", ".join(unknown[:10]) + (f" and {len(unknown) - 10} more" if len(unknown) > 10 else "")
+        log.warning("%s, line %d: %d word(s) the model has never seen (not in its vocabulary, read as <unk>): %s",
+                    name, number, len(unknown), shown)
+    n = len(ids) + 1  # + EOS
     if n > max_positions:
         log.warning("%s, line %d: %d source tokens do not fit model.max_positions=%d; its output line is empty",
                     name, number, n, max_positions)
@@ -300,7 +375,7 @@ def _source_line(raw: bytes, name: str, number: int, task, max_positions: int) -
 
 
 def generate_file(path, registry, overrides, task: str | None, input: str | None, output: str | None,
-                  stdout, beam_setting: str = "decode.beam", quiet: bool = False) -> tuple[int, int]:
+                  stdout, beam_setting: str = "decode.beam", quiet: bool = False, pretty: bool = False) -> tuple[int, int]:
     """`s2s generate`: decode the lines of `input` (None: stdin) with the run at `path` into
     `output` (None: `stdout`); returns (lines, lines that could not be decoded). A regular output
     file appears complete at the end (`files.replacing`); a device or a pipe is written as it goes."""
@@ -318,6 +393,6 @@ def generate_file(path, registry, overrides, task: str | None, input: str | None
             out = (stack.enter_context(replacing(output)) if regular else
                    stack.enter_context(open(output, "w", encoding="utf-8")) if output else stdout)
             bar = stack.enter_context(progress(quiet, desc="generate", unit=" sent"))
-            return generate_lines(model, member, cfg, raw, input or "<stdin>", out, progress=bar)
+            return generate_lines(model, member, cfg, raw, input or "<stdin>", out, progress=bar, pretty=pretty)
     except OSError as e:  # a full disk, a closed pipe (reading errors are DataErrors)
         raise UsageError(f"cannot write {output or '<stdout>'}: {e.strerror or e}") from None

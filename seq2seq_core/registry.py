@@ -5,8 +5,9 @@ Installed plugins (the built-in ones included) declare themselves in their packa
     [project.entry-points."s2s.tasks"]
     mytask = "my_package.module:MyTask"
 
-A plugin under development is loaded with `--plugin my_module:MyTask` or `--plugin path/to/file.py`
-(a file defines one or more `Task` subclasses; each is registered under its `name`).
+A plugin under development is loaded with `--plugin my_module:MyTask` (a module importable from
+the current folder, or installed) or `--plugin path/to/file.py` (a file defines one or more `Task`
+subclasses; each is registered under its `name`).
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import difflib
 import importlib
 import importlib.util
 import inspect
+import os
 import re
 import sys
 from importlib.metadata import entry_points
@@ -24,6 +26,15 @@ from .task import Task
 
 GROUP = "s2s.tasks"
 NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")  # what a task name may be
+
+
+def _current_folder_importable() -> None:
+    """Let `--plugin module:Class` import a module in the current folder, as `python -m` would:
+    the `s2s` script's sys.path starts with its own folder, not the current one. The folder comes
+    last, so an installed module of the same name still wins."""
+    cwd = os.getcwd()
+    if not any(Path(p or ".").resolve() == Path(cwd).resolve() for p in sys.path if isinstance(p, str)):
+        sys.path.append(cwd)
 
 
 class Registry:
@@ -78,6 +89,7 @@ class Registry:
             origin = f"plugin file {path}"
         else:
             mod_name, _, attr = spec.partition(":")
+            _current_folder_importable()
             try:
                 module = importlib.import_module(mod_name)
             except Exception as e:  # noqa: BLE001 -- ImportError, or whatever the module's code raises
@@ -96,6 +108,22 @@ class Registry:
         for c in classes:
             self.register(c, origin)
         return [c.name for c in classes]
+
+    def not_a_preset(self, name: str) -> None:
+        """A ConfigError naming the presets of task `name` when a command given `name` as its
+        PRESET (`s2s train translation`) meant a task: a task's name is not a preset's."""
+        from omegaconf import OmegaConf
+
+        from .config import preset_names, preset_path
+        from .errors import ConfigError
+
+        if name in preset_names() or name not in self.names() or Path(name).exists():
+            return
+        ours = [p for p in preset_names() if (OmegaConf.load(preset_path(p)).get("task") or {}).get("name") == name]
+        own = [p for p in ours if p.startswith("own_")]
+        raise ConfigError(f"{name!r} is a task, not a preset: train a preset of it ({', '.join(ours) or 'none yet'}) "
+                          "or a YAML file of your own" + (f"; on your own files: s2s train {own[0]} task.data_dir=DIR "
+                                                           "(docs/own-data.md)" if own else ""))
 
     def names(self) -> list[str]:
         return sorted(set(self._tasks) | set(self._pending))

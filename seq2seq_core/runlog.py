@@ -16,6 +16,29 @@ from .files import atomic_write_text
 log = logging.getLogger("s2s")
 
 
+def shown(record: dict) -> str:
+    """A record as a console line: "train update 100: loss 3.214 lr 0.0004 ... elapsed 61.2 s"."""
+    rest = {k: v for k, v in record.items() if k not in ("kind", "update", "elapsed")}
+    figures = " ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in rest.items())
+    elapsed = f" elapsed {record['elapsed']:g} s" if "elapsed" in record else ""
+    return f"{record.get('kind', '?')} update {record.get('update', '?')}: {figures}{elapsed}"
+
+
+class ConsoleFormat(logging.Formatter):
+    """The console's log lines: "12:01:05 train update 100: loss ...", the level named only for
+    warnings and errors ("12:01:05 WARNING ...")."""
+
+    def __init__(self):
+        super().__init__("%(asctime)s %(message)s", datefmt="%H:%M:%S")
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = super().format(record)
+        if record.levelno >= logging.WARNING:
+            stamp, _, message = line.partition(" ")
+            line = f"{stamp} {record.levelname} {message}"
+        return line
+
+
 def read_metrics(run_dir: Path) -> list[dict]:
     """The run's records, oldest first; a torn last line (a killed run) is passed over."""
     path = Path(run_dir) / "metrics.jsonl"
@@ -70,8 +93,7 @@ class RunLog:
                 if key not in ("update", "elapsed") and isinstance(value, (int, float)):
                     self.tb.add_scalar(f"{record['kind']}/{key}", value, record["update"])
         if not self.quiet or record.get("kind") != "train":
-            shown = " ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in record.items())
-            log.info(shown)
+            log.info(shown(record))
 
     def close(self) -> None:
         if self.tb is not None:

@@ -144,7 +144,10 @@ class RunConfig:
     valid_interval: int = setting(1000, at_least(1))  # updates between validations (loss and task metric; the best model is kept)
     valid_max_sentences: int = setting(0, at_least(0, "0 = all"))  # decode at most this many dev sentences for the metric (0 = all)
     save_interval: int = setting(1000, at_least(1))  # updates between checkpoints
-    max_minutes: float = setting(0.0, at_least(0, "0 = off"))  # also stop after this many minutes of training, across resumes (0 = off)
+    # also stop after this many minutes of training, across resumes (0 = off): updates, validation and
+    # checkpoints count; data preparation and what follows the budget (averaging, the chosen model's dev
+    # re-score, the test decode) do not, and the log says when the budget ran out
+    max_minutes: float = setting(0.0, at_least(0, "0 = off"))
     save_minutes: float = setting(0.0, at_least(0, "0 = off"))  # also save when this many minutes passed since the last save (0 = off)
     keep_last: int = setting(5, at_least(1))  # checkpoints kept
     average_last: int = setting(0, at_least(0, "0 = none"))  # at the end, average the last K checkpoints (0 = none); tested unless the best validated model scores higher on dev

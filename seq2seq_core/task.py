@@ -6,7 +6,8 @@ name; a task imports only this module and `s2s.core.vocab`.
 
 A plugin writes what is its own: `read_split`, `build_vocab` (which sets `src_vocab` and
 `tgt_vocab`, objects of the `s2s.core.vocab.Vocabulary` protocol, one object twice when shared)
-and `score`; optionally `postprocess` and `constraint`. Everything else about vocabularies has
+and `score`; optionally `prepare_source` (raw input text), `postprocess`, `display` and
+`constraint`. Everything else about vocabularies has
 a default built on those two objects: sizes, sharing, text <-> ids, saving and loading (file
 names `vocab_file` / `vocab_files`, read back with `Vocab.load`), and `tokenizers()` for export.
 
@@ -205,6 +206,18 @@ class Task:
         return vocab
 
     # -- ids <-> text -----------------------------------------------------------------------
+    def prepare_source(self, lines: Sequence[str]) -> list[str]:
+        """Input lines as a user types them (raw text) made into the source lines the task was
+        trained on (parsing: Penn Treebank tokens). `s2s generate` and the server call it before
+        `encode_source`; the data of training and evaluation is already in that form and does
+        not go through it. The default keeps the lines as they are."""
+        return list(lines)
+
+    def display(self, output: str) -> str:
+        """An output line (what `postprocess` returned) in the form a person reads (parsing: an
+        indented tree), for `s2s generate --pretty`; it may span lines. The default is the line."""
+        return output
+
     def encode_source(self, lines: Sequence[str]) -> list[list[int]]:
         """Ids of each source line, without <s> or </s> (the engine adds those)."""
         return self._vocab("src").encode(lines)

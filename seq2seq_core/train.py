@@ -294,6 +294,10 @@ class Trainer:
         t_log = time.time()
         bar = progress(self.log.quiet or self.group.rank != 0, total=cfg.optim.max_updates, initial=self.update,
                        desc="train", unit=" upd", dynamic_ncols=True)
+        if cfg.run.max_minutes > 0 and self.group.rank == 0:
+            log.info("run.max_minutes=%g counts training time across resumes: updates, validation and checkpoints "
+                     "(%.1f min so far); not data preparation, nor the averaging, dev re-score and test decode "
+                     "that follow the budget", cfg.run.max_minutes, self._elapsed() / 60)
         last = self.update >= cfg.optim.max_updates or self._out_of_time()
         while not last:
             out = self.step()
@@ -310,6 +314,10 @@ class Trainer:
                 counts = [[0, 0, 0] for _ in self.members]
                 t_log = now
             last = self.update == cfg.optim.max_updates or self._out_of_time()
+            if last and self.update < cfg.optim.max_updates and self.group.rank == 0:
+                log.info("run.max_minutes=%g reached at update %d (%.1f min of training): the last validation "
+                         "and checkpoint, then the model chosen and tested, outside the budget",
+                         cfg.run.max_minutes, self.update, self._elapsed() / 60)
             if self.update % cfg.run.valid_interval == 0 or last:
                 record, figure = self.validate()
                 self.record(record)

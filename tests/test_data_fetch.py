@@ -21,6 +21,12 @@ from s2s.data_recipes.__main__ import main as fetch_main
 from s2s.plugins.translation import TranslationConfig, TranslationTask
 
 
+@pytest.fixture(autouse=True)
+def _no_shared_data(monkeypatch):
+    """These tests fetch: S2S_SHARED_DATA (the test run's corpora) would make the recipes read it instead."""
+    monkeypatch.delenv("S2S_SHARED_DATA", raising=False)
+
+
 class _Quiet(http.server.SimpleHTTPRequestHandler):
     def log_message(self, *args):
         pass

@@ -450,6 +450,7 @@ def fetched(tmp_path, monkeypatch):
     for lang in ("en", "de"):
         shutil.copy(corpus(MULTI30K) / f"val.{lang}", folder / f"val.{lang}")
     monkeypatch.setenv("S2S_DATA_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("S2S_SHARED_DATA", raising=False)  # else the recipe reads the test run's copy there
     monkeypatch.setenv("S2S_MULTI30K_URL", "http://127.0.0.1:9")  # nothing listens: a download would fail
     monkeypatch.setattr(multi30k, "_VERIFIED", {})
     return folder

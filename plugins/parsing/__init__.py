@@ -1,6 +1,7 @@
 """Constituency parsing as translation (section 6.3 of "Attention Is All You Need").
 
-source: the words of a sentence, space-separated ("The dog barks .")
+source: the words of a sentence, space-separated ("The dog barks ."); `s2s generate` takes raw
+        sentences and splits them into Penn Treebank tokens first (`prepare_source`, `tokenize`)
 target: its tree linearised depth first ("(S (NP XX XX )NP (VP XX )VP XX )S"), see linearise.py
 output: a tree over exactly the source words, rebuilt (and repaired if need be) by postprocess
 metric: labelled-bracket F1 exactly as EVALB computes it with COLLINS.prm, see evalb.py, and
@@ -20,11 +21,12 @@ nothing). Without `sources` every line is a tree and `score` is exactly EVALB.
 """
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import re
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Sequence
 
@@ -38,7 +40,7 @@ from .constraint import TokenTables, TreeConstraint, leaf_tags
 from .evalb import evalb
 from .linearise import PUNCTUATION_TAGS, SCHEMES, TAG_SCHEMES, WORD_SCHEMES, delinearise, linearise, punctuation_tags
 
-__all__ = ["ParsingTask", "ParsingConfig"]
+__all__ = ["ParsingTask", "ParsingConfig", "ptb_tokens"]
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +78,14 @@ class ParsingConfig(TaskConfig):
     # search only well-formed trees over the source words (constraint.py); false: the paper's
     # unconstrained search, whose outputs postprocess repairs
     constrained: bool = False
+    # corpus=lines: a folder holding train.trees, valid.trees and test.trees (one bracketed tree
+    # a line), read where train_file / valid_file / test_file are left empty
+    data_dir: str = ""
+    # s2s generate / serve: split each input sentence into Penn Treebank tokens (nltk's
+    # TreebankWordTokenizer: "quarter." -> "quarter .", "10%" -> "10 %", "don't" -> "do n't",
+    # "(" -> "-LRB-"); false: the input is tokenised already, tokens separated by spaces.
+    # How input is read, not what the weights mean: a run may be decoded with either.
+    tokenize: bool = field(default=True, metadata={"input": True})
     # vocabulary caps, specials included (0 = no cap): 16k WSJ only, 32k semi-supervised
     src_vocab_size: int = 16_000
     tgt_vocab_size: int = 0
@@ -120,8 +130,11 @@ class ParsingTask(Task):
             yield from treebank.sample_trees(cfg.nltk_data or None, split, **kw)
         else:
             path = {"train": cfg.train_file, "valid": cfg.valid_file, "test": cfg.test_file}[split]
+            if not path and cfg.data_dir:
+                path = str(Path(cfg.data_dir) / f"{split}.trees")
             if not path:
-                raise DataError(f"task.{split}_file is not set (corpus=lines reads one tree per line)")
+                raise DataError(f"neither task.data_dir nor task.{split}_file is set (corpus=lines reads "
+                                "one tree per line from DATA_DIR/{train,valid,test}.trees)")
             yield from treebank.line_trees(path, **kw)
         if silver:
             yield from treebank.line_trees(silver, **kw)
@@ -210,6 +223,21 @@ class ParsingTask(Task):
         self._tables = None
 
     # -- ids <-> text -------------------------------------------------------------------------
+    def prepare_source(self, lines: Sequence[str]) -> list[str]:
+        """Raw sentences as Penn Treebank tokens (with `tokenize`), else split on whitespace."""
+        if not self.cfg.tokenize:
+            return [" ".join(line.split()) for line in lines]
+        return [" ".join(ptb_tokens(line)) for line in lines]
+
+    def display(self, output: str) -> str:
+        """The tree as an indented drawing, one phrase a line (nltk's pformat)."""
+        from nltk.tree import Tree
+
+        try:
+            return Tree.fromstring(output).pformat(margin=60)
+        except ValueError:  # not a tree (a plugin's output, an empty line): shown as it is
+            return output
+
     def postprocess(self, hypothesis: str, source: str) -> str:
         """The tree (one line) over the words of `source` that `hypothesis` describes."""
         return delinearise(hypothesis, source, self.cfg.scheme, self.cfg.root_label)[0]
@@ -276,6 +304,19 @@ class ParsingTask(Task):
             signature += " | references rebuilt from linearised targets (POS tags not gold)"
         primary = "f1_all" if rebuilt_refs else "f1"
         return Score(primary, figures.pop(primary), figures, signature)
+
+
+def ptb_tokens(sentence: str) -> list[str]:
+    """The Penn Treebank tokens of a raw sentence, as the treebank writes them: punctuation and
+    clitics split off, double quotes as `` and '', brackets as -LRB- -RRB- -LCB- ... ."""
+    return _treebank_tokenizer().tokenize(sentence, convert_parentheses=True)
+
+
+@functools.lru_cache(maxsize=1)
+def _treebank_tokenizer():
+    from nltk.tokenize import TreebankWordTokenizer
+
+    return TreebankWordTokenizer()
 
 
 def _ranked(counts: Counter, max_size: int) -> WordTokenizer:

@@ -125,8 +125,22 @@ class TranslationTask(Task):
             data_dir = multi30k.fetch(splits=[prefixes[split]], langs=[cfg.src_lang, cfg.tgt_lang])
         if not data_dir:
             raise DataError("task.data_dir is not set: the folder of the {prefix}.{lang} files")
-        return parallel_text.read_split(data_dir, prefixes[split], cfg.src_lang, cfg.tgt_lang,
-                                        cfg.drop_empty)
+        try:
+            return parallel_text.read_split(data_dir, prefixes[split], cfg.src_lang, cfg.tgt_lang,
+                                            cfg.drop_empty)
+        except DataError as e:
+            if not str(e).startswith("file "):  # not a missing file: the message says it all
+                raise
+            # a preset's names (multi30k_en_de: val, test_2016_flickr) replace the defaults
+            raise DataError(f"{e}: task.{split}_prefix={prefixes[split]} names the {split} files "
+                            f"{prefixes[split]}.{cfg.src_lang} / .{cfg.tgt_lang} in task.data_dir={data_dir}; set "
+                            f"task.{split}_prefix to your files' prefix (own_translation reads train, valid, "
+                            f"test: docs/own-data.md)") from None
+
+    def prepare_source(self, lines: Sequence[str]) -> list[str]:
+        """Raw text is what the subword vocabulary reads (byte-level, trained on raw sentences):
+        surrounding whitespace is stripped, as the corpus reader strips it, nothing else."""
+        return [line.strip() for line in lines]
 
     # -- vocabulary -------------------------------------------------------------------------
     def shareable(self, side: str) -> Shareable | None:
