@@ -1,4 +1,4 @@
-"""The `s2s` command: tasks, prepare, train, generate, score, average, export, plot, sweep, attention, quickstart."""
+"""The `s2s` command: tasks, prepare, train, generate, score, average, export, plot, sweep, attention, serve, quickstart."""
 from __future__ import annotations
 
 import argparse
@@ -185,6 +185,14 @@ def cmd_attention(args) -> int:
     return 0
 
 
+def cmd_serve(args) -> int:
+    from .serve import serve
+
+    serve(args.run_dir, _registry(args), args.task, args.host, args.port, args.threads, args.precision,
+          args.overrides, args.quiet)
+    return 0
+
+
 def cmd_quickstart(args) -> int:
     """Train the demo end to end and compare its held-out score with the copy baseline."""
     import time
@@ -318,6 +326,19 @@ def build_parser() -> argparse.ArgumentParser:
                              ("--beam", "N", "the search's beam")):
         s.add_argument(flag, metavar=meta, type=str if flag == "--task" else int, help=text)
     s.set_defaults(func=cmd_attention)
+
+    s = sub.add_parser("serve", parents=[common], help="serve a run over HTTP: JSON requests and a page (docs/serve.md)",
+                       description="Serve the model `s2s generate RUN_DIR` uses: POST /generate {\"text\": [...]} "
+                                   "answers its output lines, GET / is a page to try it. See docs/serve.md.")
+    s.add_argument("run_dir", help="a run directory of `s2s train` (or a checkpoint file in one)")
+    s.add_argument("overrides", nargs="*", metavar="key=value", help="e.g. decode.beam=1 run.device=cpu")
+    s.add_argument("--task", metavar="MEMBER", help="the member a request gets when it names none (a multi-task "
+                   "run serves every member; requests choose with \"task\")")
+    s.add_argument("--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1: this machine only)")
+    s.add_argument("--port", type=int, default=8000, help="default 8000; 0: any free port (printed)")
+    s.add_argument("--threads", type=int, metavar="N", help="torch threads for decoding (default: run.threads)")
+    s.add_argument("--precision", choices=["fp32", "bf16", "int8"], help="the model searched with (decode.precision)")
+    s.set_defaults(func=cmd_serve)
 
     text = "train the offline demo (no download), then print its held-out BLEU next to the copy baseline's"
     s = sub.add_parser("quickstart", parents=[common], help=text, description=text)
