@@ -12,6 +12,9 @@ by any reader (`s2s.core.files.recording`). Both are checked when the cache is o
 inputs changed since, is rebuilt with a message saying why. Temporary folders left by killed
 runs on this machine are removed.
 
+One process of a machine builds a missing cache (holding a lock file beside it), the others wait
+and read it: without shared storage each node's processes would all build it at once.
+
 `token_batches` groups pairs of similar length so that a batch holds about `max_tokens` source
 and `max_tokens` target tokens, padding included (section 5.1: "sentence pairs were batched
 together by approximate sequence length").
@@ -19,6 +22,7 @@ together by approximate sequence length").
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import gc
 import hashlib
 import json
@@ -268,19 +272,40 @@ def _remove_orphans(root: Path) -> None:
 
 
 def prepare(task: Task, data_cfg, quiet: bool = False, fit: tuple[int, bool] | None = None) -> Prepared:
-    """Vocabulary plus binarised splits for `task`, from the cache when already prepared; `fit`:
-    see `Prepared.open`."""
+    """Vocabulary plus binarised splits for `task`, from the cache when already prepared (`fit`:
+    see `Prepared.open`); else built under the machine's lock, or read once its holder built it."""
     root = Path(data_cfg.cache_dir)
     directory = root / f"{task.name}-{cache_key(task, data_cfg)}"
-    if directory.is_dir():
-        why = _problem(directory)
-        if why is None:
-            task.load_vocab(directory)
-            return Prepared.open(directory, task.splits, fit)
-        log.warning("prepared data %s is rebuilt: %s", directory, why)
+    if directory.is_dir() and _problem(directory) is None:
+        task.load_vocab(directory)
+        return Prepared.open(directory, task.splits, fit)
     created = not root.exists()
-    try:
+    try:  # the lock: a file beside the cache
         root.mkdir(parents=True, exist_ok=True)
+        lock = open(root / f".{directory.name}.lock", "a")
+    except OSError as e:
+        raise DataError(f"data.cache_dir {root} is not writable: {e.strerror or e}") from None
+    try:
+        with lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # waits while another process of this machine builds it
+            why = _problem(directory) if directory.is_dir() else "missing"
+            if why is None:  # built meanwhile by the process that held the lock
+                task.load_vocab(directory)
+                return Prepared.open(directory, task.splits, fit)
+            if why != "missing":
+                log.warning("prepared data %s is rebuilt: %s", directory, why)
+            _build_into(task, data_cfg, root, directory, quiet)
+    finally:
+        if not directory.exists():  # a failed preparation leaves no trace
+            Path(lock.name).unlink(missing_ok=True)
+            if created and not any(root.iterdir()):
+                root.rmdir()
+    return Prepared.open(directory, task.splits, fit)
+
+
+def _build_into(task: Task, data_cfg, root: Path, directory: Path, quiet: bool) -> None:
+    """Build the cache in a temporary folder of `root` and switch it in as `directory`."""
+    try:
         _remove_orphans(root)
         tmp = root / f".{directory.name}.tmp{socket.gethostname()}-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
@@ -301,9 +326,6 @@ def prepare(task: Task, data_cfg, quiet: bool = False, fit: tuple[int, bool] | N
                         f"{e.strerror or e}{f' ({e.filename})' if e.filename else ''}") from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-        if created and not directory.exists() and not any(root.iterdir()):
-            root.rmdir()  # a failed first preparation leaves no trace
-    return Prepared.open(directory, task.splits, fit)
 
 
 def _build(task: Task, data_cfg, tmp: Path, quiet: bool) -> None:
@@ -375,3 +397,4 @@ def epoch_batches(split: Split, max_tokens: int, seed: int, epoch: int, rank: in
 def chunks(items: Sequence, size: int) -> Iterator[Sequence]:
     for i in range(0, len(items), size):
         yield items[i:i + size]
+

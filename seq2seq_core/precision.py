@@ -14,9 +14,12 @@ Training (`run.precision`):
   in bf16.
 * fp16: autocast to float16 with dynamic loss scaling (fp16's narrow range needs both).
 * auto: bf16 where the device computes bf16 natively (a CPU with avx512_bf16 or amx_bf16, a GPU
-  that supports it), else fp32.
-Asking for bf16 on a CPU without native bf16 falls back to fp32 with a warning: emulated bf16
-would be slower than fp32.
+  from Ampere on: compute capability 8.0), fp16 on a Volta or Turing GPU (7.x: fp16 tensor
+  cores, no bf16), else fp32.
+Asking for bf16 where the device lacks it natively (a CPU without the flags, a GPU before sm_80,
+which torch.cuda.is_bf16_supported() counts because it emulates bf16) falls back to fp32 with a
+warning: emulated bf16 would be slower than fp32. On a GPU from Ampere on, fp32 matrix products
+run in TF32 (fp32 range, 10-bit mantissa inputs, fp32 sums): `resolve` turns it on there.
 
 Search (`decode.precision`), on a copy of the model made by `for_inference`:
 * fp32: the model as trained.
@@ -57,21 +60,36 @@ def cpu_has_bf16() -> bool:
     return bool(flags & {"avx512_bf16", "amx_bf16", "bf16"})
 
 
+AMPERE, VOLTA = (8, 0), (7, 0)  # compute capabilities: native bf16 and TF32; fp16 tensor cores
+
+
+def cuda_capability(device: torch.device) -> tuple[int, int]:
+    """The compute capability of a CUDA device, (major, minor): (8, 0) for an A100."""
+    return tuple(torch.cuda.get_device_capability(device))
+
+
 def device_has_bf16(device: torch.device) -> bool:
     if device.type == "cuda":
-        return torch.cuda.is_bf16_supported()
+        return cuda_capability(device) >= AMPERE
     return device.type == "cpu" and cpu_has_bf16()
 
 
 def resolve(precision: str, device: torch.device, setting: str = "run.precision") -> str:
     """The precision to compute in: `auto` decided for this device, and bf16 where the device
-    lacks it replaced by fp32 (with a warning naming the setting)."""
+    lacks it replaced by fp32 (with a warning naming the setting). On a CUDA device from
+    Ampere on, fp32 matrix products are set to TF32 (`torch.backends.cuda.matmul.allow_tf32`)."""
     precision = getattr(precision, "value", precision)  # the config's enum, or a plain string
+    device = torch.device(device)
+    if device.type == "cuda" and cuda_capability(device) >= AMPERE:
+        torch.backends.cuda.matmul.allow_tf32 = True  # TF32 for the fp32 products (CUDA only)
+        torch.backends.cudnn.allow_tf32 = True
     if precision == "auto":
-        return "bf16" if device_has_bf16(torch.device(device)) else "fp32"
-    if precision == "bf16" and not device_has_bf16(torch.device(device)):
-        log.warning("%s=bf16: this %s has no native bf16 arithmetic, computing in fp32 instead",
-                    setting, torch.device(device).type.upper())
+        if device_has_bf16(device):
+            return "bf16"
+        return "fp16" if device.type == "cuda" and cuda_capability(device) >= VOLTA else "fp32"
+    if precision == "bf16" and not device_has_bf16(device):
+        log.warning("%s=bf16: this %s has no native bf16 arithmetic, computing in fp32 instead%s",
+                    setting, device.type.upper(), " (fp16 uses its tensor cores)" if device.type == "cuda" else "")
         return "fp32"
     return precision
 

@@ -17,17 +17,24 @@ from .members import decode_settings
 
 def select(trainer) -> dict:
     """Load the model to test into `trainer.model`; every process takes part (validation is
-    shared out). Returns what result.json records: the checkpoint tested, relative to the run
-    directory, and each candidate's dev figure."""
+    shared out). Rank 0 alone reads checkpoints (it averages the last run.average_last, or reads
+    the best model) while the others wait (run.wait_minutes), then broadcasts the parameters:
+    k checkpoints with their optimiser state are read once, not once per process. Returns what
+    result.json records: the checkpoint tested, relative to the run directory, and each
+    candidate's dev figure."""
     run_dir, k = trainer.run_dir, trainer.cfg.run.average_last
     paths = checkpoint.listed(run_dir)
     averaged = k > 1 and len(paths) > 1
     if averaged:
-        avg = checkpoint.average(paths[-k:])
-        trainer.write(lambda: checkpoint.atomic_save(avg, run_dir / checkpoint.AVERAGE),
-                      str(run_dir / checkpoint.AVERAGE), "the checkpoints are intact")
-        trainer.model.load_state_dict(avg["model"])
-        chosen = {"checkpoint": checkpoint.AVERAGE, "averaged": len(avg["averaged"])}
+        def average():
+            avg = checkpoint.average(paths[-k:])
+            checkpoint.atomic_save(avg, run_dir / checkpoint.AVERAGE)
+            trainer.model.load_state_dict(avg["model"])
+            return len(avg["averaged"])
+
+        n = trainer.write(average, str(run_dir / checkpoint.AVERAGE), "the checkpoints are intact")
+        _broadcast_model(trainer)
+        chosen = {"checkpoint": checkpoint.AVERAGE, "averaged": n}
     else:  # the model as trained, which the last save wrote
         chosen = {"checkpoint": str(paths[-1].relative_to(run_dir)) if paths else None}
     known = not averaged and trainer.validated is not None and trainer.validated[0] == trainer.update
@@ -38,9 +45,19 @@ def select(trainer) -> dict:
         chosen["dev_select"][checkpoint.BEST] = best["select"]
         chosen["best_update"] = best["update"]
         if best["select"] > figure:
-            trainer.model.load_state_dict(checkpoint.load(run_dir / checkpoint.BEST)["model"])
+            def read_best():
+                trainer.model.load_state_dict(checkpoint.load(run_dir / checkpoint.BEST)["model"])
+
+            trainer.group.agreed(read_best, rank0_only=True)
+            _broadcast_model(trainer)
             chosen["checkpoint"] = checkpoint.BEST
     return chosen
+
+
+def _broadcast_model(trainer) -> None:
+    """Rank 0's parameters and buffers into every process's model."""
+    model = trainer.model
+    trainer.group.broadcast([t.detach() for t in (*model.parameters(), *model.buffers())])
 
 
 def test(trainer, result: dict) -> dict:

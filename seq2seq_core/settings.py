@@ -152,6 +152,11 @@ class RunConfig:
     keep_last: int = setting(5, at_least(1))  # checkpoints kept
     average_last: int = setting(0, at_least(0, "0 = none"))  # at the end, average the last K checkpoints (0 = none); tested unless the best validated model scores higher on dev
     max_nonfinite: int = setting(10, at_least(1))  # stop after this many non-finite updates in a row
+    # several processes (s2s.core.distributed): a collective of training fails after timeout_minutes
+    # (a process that hangs stops the run); waiting for what rank 0 does alone (first data
+    # preparation, the test decode, averaging checkpoints) fails only after wait_minutes
+    timeout_minutes: float = setting(10.0, above(0))
+    wait_minutes: float = setting(720.0, above(0))
     # a new run starts from the weights of this run directory (the checkpoint it tested) or
     # checkpoint file (s2s.core.transfer); "" = from scratch. init_member: the source member whose
     # vocabulary rows to take, from a multi-task source; init_keep: what else to take besides the

@@ -32,10 +32,12 @@ from .files import atomic_write_text
 from .members import Member, build_members, prepare
 from .model import Transformer
 from .optim import adam, lrate
+from .prefetch import Prefetch
 from .rng import rng_state, seed_everything, set_rng_state
 from .runlog import RunLog
 from .schedule import Stream, draw, probabilities
 from .validation import validate
+from .vocab import PAD
 
 
 log = logging.getLogger("s2s")
@@ -48,7 +50,7 @@ class Trainer:
 
     def __init__(self, cfg, registry, quiet: bool = False):
         self.cfg, self.run_dir = cfg, Path(cfg.run.dir)
-        self.group = g = Group(cfg.run.device)
+        self.group = g = Group(cfg.run.device, cfg.run.timeout_minutes, cfg.run.wait_minutes)
         self.device = g.device
         if cfg.run.threads:
             torch.set_num_threads(cfg.run.threads)
@@ -79,6 +81,7 @@ class Trainer:
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.precision == "fp16")
         self.p = probabilities(self.members, cfg.multitask.temperature)
         self.streams = [Stream(m, cfg.data.max_tokens, cfg.run.seed, g.rank, g.world) for m in self.members]
+        self.prefetch = Prefetch(self.device)  # on a GPU, the next update's batches built meanwhile
 
         self.update, self.skipped_updates, self.nonfinite_in_row, self.elapsed = 0, 0, 0, 0.0
         self.member_updates = [0] * len(self.members)  # the updates each member has trained
@@ -158,15 +161,16 @@ class Trainer:
                 "skipped_updates": self.skipped_updates, "nonfinite_in_row": self.nonfinite_in_row,
                 "best": self.best, "elapsed": self._elapsed(), "rng": rngs}
 
-    def write(self, write, what: str, kept: str) -> None:
-        """Run `write` on rank 0; an OSError becomes one TrainingError naming `what`, everywhere."""
+    def write(self, write, what: str, kept: str):
+        """Run `write` on rank 0 and return what it returns, on every process; an OSError
+        becomes one TrainingError naming `what`, everywhere."""
         def guarded():
             try:
-                write()
+                return write()
             except OSError as e:
                 raise TrainingError(f"cannot write {what}: {e}; {kept}") from None
 
-        self.group.agreed(guarded, rank0_only=True)
+        return self.group.agreed(guarded, rank0_only=True)
 
     def save(self) -> None:
         state = self._state()  # every rank joins the RNG gather
@@ -195,18 +199,18 @@ class Trainer:
         each process scales its loss by world / total tokens, and DDP averages over processes.
         """
         cfg, g = self.cfg, self.group
-        data = [member.batch("train", idx) for idx in batches]
-        ntokens = g.sum(torch.tensor(float(sum(b["ntokens"] for b in data)), device=self.device))
+        data = self.prefetch.take(member, batches)
+        # copies from pinned memory on a GPU, asynchronous; the tokens counted on the device (no sync)
+        tensors = [{k: b[k].to(self.device, non_blocking=True) for k in ("src", "tgt_in", "tgt_out")} for b in data]
+        ntokens = g.sum(sum(t["tgt_out"].ne(PAD).sum() for t in tensors).float())
         loss_sum = torch.zeros((), device=self.device)
         nll_sum = torch.zeros((), device=self.device)
-        for i, b in enumerate(data):
+        for i, t in enumerate(tensors):
             sync = i == len(data) - 1
             ctx = self.ddp.no_sync() if (g.world > 1 and not sync) else contextlib.nullcontext()
             with ctx:
                 with self.autocast():
-                    loss, nll = self.ddp(b["src"].to(self.device, non_blocking=True),
-                                         b["tgt_in"].to(self.device, non_blocking=True),
-                                         b["tgt_out"].to(self.device), cfg.optim.label_smoothing)
+                    loss, nll = self.ddp(t["src"], t["tgt_in"], t["tgt_out"], cfg.optim.label_smoothing)
                 self.scaler.scale(loss * g.world / ntokens).backward()
             loss_sum += loss.detach()
             nll_sum += nll.detach()
@@ -229,6 +233,9 @@ class Trainer:
         if batches is None:
             batches = [self.streams[k].next() for _ in range(cfg.optim.update_freq)]
         out = self.gradients(self.members[k], batches)
+        # the next update's batches (if this one counts) are built while the device catches up
+        following = draw(self.p, cfg.run.seed, self.update + 2)
+        self.prefetch.ahead(self.members[following], self.streams[following], cfg.optim.update_freq)
         out["member"], out["lr"] = k, lrate(self.update + 1, cfg.model.d_model, cfg.optim.warmup, cfg.optim.lr_scale)
         for group in self.optimizer.param_groups:
             group["lr"] = out["lr"]
@@ -238,7 +245,7 @@ class Trainer:
             norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.optim.clip_norm)
         else:
             norm = torch.nn.utils.get_total_norm(grads) if grads else torch.zeros((), device=self.device)
-        # one process's NaN skips the update everywhere
+        # one process's NaN skips the update everywhere: the step's one wait for the device
         finite = bool(self.group.all(torch.isfinite(out["loss_sum"]) & torch.isfinite(norm).to(self.device)))
         if finite:
             self.scaler.step(self.optimizer)
@@ -363,6 +370,7 @@ class Trainer:
         return result.test(self, chosen) if self.group.rank == 0 else chosen
 
     def close(self) -> None:
+        self.prefetch.close()
         self.log.close()
         if self.lock is not None:
             self.lock.close()
