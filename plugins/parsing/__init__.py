@@ -230,11 +230,12 @@ class ParsingTask(Task):
         return [" ".join(ptb_tokens(line)) for line in lines]
 
     def display(self, output: str) -> str:
-        """The tree as an indented drawing, one phrase a line (nltk's pformat)."""
+        """The tree indented, a phrase a line: the root and its child always broken, below them a
+        phrase kept on one line where it fits in 60 characters (nltk's pformat)."""
         from nltk.tree import Tree
 
         try:
-            return Tree.fromstring(output).pformat(margin=60)
+            return _drawn(Tree.fromstring(output))
         except ValueError:  # not a tree (a plugin's output, an empty line): shown as it is
             return output
 
@@ -317,6 +318,16 @@ def _treebank_tokenizer():
     from nltk.tokenize import TreebankWordTokenizer
 
     return TreebankWordTokenizer()
+
+
+def _drawn(tree, indent: int = 0, broken: int = 2) -> str:
+    """`tree` (an nltk.Tree, or a word) drawn from column `indent`; its top `broken` levels a phrase a line."""
+    if isinstance(tree, str):
+        return tree
+    if broken <= 0 or tree.height() <= 2:
+        return tree.pformat(margin=60, indent=indent)
+    children = "\n".join(" " * (indent + 2) + _drawn(child, indent + 2, broken - 1) for child in tree)
+    return f"({tree.label()}\n{children})"
 
 
 def _ranked(counts: Counter, max_size: int) -> WordTokenizer:
