@@ -1,29 +1,39 @@
-"""Time the Trainer's update of a base model at the paper's batch size in bf16 on one GPU.
+"""The GPU smoke check's measurements (bench/gpu_check.sh runs it): the base model's update
+through the engine's own path in bf16, fp16 and fp32 with TF32, the loss alone, syncs per step.
 
-What is timed is the engine's own update, `s2s.core.train.Trainer.step` with run.precision=bf16
-(s2s.core.precision: fp32 master weights, forward and backward in bf16), as `s2s train` takes it:
-the batch gathered from the binarised split, forward, label-smoothed loss (0.1) divided by the
-batch's target tokens, backward, the finiteness check, Adam with the warm-up schedule. The model
-is the base one (ModelConfig's defaults: N=6, d_model 512, d_ff 2048, h=8, dropout 0.1); the
-data a synthetic task registered here, a shared vocabulary of 37,000 words, one token each, and
-pairs of random words, every side `--length` tokens with EOS, so that the batch is the paper's
-~25k source and ~25k target tokens (1,000 pairs of 25 + 25 tokens) with no padding. Printed:
-step time, tokens/s and model-FLOPs utilisation (MFU) against the bf16 matmul rate of this card
-measured in the same run (torch.mm of 8192x8192 bf16 matrices), so the figure says how much of
-what the card can actually deliver the step uses, not a ratio to a datasheet. Model FLOPs are
-the model's own count, `s2s.core.model.Transformer.flops`, on the batch's lengths.
+What is timed is `s2s.core.train.Trainer.step` as `s2s train` takes it, with run.precision set
+(s2s.core.precision: bf16 casts the fp32 weights once per pass, fp16 is autocast with loss
+scaling, fp32 runs its products in TF32 from Ampere on): batches built ahead in pinned memory,
+forward, the chunked label-smoothed loss, backward, the finiteness check, fused Adam. Attention
+is held to the fused kernels (flash, memory-efficient, cuDNN): a fall-back to the math kernel
+raises, and fails the check. The model is the base one (N=6, d_model 512, d_ff 2048, h=8,
+dropout 0.1); the data a synthetic task registered here, a shared vocabulary of 37,000 words,
+one token each, pairs of random words of `--length` tokens with EOS, so that a batch is the
+paper's ~25k source and ~25k target tokens (1,000 pairs of 25 + 25) with no padding.
 
-    python bench/gpu_step.py [--steps 10] [--vocab 37000] [--tokens 25000] [--length 25]
-    python bench/gpu_step.py --device cpu --tiny      # a dry run of the same path, seconds on CPU
+Per precision: step time (median of `--steps`), tokens/s, model-FLOPs utilisation against the
+bf16 torch.mm rate of this card measured in the same run (8192^2 products; FLOPs from
+`s2s.core.model.Transformer.flops`), peak memory, and the host syncs per step counted with
+torch.cuda.set_sync_debug_mode("warn"). The loss alone (25k rows, 37k vocabulary, bf16): its
+chunks, its CUDA kernel launches counted by torch.profiler, and its time. JSON with the
+machine's facts goes to bench/results/gpu_check.json (S2S_GPU_CHECK_RESULTS=DIR elsewhere).
+
+    python bench/gpu_step.py [--steps 10] [--precisions bf16 fp16 fp32]
+    python bench/gpu_step.py --dry-run     # every step up to the CUDA calls, on CPU, tiny sizes
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
+import platform
 import random
+import statistics
 import sys
 import tempfile
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import s2s.core  # noqa: E402,F401  before torch: the CPU runtime defaults (s2s.core.RUNTIME_ENV)
 import torch  # noqa: E402
 
+from s2s.core.files import atomic_write_text  # noqa: E402
 from s2s.core.task import Task, TaskConfig  # noqa: E402
 from s2s.core.vocab import SPECIALS, WordTokenizer  # noqa: E402
 
@@ -73,7 +84,7 @@ def bf16_mm_rate(device: torch.device, n: int = 8192, seconds: float = 2.0) -> f
     if device.type != "cuda":
         from bench.common import mm_rate
 
-        return mm_rate(n=min(n, 512), repeats=3, seconds=min(seconds, 0.5), dtype=torch.bfloat16)
+        return mm_rate(n=256, repeats=3, seconds=0.3, dtype=torch.bfloat16)
     a = torch.randn(n, n, device=device, dtype=torch.bfloat16)
     b = torch.randn(n, n, device=device, dtype=torch.bfloat16)
     for _ in range(3):
@@ -92,8 +103,8 @@ def bf16_mm_rate(device: torch.device, n: int = 8192, seconds: float = 2.0) -> f
     return 2 * n ** 3 * reps / (start.elapsed_time(end) / 1000)
 
 
-def build_trainer(args, tmp: str):
-    """The Trainer of a run on the synthetic task: bf16, batches of `--tokens` tokens a side."""
+def build_trainer(args, tmp: str, run_precision: str):
+    """The Trainer of a run on the synthetic task in `run_precision`, batches of `--tokens` a side."""
     from s2s.core.config import load_config
     from s2s.core.registry import Registry
     from s2s.core.train import Trainer
@@ -102,83 +113,171 @@ def build_trainer(args, tmp: str):
     registry.register(SyntheticTask, "bench/gpu_step.py")
     overrides = [f"task.name={SyntheticTask.name}", f"task.vocab_size={args.vocab}",
                  f"task.pairs={args.tokens // args.length}", f"task.length={args.length}",
-                 f"data.max_tokens={args.tokens}", f"data.cache_dir={tmp}/cache", f"run.dir={tmp}/run",
-                 f"run.device={args.device}", "run.precision=bf16", "run.quiet=true", "run.keep_last=1"]
-    overrides += [f"{k}={v}" for k, v in TINY.items()] if args.tiny else []
+                 f"data.max_tokens={args.tokens}", f"data.cache_dir={tmp}/cache", f"run.dir={tmp}/run-{run_precision}",
+                 f"run.device={args.device}", f"run.precision={run_precision}", "run.quiet=true", "run.keep_last=1"]
+    overrides += [f"{k}={v}" for k, v in TINY.items()] if args.dry_run else []
     return Trainer(load_config(None, overrides, registry=registry), registry, quiet=True)
+
+
+def fused_attention(device: torch.device):
+    """Attention held to the fused kernels on CUDA: a fall-back to the math kernel raises."""
+    if device.type != "cuda":
+        return contextlib.nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    return sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION])
+
+
+@contextlib.contextmanager
+def counted_syncs(device: torch.device):
+    """A list that receives one entry per synchronising CUDA call made inside (None off CUDA)."""
+    if device.type != "cuda":
+        yield None
+        return
+    found = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            yield found
+        finally:
+            torch.cuda.set_sync_debug_mode(0)
+    found.extend(str(w.message).splitlines()[0] for w in caught if "synchroniz" in str(w.message))
+
+
+def time_steps(args, tmp: str, run_precision: str, sync) -> dict:
+    """Median step time and the figures of `--steps` updates through Trainer.step."""
+    device = torch.device(args.device)
+    trainer = build_trainer(args, tmp, run_precision)
+    try:
+        stream, train = trainer.streams[0], trainer.members[0].data.splits["train"]
+        with fused_attention(device):
+            for _ in range(args.warmup_steps):
+                trainer.step([stream.next()])
+            with counted_syncs(device) as syncs:
+                trainer.step([stream.next()])
+            sync()
+            if device.type == "cuda":
+                torch.cuda.reset_peak_memory_stats()
+            times, flops, tokens, src_tokens, out = [], 0, 0, 0, None
+            for _ in range(args.steps):
+                idx = stream.next()
+                t0 = time.perf_counter()
+                out = trainer.step([idx])
+                sync()
+                times.append(time.perf_counter() - t0)
+                if out is None:  # a non-finite loss or gradient: the update was skipped
+                    raise SystemExit(f"gpu_step: {run_precision}: non-finite loss or gradient, update skipped")
+                flops += trainer.model.flops(train.src_lens[idx], train.tgt_lens[idx])
+                tokens += int(train.tgt_lens[idx].sum())
+                src_tokens += int(train.src_lens[idx].sum())
+        seconds, steps = statistics.median(times), args.steps
+        return {"precision": trainer.precision, "asked": run_precision, "path": "s2s.core.train.Trainer.step",
+                "parameters": trainer.n_params, "pairs": len(idx), "src_tokens": src_tokens // steps,
+                "tgt_tokens": tokens // steps, "step_s": round(seconds, 4), "step_s_all": [round(t, 4) for t in times],
+                "tgt_tokens_per_s": round(tokens / steps / seconds),
+                "src_tgt_tokens_per_s": round((src_tokens + tokens) / steps / seconds),
+                "model_tflop_per_step": round(flops / steps / 1e12, 4),
+                "achieved_tflop_s": round(flops / steps / seconds / 1e12, 2), "achieved_flop_s": flops / steps / seconds,
+                "syncs_per_step": None if syncs is None else len(syncs), "sync_calls": syncs,
+                "tf32": bool(torch.backends.cuda.matmul.allow_tf32) if device.type == "cuda" else None,
+                "peak_memory_gib": round(torch.cuda.max_memory_allocated(device) / 2**30, 2) if device.type == "cuda" else None,
+                "loss_per_token": round(float(out["loss_sum"] / out["ntokens"]), 3)}
+    finally:
+        trainer.close()
+
+
+def loss_alone(args, sync) -> dict:
+    """The chunked loss on a batch's decoder states, forward and backward, in bf16: its chunks,
+    its CUDA kernel launches (torch.profiler) and its median time over 5 runs."""
+    from s2s.core.loss import chunk_rows, label_smoothed_loss
+
+    device, d = torch.device(args.device), (64 if args.dry_run else 512)
+    n, vocab = args.tokens, args.vocab
+    h = torch.randn(n, d, device=device, dtype=torch.bfloat16, requires_grad=True)
+    w = (0.05 * torch.randn(vocab, d, device=device)).bfloat16().requires_grad_()
+    target = torch.randint(4, vocab, (n,), device=device)
+
+    def run():
+        loss, _ = label_smoothed_loss(h, w, target, 0.1)
+        loss.backward()
+
+    run()
+    sync()
+    activities = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with torch.profiler.profile(activities=activities) as prof:
+        run()
+        sync()
+    events = prof.events()
+    launches = sum(1 for e in events if e.name in ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC"))
+    times = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        run()
+        sync()
+        times.append(time.perf_counter() - t0)
+    rows = chunk_rows(n, vocab, device)
+    return {"rows": n, "vocab": vocab, "d_model": d, "dtype": "bf16", "chunk_rows": rows, "chunks": -(-n // rows),
+            "kernel_launches": launches if device.type == "cuda" else None, "ops_recorded": len(events),
+            "seconds": round(statistics.median(times), 4), "measured": "the loss alone (fwd + bwd), in isolation"}
+
+
+def machine(device: torch.device) -> dict:
+    facts = {"python": sys.version.split()[0], "torch": torch.__version__, "cuda": torch.version.cuda,
+             "platform": platform.platform(), "cpus": os.cpu_count(), "load_average": os.getloadavg(),
+             "date": time.strftime("%Y-%m-%d %H:%M:%S")}
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        facts.update(device=props.name, capability=f"{props.major}.{props.minor}",
+                     memory_gib=round(props.total_memory / 2**30, 1))
+    return facts
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--warmup-steps", type=int, default=3)
+    p.add_argument("--precisions", nargs="+", default=["bf16", "fp16", "fp32"], choices=["bf16", "fp16", "fp32"])
     p.add_argument("--vocab", type=int, default=37000)
     p.add_argument("--tokens", type=int, default=25000, help="source (and target) tokens per batch")
     p.add_argument("--length", type=int, default=25, help="tokens per sentence, EOS included")
-    p.add_argument("--device", default="cuda", help="cuda (the benchmark), or cpu for a dry run")
-    p.add_argument("--tiny", action="store_true",
-                   help="a dry run: a 1-layer d_model 64 model, 1,000 words, 400-token batches, 2 steps")
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--dry-run", action="store_true", help="on CPU: a 1-layer d_model 64 model, 1,000 words, "
+                   "400-token batches, 2 steps, every step up to the CUDA calls")
     args = p.parse_args()
-    if args.tiny:
-        args.steps, args.warmup_steps, args.vocab, args.tokens, args.length = 2, 1, 1000, 400, 10
+    if args.dry_run:
+        args.device, args.steps, args.warmup_steps, args.vocab, args.tokens, args.length = "cpu", 2, 1, 1000, 400, 10
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         print("gpu_step: no CUDA device", file=sys.stderr)
         return 2
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
 
+    loss = loss_alone(args, sync)
+    print(f"loss alone: {loss['rows']} rows x {loss['vocab']} words in {loss['chunks']} chunk(s) of "
+          f"{loss['chunk_rows']} rows, {loss['kernel_launches']} kernel launches, {1000 * loss['seconds']:.1f} ms")
+    steps = []
     with tempfile.TemporaryDirectory(prefix="s2s-gpu-step-") as tmp:
-        trainer = build_trainer(args, tmp)
-        try:
-            stream, train = trainer.streams[0], trainer.members[0].data.splits["train"]
-            for _ in range(args.warmup_steps):
-                trainer.step([stream.next()])
-            sync()
+        for run_precision in args.precisions:
+            steps.append(time_steps(args, tmp, run_precision, sync))
             if device.type == "cuda":
-                torch.cuda.reset_peak_memory_stats()
-            flops = tokens = src_tokens = 0
-            out = None
-            t0 = time.perf_counter()
-            for _ in range(args.steps):
-                idx = stream.next()
-                out = trainer.step([idx])
-                if out is None:  # a non-finite loss or gradient: the update was skipped
-                    break
-                flops += trainer.model.flops(train.src_lens[idx], train.tgt_lens[idx])
-                tokens += int(train.tgt_lens[idx].sum())
-                src_tokens += int(train.src_lens[idx].sum())
-            sync()
-            seconds = (time.perf_counter() - t0) / args.steps
-        finally:
-            trainer.close()
-    if out is None:
-        print("gpu_step: non-finite loss or gradient, update skipped", file=sys.stderr)
-        return 1
-
+                torch.cuda.empty_cache()
     rate = bf16_mm_rate(device)
-    steps, cfg = args.steps, trainer.cfg.model
-    result = {
-        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu", "torch": torch.__version__,
-        "path": "s2s.core.train.Trainer.step", "precision": trainer.precision,
-        "model": "tiny" if args.tiny else "base", "layers": cfg.layers, "d_model": cfg.d_model, "vocab": args.vocab,
-        "parameters": trainer.n_params, "pairs": len(idx), "src_tokens": src_tokens // steps,
-        "tgt_tokens": tokens // steps, "step_s": round(seconds, 4),
-        "tgt_tokens_per_s": round(tokens / steps / seconds),
-        "src_tgt_tokens_per_s": round((src_tokens + tokens) / steps / seconds),
-        "model_tflop_per_step": round(flops / steps / 1e12, 3),
-        "achieved_tflop_s": round(flops / steps / seconds / 1e12, 1),
-        "bf16_mm_tflop_s": round(rate / 1e12, 1), "mfu_vs_measured_mm": round(flops / steps / seconds / rate, 3),
-        "peak_memory_gib": round(torch.cuda.max_memory_allocated(device) / 2**30, 1) if device.type == "cuda" else None,
-        "loss_per_token": round(float(out["loss_sum"] / out["ntokens"]), 3),
-        "flop_count": "s2s.core.model.Transformer.flops",
-    }
-    print(f"{result['model']} model, {trainer.precision}, {len(idx)} pairs = {result['src_tokens']} + "
-          f"{result['tgt_tokens']} tokens per step on {result['device']} (Trainer.step)")
-    memory = f"   peak memory {result['peak_memory_gib']} GiB" if device.type == "cuda" else ""
-    print(f"  step {seconds * 1000:.1f} ms   {result['tgt_tokens_per_s']:,} target tokens/s   "
-          f"{result['achieved_tflop_s']} TFLOP/s of {result['bf16_mm_tflop_s']} (bf16 mm)   "
-          f"MFU {100 * result['mfu_vs_measured_mm']:.1f}%{memory}")
-    print(json.dumps(result))
+    for r in steps:
+        r["mfu_vs_measured_bf16_mm"] = round(r["achieved_flop_s"] / rate, 4)
+        print(f"{r['asked']:>4} ({r['precision']}, Trainer.step): {r['pairs']} pairs = {r['src_tokens']} + "
+              f"{r['tgt_tokens']} tokens, step {1000 * r['step_s']:.1f} ms, {r['tgt_tokens_per_s']:,} target tokens/s, "
+              f"{r['achieved_tflop_s']} TFLOP/s, MFU {100 * r['mfu_vs_measured_bf16_mm']:.1f}% of the bf16 mm rate, "
+              f"syncs/step {r['syncs_per_step']}, peak {r['peak_memory_gib']} GiB")
+    result = {"command": "bash bench/gpu_check.sh" + (" --dry-run" if args.dry_run else ""), "dry_run": args.dry_run,
+              "machine": machine(device), "model": "tiny" if args.dry_run else "base", "vocab": args.vocab,
+              "bf16_mm_tflop_s": round(rate / 1e12, 2), "flop_count": "s2s.core.model.Transformer.flops",
+              "loss": loss, "steps": steps}
+    where = Path(os.environ.get("S2S_GPU_CHECK_RESULTS") or Path(__file__).resolve().parent / "results")
+    out = where / ("gpu_check_dry_run.json" if args.dry_run else "gpu_check.json")
+    where.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out, json.dumps(result, indent=1) + "\n")
+    print(f"written {out}")
     return 0
 
 
