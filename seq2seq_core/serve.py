@@ -200,6 +200,8 @@ def build_app(service: Service):
 # -- the command -------------------------------------------------------------------------------
 def listening_socket(host: str, port: int) -> socket.socket:
     """A socket bound to (host, port), or a UsageError naming them (taken, not an address here)."""
+    if not 0 <= port <= 65535:
+        raise UsageError(f"--port {port}: a port is a number from 0 (any free one) to 65535")
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except socket.gaierror as e:

@@ -275,6 +275,16 @@ def test_a_taken_port_is_one_line_before_the_model_loads(capsys, tmp_path):
     assert code == 2 and f"--port {port}: cannot listen there" in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize("args, needle", [(["--port", "70000"], "--port 70000: a port is a number from 0"),
+                                          (["--port", "-1"], "--port -1: a port"),
+                                          (["--threads", "0"], "--threads 0: at least 1"),
+                                          (["--host", "no-such-host.invalid"], "--host no-such-host.invalid"),
+                                          ([], "no_run: no such run directory")])
+def test_a_bad_command_line_is_one_line(capsys, tmp_path, args, needle):
+    code, _, err = s2s(capsys, "serve", tmp_path / "no_run", "--port", "0", *args)
+    assert code == 2 and needle in err and len(err.strip().splitlines()) == 1, err
+
+
 # -- parsing and members -----------------------------------------------------------------------
 @pytest.mark.slow
 @needs(NLTK_DATA)
