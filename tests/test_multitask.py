@@ -9,7 +9,7 @@ import torch
 
 from s2s.core.cli import main
 from s2s.core.config import load_config
-from s2s.core.errors import ConfigError
+from s2s.core.errors import ConfigError, DataError
 from s2s.core.idspace import MappedConstraint, join
 from s2s.core.members import Member, build_members
 from s2s.core.schedule import draw
@@ -71,6 +71,25 @@ def test_members_get_disjoint_ids_and_their_own_task_tokens():
     # one member: the task's own ids, no task token
     e = Member("e", _Task(10, 7, False))
     assert join([e]) == (10, 7, False) and e.encode_source(["5"]) == [[5]]
+
+
+def test_members_sharing_a_vocabulary_share_its_rows_in_one_tied_space():
+    """multitask.shared_vocab: a's source and b's two sides are one vocabulary (one block of rows),
+    a's target its own block; one space for source and target."""
+    n = len(SPECIALS)
+    shared, own = _Vocab(10), _Vocab(7)
+    a, b = Member("a", _Task(10, 7, False), alone=False), Member("b", _Task(10, 10, True), alone=False)
+    a.task.src_vocab, a.task.tgt_vocab, b.task.src_vocab = shared, own, shared
+    b.task.tgt_vocab = _Vocab(10)  # b's own copy of the shared vocabulary, as read back from its files
+    a.share, b.share = {"src": 0}, {"src": 0, "tgt": 0}
+    size = n + 6 + 3 + 2  # the shared block, a's target block, two task tokens
+    assert join([a, b]) == (size, size, True)
+    assert a.ids.src_offset == b.ids.src_offset == b.ids.tgt_offset == 0
+    assert a.ids.tgt_offset == 6
+    assert a.encode_source(["5 9"])[0][1:] == b.encode_source(["5 9"])[0][1:] == [5, 9]
+    b.task.tgt_vocab = _Vocab(11)  # vocabulary files that disagree are named
+    with pytest.raises(DataError, match="task 'b': its tgt vocabulary has 11 tokens, the one it shares"):
+        join([a, b])
 
 
 def test_a_member_search_writes_only_its_own_target_ids():

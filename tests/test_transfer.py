@@ -159,3 +159,53 @@ def test_sigkill_during_a_fine_tuning_run_resumes_bitwise(source, tmp_path):
     assert a["update"] == b["update"] == 30
     for name, tensor in a["model"].items():
         assert torch.equal(tensor, b["model"][name]), name
+
+
+def _captions(folder: Path, extra: list[str]) -> Path:
+    """Tiny parallel text (train/valid/test .en/.de); `extra` lines join the training text."""
+    import random
+
+    words = "a the man woman dog cat sees likes runs sits big small red blue house park".split()
+    rng = random.Random(3)
+    folder.mkdir(parents=True, exist_ok=True)
+    for split, n in (("train", 80), ("valid", 4), ("test", 4)):
+        lines = [" ".join(rng.choice(words) for _ in range(5)) for _ in range(n)] + (extra if split == "train" else [])
+        (folder / f"{split}.en").write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
+        (folder / f"{split}.de").write_text("".join(f"{line.upper()}\n" for line in lines), encoding="utf-8")
+    return folder
+
+
+def test_rows_are_carried_by_token_string_on_a_vocabulary_that_differs_in_a_few_tokens(registry, tmp_path):
+    """Subword vocabularies trained on text that differs in two lines: the tokens both hold take
+    the source's rows wherever their ids moved, the few new ones keep fresh rows."""
+    def cfg(name: str, extra: list[str], *more: str):
+        return load_config(None, ["task.name=translation", "task.source=text", "task.vocab_size=300",
+                                  f"task.data_dir={_captions(tmp_path / name, extra)}", *TINY[:6],
+                                  "optim.max_updates=2", "run.valid_interval=2", "run.save_interval=2",
+                                  "run.valid_max_sentences=2", "decode.beam=1", f"run.dir={tmp_path / name / 'run'}",
+                                  f"data.cache_dir={tmp_path / 'cache'}", *more], registry=registry)
+
+    train(cfg("old", []), registry, quiet=True)
+    new_words = ["zebra xylophone quokka"] * 30
+    trainer = Trainer(cfg("new", new_words, f"run.init_from={tmp_path / 'old' / 'run'}"), registry, quiet=True)
+    fresh = Trainer(cfg("fresh", new_words), registry, quiet=True)
+    try:
+        from s2s.core.transfer import tokens_of
+
+        theirs = _tested(tmp_path / "old" / "run")["model"]["tgt_embed.weight"]
+        old_run = load_config(tmp_path / "old" / "run" / "config.yaml", registry=registry)
+        from s2s.core.members import build_members, load_vocabularies
+
+        old_members = build_members(old_run, registry)
+        load_vocabularies(old_members, tmp_path / "old" / "run")
+        old = {t: i for i, t in enumerate(tokens_of(old_members[0].task.tgt_vocab))}
+        new = tokens_of(trainer.members[0].task.tgt_vocab)
+        differ = [t for t in new if t not in old]
+        assert 0 < len(differ) <= 30 and len(new) == len(old)  # a few tokens differ
+        assert any(old[t] != i for i, t in enumerate(new) if t in old)  # and shared ones moved
+        mine, init = trainer.model.state_dict()["tgt_embed.weight"], fresh.model.state_dict()["tgt_embed.weight"]
+        for i, token in enumerate(new):
+            assert torch.equal(mine[i], theirs[old[token]] if token in old else init[i]), token
+    finally:
+        trainer.close()
+        fresh.close()

@@ -1,0 +1,184 @@
+"""Transfer between tasks at an equal total budget (issue 23, item 4), on the presets' 2 threads.
+
+    python bench/transfer_budget.py --multilingual-minutes 20 --parsing-minutes 30      # ~3 h 15 min
+    python bench/transfer_budget.py --multilingual-minutes 1 --parsing-minutes 1 --pretrain-shares 0.5 \
+        --sentences 40 --dir runs/transfer_check --name transfer_budget_check    # the script end to end
+
+(a) Multilingual: multi30k_en_de_fr (one model, EN->DE and EN->FR, one joint BPE, the target
+    language's token) for A minutes, against multi30k_en_de for A/2 plus multi30k_en_fr for A/2.
+    Figures: test BLEU (sacreBLEU, test_2016_flickr) and dev BLEU per direction; target: each
+    direction's ratio multilingual / bilingual >= 1.00.
+(b) Parsing the treebank sample, B minutes in all, three ways: single-task ptb_sample_parsing;
+    joint ptb_sample_parsing_multi30k (shared English: one BPE for the parser's source and
+    Multi30k); pre-training multi30k_en_de for p*B minutes, then fine-tuning ptb_sample_parsing
+    for (1-p)*B minutes from it (`run.init_from`, BPE source, the pre-training model's shape), p
+    from --pretrain-shares chosen by dev F1 (the pre-training run resumes from one share to the
+    next; each fine-tuning run starts from where it then stood). Figures: test and dev F1 over all
+    sentences (f1_all) on the full splits, and EVALB against the gold trees; target: the best
+    transfer setting >= single-task + 2 F1 on test, and above single-task on dev.
+(c) The translation member's dev nll after k member updates in the joint run of (b), against the
+    single-task multi30k_en_de run's after k updates (the pre-training run of (b), validated as
+    often): ratio at each k the joint run validated; target: within 3% (ratio <= 1.03).
+
+Every preset keeps its own tuning (chosen on dev); the runs go one after another, so the
+machine's load touches them in turn, not alike: run it on a quiet machine. One run a setting,
+not medians of several (the budget is hours). Writes bench/results/NAME.json (default
+transfer_budget) after every run, with the machine's facts and its load average.
+"""
+from __future__ import annotations
+
+import s2s.core  # noqa: F401  before torch: the CPU runtime defaults (s2s.core.RUNTIME_ENV)
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import torch  # noqa: E402
+
+from bench.budget import gold_scores  # noqa: E402
+from bench.common import corpus_overrides, machine, write  # noqa: E402
+from s2s.core.config import load_config  # noqa: E402
+from s2s.core.inference import hypotheses, load_for_inference  # noqa: E402
+from s2s.core.members import decode_settings  # noqa: E402
+from s2s.core.registry import Registry  # noqa: E402
+from s2s.core.runlog import read_metrics  # noqa: E402
+from s2s.core.train import train  # noqa: E402
+
+#: what the fine-tuned parser changes in ptb_sample_parsing: the pre-training model's shape, a BPE source
+FINE_TUNE = ["model.layers=3", "task.src_tokenizer=bpe", "task.src_vocab_size=8000"]
+VALID = 500  # updates between validations in every run: (c)'s curves (--valid-interval)
+
+
+def scores(run_dir: str, reg, member: str | None, sentences: int = 0, splits=("valid", "test")) -> dict:
+    """Each split of a run's task (member) decoded with its defaults (the first `sentences`
+    pairs; 0: all) and scored; read through the task itself, since a member with a shared
+    vocabulary is prepared beneath it."""
+    cfg, task, model = load_for_inference(run_dir, reg, task=member)
+    out = {}
+    for split in splits:
+        sources, refs = map(list, zip(*task.task.read_split(split)))
+        sources, refs = (sources[:sentences], refs[:sentences]) if sentences else (sources, refs)
+        hyps = hypotheses(model, task, sources, decode_settings(task.task, cfg.decode), torch.device("cpu"),
+                          cfg.decode.max_sentences)
+        score = task.score(hyps, refs, sources)
+        out[split] = {score.name: score.value, **{k: v for k, v in score.figures.items() if not k.endswith("signature")}}
+        if task.task.name == "parsing" and split == "test":
+            out["gold_evalb"] = gold_scores(task.task, task.task.rebuild(hyps, sources)[0], sources)["gold_evalb"]
+    return out
+
+
+def run(reg, preset: str, minutes: float, run_dir: str, *overrides: str, sentences: int = 0) -> dict:
+    """Train (or resume) `preset` to `minutes` of training (`run.max_minutes`, across resumes):
+    its updates, the checkpoint it tested and its scores (`scores`)."""
+    cfg = load_config(preset, [*corpus_overrides(preset), f"run.dir={run_dir}", f"run.max_minutes={minutes}",
+                               "run.quiet=true", "optim.max_updates=1000000", f"run.valid_interval={VALID}",
+                               *overrides], registry=reg)
+    t0 = time.time()
+    result = train(cfg, reg, quiet=True)
+    row = {"minutes": minutes, "updates": result["update"], "member_updates": result.get("member_updates"),
+           "selection": {k: result[k] for k in ("checkpoint", "dev_select", "best_update") if k in result},
+           "train_wall_s": round(time.time() - t0, 1)}
+    row["scores"] = {m or preset: scores(run_dir, reg, m, sentences) for m in (list(cfg.tasks or []) or [None])}
+    return row
+
+
+def dev_curve(run_dir: str, member: str | None) -> list[tuple[int, float]]:
+    """(member updates, dev nll) at each validation of a run (of one member of a multi-task run)."""
+    prefix = f"{member}/" if member else ""
+    done, curve = 0, []
+    for r in read_metrics(run_dir):
+        if r["kind"] == "train":
+            done = r["update"] if not member else done + r.get(f"{prefix}updates", 0)
+        elif r["kind"] == "valid" and f"{prefix}nll" in r:
+            curve.append((r["update"] if not member else done, r[f"{prefix}nll"]))
+    return curve
+
+
+def at(curve: list[tuple[int, float]], k: int) -> float | None:
+    """The curve's value at k updates, linear between validations (None outside them)."""
+    for (k0, v0), (k1, v1) in zip(curve, curve[1:]):
+        if k0 <= k <= k1:
+            return v0 + (v1 - v0) * (k - k0) / max(1, k1 - k0)
+    return curve[0][1] if curve and curve[0][0] == k else None
+
+
+def main() -> None:
+    global VALID
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--multilingual-minutes", type=float, default=20.0, help="(a): the multilingual run's budget")
+    p.add_argument("--parsing-minutes", type=float, default=30.0, help="(b): each parsing setting's total budget")
+    p.add_argument("--pretrain-shares", type=float, nargs="+", default=[1 / 3, 1 / 2, 2 / 3],
+                   help="(b): shares of the budget spent pre-training, one fine-tuning run each (chosen on dev)")
+    p.add_argument("--parts", nargs="+", default=["a", "b"], choices=["a", "b"], help="(c) comes with (b)")
+    p.add_argument("--dir", default="runs/transfer_budget")
+    p.add_argument("--name", default="transfer_budget")
+    p.add_argument("--valid-interval", type=int, default=VALID, help="updates between validations, every run")
+    p.add_argument("--sentences", type=int, default=0,
+                   help="score only the first N sentences of dev and test (0: all; to check the script)")
+    p.add_argument("--note", default="", help="what else ran on the machine meanwhile, for the record")
+    args = p.parse_args()
+    torch.set_num_threads(2)  # decoding; training uses the presets' run.threads (2)
+    reg = Registry.installed()
+    VALID = args.valid_interval
+    d, n = args.dir, args.sentences
+    result = {"command": " ".join(["python", *sys.argv]), "note": args.note, "machine": machine(), "load_avg": []}
+
+    def save(key, value):
+        result[key] = value
+        result["load_avg"].append([round(x, 2) for x in os.getloadavg()])
+        print(f"wrote {write(args.name, result)}", flush=True)
+
+    if "a" in args.parts:
+        a, half = {}, args.multilingual_minutes / 2
+        a["multilingual"] = run(reg, "multi30k_en_de_fr", args.multilingual_minutes, f"{d}/en_de_fr", sentences=n)
+        save("a", a)
+        a["en_de"] = run(reg, "multi30k_en_de", half, f"{d}/en_de", sentences=n)
+        a["en_fr"] = run(reg, "multi30k_en_fr", half, f"{d}/en_fr", sentences=n)
+        multi = a["multilingual"]["scores"]
+        bilingual = {lang: a[f"en_{lang}"]["scores"][f"multi30k_en_{lang}"] for lang in ("de", "fr")}
+        a["ratio"] = {lang: {split: round(multi[lang][split]["bleu"] / bilingual[lang][split]["bleu"], 3)
+                             if bilingual[lang][split]["bleu"] else None for split in ("valid", "test")}
+                      for lang in ("de", "fr")}
+        a["target_met"] = {lang: r["test"] is not None and r["test"] >= 1.0 for lang, r in a["ratio"].items()}
+        save("a", a)
+
+    if "b" in args.parts:
+        B, b = args.parsing_minutes, {}
+        b["single"] = run(reg, "ptb_sample_parsing", B, f"{d}/parse_single", sentences=n)
+        save("b", b)
+        b["joint"] = run(reg, "ptb_sample_parsing_multi30k", B, f"{d}/parse_joint", sentences=n)
+        save("b", b)
+        b["fine_tuned"] = {}
+        for share in sorted(args.pretrain_shares):
+            pre = run(reg, "multi30k_en_de", share * B, f"{d}/pretrain", sentences=n)
+            tuned = run(reg, "ptb_sample_parsing", (1 - share) * B, f"{d}/parse_tuned_{share:.2f}", *FINE_TUNE,
+                        f"run.init_from={d}/pretrain", sentences=n)
+            b["fine_tuned"][f"{share:.2f}"] = {"pretrain": pre, "fine_tune": tuned}
+            save("b", b)
+        f1 = lambda r, split: r["scores"]["ptb_sample_parsing" if "ptb_sample_parsing" in r["scores"] else "parse"][split]["f1_all"]  # noqa: E731
+        chosen = max(b["fine_tuned"], key=lambda s: f1(b["fine_tuned"][s]["fine_tune"], "valid"))
+        settings = {"single": b["single"], "joint": b["joint"], "fine_tuned": b["fine_tuned"][chosen]["fine_tune"]}
+        b["chosen_share_on_dev"] = float(chosen)
+        b["f1_all"] = {name: {split: f1(r, split) for split in ("valid", "test")} for name, r in settings.items()}
+        best = max(("joint", "fine_tuned"), key=lambda name: b["f1_all"][name]["valid"])  # chosen on dev
+        b["best_transfer_on_dev"] = best
+        b["gain_over_single"] = {split: round(b["f1_all"][best][split] - b["f1_all"]["single"][split], 2)
+                                 for split in ("valid", "test")}
+        b["target_met"] = b["gain_over_single"]["test"] >= 2 and b["gain_over_single"]["valid"] > 0
+        save("b", b)
+
+        joint, single = dev_curve(f"{d}/parse_joint", "translate"), dev_curve(f"{d}/pretrain", None)
+        rows = [{"member_updates": k, "joint_nll": round(v, 4), "single_nll": round(s, 4), "ratio": round(v / s, 4)}
+                for k, v in joint if (s := at(single, k)) is not None]
+        save("c", {"joint_curve": joint, "single_curve": single, "matched": rows,
+                   "target_met": bool(rows) and all(r["ratio"] <= 1.03 for r in rows)})
+    print(json.dumps({k: result.get(k, {}).get("ratio") or result.get(k, {}).get("f1_all") for k in "abc"}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
