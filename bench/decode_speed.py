@@ -5,6 +5,8 @@
                                                  # parsing sentences then: they run to max length)
     python -m bench.decode_speed --run runs/multi30k_en_de --skip parsing full --name decode_speed_ctranslate2
                                                  # translation and s2s against CTranslate2 only (~3 min)
+    python -m bench.decode_speed --baseline 838d1f7 --run runs/m30k --parsing-run runs/ptb10 \
+        --skip translation parsing --name decode_speed_vs_838d1f7   # s2s generate, this tree against a commit
 
 Translation: the multi30k_en_de model (a trained run directory with --run, else a randomly
 initialised model of the preset's size) on the first 1,000 lines of test_2016_flickr.en, with
@@ -39,6 +41,12 @@ same steps (tokenise, search, ids to text), with a Translator of one replica on 
 intra-op threads. Greedy fp32 gives s2s's tokens exactly (the JSON counts the sentences whose
 output differs); beam search scores with CTranslate2's own length penalty and stopping rule.
 The JSON gives each variant's rate, its speed-up over s2s at the same search, and its test BLEU.
+
+Against a commit (`--baseline REV`): `s2s generate` end to end (a process each: start, load,
+tokenise, search, write), this tree's against the same command run from a git worktree of REV,
+interleaved, on the parsing test split (beam 21, the tree constraint: EVALB F1 against the gold
+trees) and the translation sentences (beam 4: sacreBLEU), in each `--baseline-precisions`
+(decode.precision); the JSON gives sentences/s, the speed ratio to REV's fp32 and the score.
 """
 from __future__ import annotations
 
@@ -302,6 +310,87 @@ def precision_rates(model, task, sources, refs, settings, precisions: list[str],
     return result
 
 
+def worktree(rev: str, tmp: Path) -> Path:
+    """A folder whose `s2s` package is commit `rev`'s (a git worktree of it, its folders linked
+    under the installed names); put it first on sys.path to run that commit."""
+    import subprocess
+
+    tree = tmp / "tree"
+    subprocess.run(["git", "worktree", "add", "--detach", str(tree), rev], cwd=REPO, check=True, capture_output=True)
+    pkg = tmp / "pkg" / "s2s"
+    pkg.mkdir(parents=True)
+    for name, folder in (("core", "seq2seq_core"), ("plugins", "plugins"), ("data_recipes", "data_recipes"),
+                         ("tasks", "tasks")):
+        (pkg / name).symlink_to(tree / folder)
+    return pkg.parent
+
+
+def versus_baseline(rev: str, jobs: dict, threads: int, repeats: int, precisions: list[str]) -> dict:
+    """`s2s generate RUN_DIR` of this tree against commit `rev`'s, interleaved, medians of
+    `repeats`; jobs: name -> (run directory, source lines, score function of the output lines)."""
+    import subprocess
+    import sys
+    import tempfile
+
+    result = {"baseline": rev, "threads": threads, "repeats": repeats,
+              "clock": "s2s generate end to end, one process per run (start, load, search, write)"}
+    with tempfile.TemporaryDirectory(prefix="s2s-base-") as tmp:
+        trees = {"this": None, rev: worktree(rev, Path(tmp))}
+        try:
+            for name, (run_dir, sources, score) in jobs.items():
+                src = Path(tmp) / f"{name}.txt"
+                src.write_text("\n".join(sources) + "\n", encoding="utf-8")
+                variants = {(code, p): path for code, path in trees.items() for p in precisions}
+                seconds, outputs = {v: [] for v in variants}, {}
+                for _ in range(repeats):
+                    for (code, p), path in variants.items():
+                        head = "" if path is None else f"sys.path.insert(0, {str(path)!r}); "
+                        cmd = [sys.executable, "-c", f"import sys; {head}from s2s.core.cli import main; sys.exit(main())",
+                               "generate", "-q", run_dir, f"decode.precision={p}", "run.device=cpu", f"run.threads={threads}"]
+                        t0 = time.perf_counter()
+                        out = subprocess.run(cmd, stdin=src.open("rb"), capture_output=True, text=True, check=True)
+                        seconds[(code, p)].append(time.perf_counter() - t0)
+                        outputs[(code, p)] = out.stdout.splitlines()
+                rows = result[name] = {"run": run_dir, "sentences": len(sources)}
+                ref = seconds[(rev, "fp32")] if (rev, "fp32") in seconds else seconds[next(iter(seconds))]
+                for (code, p), secs in seconds.items():
+                    rows[f"{'this' if code == 'this' else 'baseline'}_{p}"] = {
+                        "sentences_per_s": round(len(sources) / statistics.median(secs), 2),
+                        "seconds_all": [round(x, 2) for x in secs],
+                        "speed_vs_baseline_fp32_median": round(statistics.median(a / b for a, b in zip(ref, secs)), 3),
+                        "score": round(score(outputs[(code, p)]), 2)}
+        finally:
+            subprocess.run(["git", "worktree", "remove", "--force", str(Path(tmp) / "tree")], cwd=REPO,
+                           capture_output=True)
+    return result
+
+
+def parsing_job(run: str) -> tuple:
+    """The parsing test split of run's preset: (run, sources, EVALB F1 of output trees)."""
+    from s2s.core.data import prepare
+    from s2s.core.inference import load_for_inference
+    from s2s.core.members import data_config
+    from s2s.core.registry import Registry
+    from s2s.plugins.parsing.evalb import evalb
+
+    cfg, member, _ = load_for_inference(run, Registry.installed(), ["run.device=cpu"])
+    sources, _ = prepare(member.task, data_config(cfg), quiet=True).texts("test")
+    gold = list(member.task.references("test"))
+    return run, sources, lambda trees: evalb(gold, trees).summary["f1"]
+
+
+def translation_job(run: str, n: int) -> tuple:
+    """Multi30k's test_2016_flickr (first n lines): (run, sources, sacreBLEU of output lines)."""
+    from s2s.core.inference import load_for_inference
+    from s2s.core.registry import Registry
+
+    _, member, _ = load_for_inference(run, Registry.installed(), ["run.device=cpu"])
+    path = MULTI30K / "test_2016_flickr.en"
+    sources = path.read_text(encoding="utf-8").splitlines()[:n]
+    refs = path.with_suffix(".de").read_text(encoding="utf-8").splitlines()[:n]
+    return run, sources, lambda lines: member.task.score(lines, refs).value
+
+
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--run", help="a trained multi30k_en_de run directory (else an untrained model)")
@@ -317,6 +406,8 @@ def main(argv=None) -> dict:
     ap.add_argument("--skip", nargs="*", default=[], choices=["translation", "parsing", "full", "ctranslate2", "precision"])
     ap.add_argument("--precisions", nargs="*", default=["bf16", "int8"], choices=["bf16", "int8"],
                     help="translation, beam search in these decode.precision settings against fp32")
+    ap.add_argument("--baseline", metavar="REV", help="also time s2s generate of this tree against commit REV's")
+    ap.add_argument("--baseline-precisions", nargs="+", default=["fp32", "bf16"], choices=["fp32", "bf16", "int8"])
     ap.add_argument("--cache-dir", default=str(REPO / ".cache" / "s2s"))
     ap.add_argument("--name", default="decode_speed")
     args = ap.parse_args(argv)
@@ -334,7 +425,7 @@ def main(argv=None) -> dict:
                        "run.threads batches at once, one thread each); full recompute ratio: generate() per batch"}
     mm = mm_rate()
     result["mm_rate_gflops"] = round(mm / 1e9, 1)
-    rows, ct2_rows, precision_rows = [], [], []
+    rows, ct2_rows, precision_rows, baseline_rows = [], [], [], []
 
     def measure(section: dict, task, model, settings, sources, full_subset: int, refs=None):
         beam = f"beam{settings.beam}"
@@ -400,6 +491,18 @@ def main(argv=None) -> dict:
                                                                  args.max_sentences)
         print(f"parsing beam {c['beam']}: constrained {c['constrained_sentences_per_s']} sent/s, unconstrained "
               f"{c['unconstrained_sentences_per_s']} ({c['ratio']}x; target >= 0.8x)")
+    if args.baseline:
+        jobs = {}
+        if args.parsing_run:
+            jobs["parsing"] = parsing_job(args.parsing_run)
+        if args.run:
+            jobs["translation"] = translation_job(args.run, args.sentences)
+        result["versus_baseline"] = v = versus_baseline(args.baseline, jobs, args.threads, args.repeats,
+                                                        args.baseline_precisions)
+        for name in jobs:
+            baseline_rows.extend({"task": name, "search": k, "sent/s": r["sentences_per_s"],
+                         "vs base fp32": r["speed_vs_baseline_fp32_median"], "score": r["score"]}
+                        for k, r in v[name].items() if isinstance(r, dict))
     result["targets"] = {"beam4_sentences_per_s_trained": 150, "beam4_incremental_vs_full": 5,
                          "beam21_incremental_vs_full": 10, "beam4_best_precision_sentences_per_s": 200,
                          "beam4_precision_test_bleu_within_fp32": 0.2}
@@ -411,6 +514,8 @@ def main(argv=None) -> dict:
         print(table(ct2_rows))
     if precision_rows:
         print(table(precision_rows))
+    if baseline_rows:
+        print(table(baseline_rows))
     print(f"wrote {path}")
     return result
 

@@ -71,9 +71,9 @@ class _Stepper:
     or by recomputing; `reorder` moves hypotheses and, where the model allows, drops sentences."""
 
     def __init__(self, model, memory: Tensor, src_pad: Tensor, incremental: bool, capacity: int,
-                 constraint=None):
+                 constraint=None, state: tuple | None = None):
         self.model, self.memory, self.src_pad = model, memory, src_pad
-        self.constraint, self.state = constraint, None
+        self.constraint, self.state = constraint, state  # the constraint's state: one row per sentence
         self.cache = None
         if incremental:
             self.cache = (model.init_cache(memory, src_pad, capacity=capacity)
@@ -108,8 +108,7 @@ class _Stepper:
             eos = logp[at_max, EOS]  # the model's, even where a constraint would not allow it
         if self.constraint is not None:
             if t == 0:  # one state per sentence, repeated for its rows
-                self.state = tuple(s.repeat_interleave(tokens.size(0) // s.size(0), dim=0)
-                                   for s in self.constraint.initial(logp.device))
+                self.state = tuple(s.repeat_interleave(tokens.size(0) // s.size(0), dim=0) for s in self.state)
             else:
                 self.state = self.constraint.advance(self.state, tokens[:, -1])
             logp = self.constraint.score(self.state, logp, max_len - t)
@@ -138,6 +137,9 @@ def _accepts(fn, name: str) -> bool:
         return False
 
 
+ROWS_PER_SEARCH = {"cpu": 1024}  # hypotheses searched at once, by device type (none given: all)
+
+
 def generate(model, src: Tensor, beam: int, alpha: float, max_len_a: float, max_len_b: int,
              incremental: bool = True, stop: str = "bound", constraint=None) -> list[Hypothesis]:
     """The best hypothesis for each source row of src [B, S] (ids + EOS, right-padded), in order.
@@ -150,24 +152,43 @@ def generate(model, src: Tensor, beam: int, alpha: float, max_len_a: float, max_
     its init_cache takes `capacity` it is told the number of steps, and when its reorder_cache
     takes `keep`, sentences leave the batch as soon as their search is over. `constraint`
     (a `s2s.core.task.Constraint` for these B sources) limits the tokens each step may take.
+
+    On a CPU at most ROWS_PER_SEARCH hypotheses (beam x sentences) are searched at once, the
+    sentences in order: the self-attention cache of a search grows with its rows times its
+    steps (beam 21 over 128 parsing sentences: gigabytes), while products of 1,024 rows already
+    run at the machine's rate. A GPU searches the whole batch at once.
     """
     if stop not in ("bound", "beam"):
         raise ValueError(f"stop must be 'bound' or 'beam', not {stop!r}")
     was_training = model.training
     model.eval()
+    B = src.size(0)
+    per = max(1, ROWS_PER_SEARCH.get(src.device.type, beam * B) // beam)
     try:
         with torch.inference_mode():
-            memory, src_pad = model.encode(src)
-            src_len = (~src_pad).sum(1)
-            max_len = (max_len_a * src_len.double() + max_len_b).long().clamp(0, model.max_positions - 1)
-            stepper = _Stepper(model, memory, src_pad, incremental, capacity=int(max_len.max()) + 1,
-                               constraint=constraint)
-            if beam == 1:
-                seqs, scores = _greedy(stepper, max_len, alpha)
-            else:
-                seqs, scores = _beam_search(stepper, max_len, beam, alpha, stop)
+            state = None if constraint is None else constraint.initial(src.device)  # one row per sentence
+            hyps = []
+            for lo in range(0, B, per):
+                part = src[lo:lo + per]
+                part = part[:, :int(part.ne(PAD).sum(1).max())]  # its own padding only
+                rows = None if state is None else tuple(x[lo:lo + per] for x in state)
+                hyps += _search(model, part, beam, alpha, max_len_a, max_len_b, incremental, stop, constraint, rows)
     finally:
         model.train(was_training)
+    return hyps
+
+
+def _search(model, src, beam, alpha, max_len_a, max_len_b, incremental, stop, constraint, state) -> list[Hypothesis]:
+    """`generate` for one part of the batch; `state`: the constraint's initial rows for it."""
+    memory, src_pad = model.encode(src)
+    src_len = (~src_pad).sum(1)
+    max_len = (max_len_a * src_len.double() + max_len_b).long().clamp(0, model.max_positions - 1)
+    stepper = _Stepper(model, memory, src_pad, incremental, capacity=int(max_len.max()) + 1,
+                       constraint=constraint, state=state)
+    if beam == 1:
+        seqs, scores = _greedy(stepper, max_len, alpha)
+    else:
+        seqs, scores = _beam_search(stepper, max_len, beam, alpha, stop)
     hyps = []
     for seq, score in zip(seqs.tolist(), scores.tolist()):
         out = seq[1:]  # drop BOS; keep what precedes the first EOS

@@ -41,36 +41,31 @@ class LengthCap(Constraint):
 
     def __init__(self, inner: Constraint | None, caps: torch.Tensor, vocab_size: int):
         self.inner, self.caps, self.V = inner, caps, vocab_size
-        self.t, self.ends_at = 0, set(caps.tolist())  # every row advances at each step: one clock
 
     def initial(self, device) -> tuple:
-        self.caps, self.t = self.caps.to(device), 0
+        self.caps = self.caps.to(device)
         inner = self.inner.initial(device) if self.inner is not None else ()
-        return (torch.arange(self.caps.size(0), device=device), *inner)
+        return (torch.arange(self.caps.size(0), device=device), self.caps.clone(), *inner)
 
     def advance(self, state: tuple, tokens) -> tuple:
-        self.t += 1
-        return state if self.inner is None else (state[0], *self.inner.advance(state[1:], tokens))
-
-    def _left(self, state: tuple, remaining) -> torch.Tensor:
-        return torch.minimum(remaining, self.caps[state[0]] - self.t)
+        sent, cap, *inner = state
+        inner = inner if self.inner is None else self.inner.advance(tuple(inner), tokens)
+        return (sent, cap - 1, *inner)  # cap: the tokens a row may still write
 
     def allowed(self, state: tuple, remaining) -> torch.Tensor:
-        left = self._left(state, remaining)
+        left = torch.minimum(remaining, state[1])
         if self.inner is not None:
-            return self.inner.allowed(state[1:], left)
+            return self.inner.allowed(state[2:], left)
         mask = left.gt(0)[:, None].expand(-1, self.V).clone()
         mask[:, EOS] = True
         return mask
 
     def score(self, state: tuple, logp: torch.Tensor, remaining) -> torch.Tensor:
-        if self.t not in self.ends_at:
-            return logp if self.inner is None else self.inner.score(state[1:], logp, self._left(state, remaining))
-        at_cap = self.caps[state[0]].eq(self.t)
+        at_cap = state[1].le(0)[:, None]
         eos = logp[:, EOS].clone()
-        scored = logp if self.inner is None else self.inner.score(state[1:], logp, self._left(state, remaining))
-        scored = scored.masked_fill(at_cap[:, None], float("-inf"))
-        scored[:, EOS] = torch.where(at_cap, eos, scored[:, EOS])
+        scored = logp if self.inner is None else self.inner.score(state[2:], logp, torch.minimum(remaining, state[1]))
+        scored = scored.masked_fill_(at_cap, float("-inf"))
+        scored[:, EOS] = torch.where(at_cap[:, 0], eos, scored[:, EOS])
         return scored
 
 

@@ -96,3 +96,23 @@ def test_dev_search_runs_in_bf16_only_where_the_device_has_it(monkeypatch):
     assert dev_model(model, "int8", torch.device("cpu")) is model  # a run searching in int8 keeps its model
     monkeypatch.setattr(precision, "cpu_has_bf16", lambda: False)
     assert dev_model(model, "fp32", torch.device("cpu")) is model
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_a_batch_searched_in_parts_gives_what_the_whole_batch_gives(beam, monkeypatch):
+    """At most ROWS_PER_SEARCH hypotheses at once on a CPU: the parts' outputs, in order, and
+    the constraint's rows going with their sentences."""
+    from s2s.core import decoding
+    from test_decoding import Increasing
+
+    model = transformer()
+    src = sources([3, 7, 5, 2, 6, 4, 1], vocab=20)
+    whole = generate(model, src, beam=beam, alpha=0.6, max_len_a=0.0, max_len_b=4, constraint=Increasing(src, 20))
+    monkeypatch.setitem(decoding.ROWS_PER_SEARCH, "cpu", 2 * beam)  # two sentences at a time
+    parts = generate(model, src, beam=beam, alpha=0.6, max_len_a=0.0, max_len_b=4, constraint=Increasing(src, 20))
+    assert [h.tokens for h in parts] == [h.tokens for h in whole]
+    assert [h.score for h in parts] == pytest.approx([h.score for h in whole], abs=1e-5)
+    free = generate(model, src, beam=beam, alpha=0.6, max_len_a=1.0, max_len_b=3)
+    monkeypatch.setitem(decoding.ROWS_PER_SEARCH, "cpu", 10 ** 6)
+    assert [h.tokens for h in free] == [h.tokens for h in generate(model, src, beam=beam, alpha=0.6, max_len_a=1.0,
+                                                                   max_len_b=3)]
