@@ -7,11 +7,8 @@ section) and turn ids back into text. `translate` applies the task's post-proces
 (`s2s generate`); validation and test hand `Task.score` the hypotheses with their sources, so
 that a task counts what its post-processing did there, and `postprocess` keeps no state.
 Input typed by a person (`s2s generate`, the server) goes through the task's `prepare_source`
-first (`prepared`: parsing splits raw sentences into Penn Treebank tokens); a source word the
-model's vocabulary does not hold is named in a warning (`unknown_words`).
-
-`load_run` is the one public way to a run's model and decoding settings outside the CLI (the
-export snippets in docs/export.md use it to decode exactly as `s2s generate` does).
+first (`prepared`: parsing tokenises raw text); words the vocabulary lacks are named (`unknown_words`).
+`load_run` is the public way to a run's model and decoding settings (docs/export.md uses it).
 """
 from __future__ import annotations
 
@@ -97,9 +94,14 @@ class Run:
     """A trained run ready to decode: what `load_run` returns."""
 
     cfg: object  # the run's config (with the overrides)
-    task: Member  # the run's task (of a multi-task run: the member asked for), in the run's id space
+    member: Member  # the run's task (of a multi-task run: the member asked for) in the run's id space
     model: Transformer  # on cfg.run.device, in decode.precision, in eval mode
     settings: DecodeDefaults  # beam, alpha, max_len_a, max_len_b, stop: the task's defaults with the decode section's
+
+    @property
+    def task(self) -> Task:
+        """The task itself: its tokenisation (`prepare_source`, `encode_source`), its `tokenizers()`."""
+        return self.member.task
 
     def max_length(self, source_tokens: int) -> int:
         """The most target tokens `s2s generate` writes (before its </s>) for a source of
@@ -110,8 +112,8 @@ class Run:
 
     def generate(self, lines: Sequence[str]) -> list[str]:
         """`s2s generate`'s output lines for input lines (raw text, prepared by the task)."""
-        device = next(self.model.parameters()).device
-        return translate(self.model, self.task, lines, self.settings, device, self.cfg.decode.max_sentences, raw=True)
+        return translate(self.model, self.member, lines, self.settings, next(self.model.parameters()).device,
+                         self.cfg.decode.max_sentences, raw=True)
 
 
 def load_run(path: str | Path, overrides: Sequence[str] = (), task: str | None = None, plugins: Sequence[str] = ()) -> Run:

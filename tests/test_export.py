@@ -15,12 +15,11 @@ import torch
 
 from s2s.core import checkpoint
 from s2s.core.cli import main
-from s2s.core.inference import load_for_inference
+from s2s.core.inference import load_for_inference, load_run
 from s2s.core.config import load_config
 from s2s.core.data import prepare
 from s2s.core.decoding import generate
 from s2s.core.inference import source_batch
-from s2s.core.members import decode_settings
 from s2s.core.deployed import translate_ctranslate2, translate_huggingface
 from s2s.core.export import load_safetensors, to_ctranslate2
 from s2s.core.train import train
@@ -54,10 +53,9 @@ def demo_run(tmp_path_factory):
 
 def _greedy(run_dir, registry, n=None):
     """(task, model, settings, test sources, s2s's greedy ids) as `s2s generate --beam 1` decodes."""
-    cfg, member, model = load_for_inference(run_dir, registry, ["run.device=cpu", "decode.beam=1"])
-    task = member.task
-    sources = prepare(task, cfg.data, quiet=True).texts("test")[0][:n]
-    settings = decode_settings(task, cfg.decode)
+    run = load_run(run_dir, ["run.device=cpu", "decode.beam=1"])  # the public way, as docs/export.md
+    task, model, settings = run.task, run.model, run.settings
+    sources = prepare(task, run.cfg.data, quiet=True).texts("test")[0][:n]
     ids = task.encode_source(sources)
     hyps = generate(model, source_batch(ids), beam=1, alpha=settings.alpha, max_len_a=settings.max_len_a,
                     max_len_b=settings.max_len_b)

@@ -189,6 +189,9 @@ def test_generate_names_its_checkpoint_and_words_never_seen(demo_run, capsys, ca
     finally:
         sys.stdin = sys_stdin
     assert (number, bad) == (2, 0) and len(out.getvalue().splitlines()) == 2
+    from s2s.core.inference import load_run  # the public way gives generate's lines
+
+    assert load_run(demo_run[0]).generate(["the dog sees a cat", "The dog sees a cat."]) == out.getvalue().splitlines()
     messages = [r.getMessage() for r in caplog.records]
     assert any(m.startswith("loaded ") and "checkpoint" in m for m in messages), messages
     unseen = [m for m in messages if "never seen" in m]
