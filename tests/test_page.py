@@ -22,6 +22,7 @@ import pytest
 
 from conftest import NLTK_DATA, needs
 from s2s.core import treesvg
+from s2s.core.serve import MAX_CHARS
 from test_serve import demo, parser, post, server
 
 CHROMIUM, DRIVER = shutil.which("chromium"), shutil.which("chromedriver")
@@ -75,13 +76,16 @@ def browser():
     return webdriver.Chrome(service=Service(DRIVER), options=options)
 
 
-def run_page(driver, url: str, lines: list[str]) -> None:
-    """Load the page, type `lines`, press Run, wait (60 s at most) for the outputs and the heatmap."""
+def run_page(driver, url: str, lines: list[str], load: bool = True) -> None:
+    """Load the page (`load`), type `lines`, press Run, wait (60 s at most) for the outputs and
+    the heatmap."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
-    driver.get(url + "/")
-    WebDriverWait(driver, 30).until(lambda d: "tasks:" in d.find_element(By.ID, "run").text)
+    if load:
+        driver.get(url + "/")
+        WebDriverWait(driver, 30).until(lambda d: "tasks:" in d.find_element(By.ID, "run").text)
+    driver.find_element(By.ID, "text").clear()
     driver.find_element(By.ID, "text").send_keys("\n".join(lines))
     driver.find_element(By.ID, "run-button").click()
     WebDriverWait(driver, 60).until(lambda d: d.find_elements(By.CSS_SELECTOR, "#heatmap svg rect")
@@ -131,6 +135,16 @@ def test_the_page_translates_what_is_typed_and_draws_its_attention(tmp_path_fact
             assert not driver.find_elements(By.CSS_SELECTOR, "svg.tree")  # a translation is no tree
             no_script_errors(driver)
             screenshot(driver, "serve_translation.png")
+            # a refused request: its error on the page, and the page goes on
+            from selenium.webdriver.support.ui import WebDriverWait
+
+            driver.find_element(By.ID, "text").clear()
+            driver.find_element(By.ID, "text").send_keys("x" * (MAX_CHARS + 1))
+            driver.find_element(By.ID, "run-button").click()
+            WebDriverWait(driver, 30).until(lambda d: not d.find_element(By.ID, "error").get_attribute("hidden"))
+            assert f"at most {MAX_CHARS}" in driver.find_element(By.ID, "error").text
+            run_page(driver, url, lines[:1], load=False)
+            assert [e.text for e in driver.find_elements(By.CSS_SELECTOR, ".result .output")] == expected["hypotheses"][:1]
     finally:
         driver.quit()
 

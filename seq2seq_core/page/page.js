@@ -50,6 +50,8 @@ async function run(event) {
   const lines = $("text").value.split("\n").map((l) => l.trim()).filter((l) => l);
   if (!lines.length) { showError("type a sentence first"); return; }
   showError("");
+  $("results").replaceChildren();  // what is shown is always the answer to what is typed
+  $("heatmap").replaceChildren();
   $("run-button").disabled = true;
   $("status").textContent = "decoding\u2026";
   try {
