@@ -67,9 +67,8 @@ class _ProjectedLabelSmoothedLoss(torch.autograd.Function):
 
 
 #: every chunk takes at least MIN_ROWS rows: dL/dW = sum G^T h is added up chunk by chunk, and
-#: a product over a few dozen rows re-reads W for little work (on a GPU, M = 1,024+ keeps the
-#: tensor cores busy; on 2 CPU cores, 1,024-row chunks were as fast as one [N, V] gradient
-#: buffer or faster, 64-row chunks up to 4x slower in bf16)
+#: a product over a few dozen rows re-reads W (and dL/dW) for little work; M = 1,024+ keeps a
+#: GPU's tensor cores busy, and on CPU such chunks cost no more than one [N, V] gradient buffer
 MIN_ROWS = 1024
 #: beyond that, logits per chunk on CPU (4 MiB in fp32: the chunk stays in cache); on CUDA the
 #: chunk's buffers take at most 1/32 of the device's memory (6 bytes a logit: the product in 16
