@@ -50,8 +50,8 @@ def run_dir_of(path: str | Path) -> Path:
         raise UsageError(f"{p}: no such run directory or checkpoint file")
     run_dir = p if p.is_dir() else p.parent.parent if p.parent.name == "checkpoints" else p.parent
     if not (run_dir / "config.yaml").is_file():
-        named = f"{p}" if run_dir == p else f"{p} (in {run_dir}, which holds no config.yaml)"
-        raise UsageError(f"{named}: not a run directory of `s2s train` nor a checkpoint file in one")
+        raise UsageError(f"{p} holds no config.yaml: not a run directory of `s2s train`" if run_dir == p else
+                         f"{p}: not a checkpoint file in a run directory of `s2s train` ({run_dir} holds no config.yaml)")
     return run_dir
 
 
