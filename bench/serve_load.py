@@ -126,7 +126,7 @@ def main() -> None:
     if not (run / "result.json").is_file():
         subprocess.run([sys.executable, "-m", "s2s.core.cli", "train", "demo", f"run.dir={run}", "-q"], check=True)
     offline = load_run(run, ["run.device=cpu"])
-    pool = prepare(offline.task.task, offline.cfg.data, quiet=True).texts("test")[0]
+    pool = prepare(offline.task, offline.cfg.data, quiet=True).texts("test")[0]
     n = args.clients * args.requests * args.sentences
     lines = [pool[i % len(pool)] for i in range(n)]
     it = iter(lines)
