@@ -71,7 +71,7 @@ def test_training_loss_holds_no_full_logit_gradient_and_waits_for_nothing():
     """The gradient is multiplied out chunk by chunk (no [N, V] buffer), and PAD rows are masked,
     not found with nonzero() (which waits for the device)."""
     torch.manual_seed(0)
-    N, V, d = 3_000, 3_000, 32
+    N, V, d = 2_500, 1_100, 16  # 3 chunks of 1,024 rows
     hidden = torch.randn(N, d, requires_grad=True)
     weight = torch.randn(V, d, requires_grad=True)
     target = torch.randint(1, V, (N,))
@@ -99,6 +99,46 @@ def test_fp16_projects_and_reduces_the_logits_in_half_precision():
     assert torch.float32 not in ops.mm_dtypes
     loss.backward()
     assert model.out.weight.grad.dtype == torch.float32 and torch.isfinite(model.out.weight.grad).all()
+
+
+# -- finding 8: the input pipeline ----------------------------------------------------------
+def test_batches_built_ahead_are_used_when_the_guess_was_right_and_rebuilt_when_not(monkeypatch):
+    """On CUDA the next update's batches are built on a worker thread from a copy of the stream
+    (pin_memory stands in for itself here: this torch has no CUDA); the stream does not move."""
+    import numpy as np
+
+    from s2s.core.prefetch import Prefetch
+
+    monkeypatch.setattr(torch.Tensor, "pin_memory", lambda self: self)
+
+    class Member:
+        built = []
+
+        def batch(self, split, idx):
+            self.built.append(tuple(idx))
+            return {"src": torch.tensor(idx), "ntokens": len(idx)}
+
+    class Stream:
+        def __init__(self):
+            self.pos = 0
+
+        def next(self):
+            self.pos += 1
+            return np.array([self.pos, self.pos + 100])
+
+    member, stream = Member(), Stream()
+    ahead = Prefetch(CUDA)
+    try:
+        ahead.ahead(member, stream, 2)
+        assert stream.pos == 0  # a copy was read, not the stream
+        got = ahead.take(member, [stream.next(), stream.next()])  # the same pairs: built ahead, once
+        assert [b["src"].tolist() for b in got] == [[1, 101], [2, 102]] and len(member.built) == 2
+        ahead.ahead(member, stream, 1)
+        got = ahead.take(member, [np.array([7, 8])])  # another draw: built now
+        assert got[0]["src"].tolist() == [7, 8] and member.built[-1] == (7, 8)
+    finally:
+        ahead.close()
+    assert Prefetch(torch.device("cpu")).pool is None  # on CPU each batch is built when used
 
 
 # -- findings 2 and 7: precision from the compute capability ---------------------------------
@@ -167,6 +207,7 @@ def _prepare_in_child(cache, log):
     return prepared.pairs["train"]
 
 
+@pytest.mark.slow
 def test_one_process_of_a_machine_builds_a_missing_cache_the_others_read_it(tmp_path):
     log = tmp_path / "built.txt"
     ctx = multiprocessing.get_context("spawn")
