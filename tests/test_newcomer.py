@@ -99,12 +99,26 @@ def test_the_export_snippets_give_generate_beam_1s_lines(own_corpus):
     expected = bash(lines[1], where).stdout  # s2s generate --beam 1
     snippets = blocks(doc, "python")
     assert len(snippets) == 2 and "ctranslate2" in snippets[0] and "transformers" in snippets[1]
-    for snippet in snippets:
-        out = subprocess.run([sys.executable, "-c", snippet], cwd=where, capture_output=True, text=True,
-                             timeout=600, env={**os.environ, "PYTHONWARNINGS": "ignore"})
-        assert out.returncode == 0, out.stderr[-3000:]
-        assert out.stdout == expected
+
+    def same(expected):
+        for snippet in snippets:
+            out = subprocess.run([sys.executable, "-c", snippet], cwd=where, capture_output=True, text=True,
+                                 timeout=600, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+            assert out.returncode == 0, out.stderr[-3000:]
+            assert out.stdout == expected
+
+    same(expected)
     assert len(expected.splitlines()) == 40 and sum(map(bool, expected.splitlines())) >= 30  # German, not nothing
+    # where the limit cuts every line: the run's decode.max_len_b=3 (a setting of how to decode, not of the weights)
+    from omegaconf import OmegaConf
+
+    config = where / "runs" / "own_translation" / "config.yaml"
+    cfg = OmegaConf.load(config)
+    cfg.decode.max_len_b = 3
+    config.write_text(OmegaConf.to_yaml(cfg), encoding="utf-8")
+    cut = bash(lines[1], where).stdout
+    assert cut != expected and all(len(c) <= len(e) for c, e in zip(cut.splitlines(), expected.splitlines()))
+    same(cut)
 
 
 # -- raw text in, as the README prints it -----------------------------------------------------------
