@@ -142,6 +142,26 @@ def test_the_readme_raw_text_parsing_example_runs_as_printed(tmp_path):
     assert out.count("\n") > 2 and out.endswith("\n\n")  # indented, one phrase a line, a blank line after
 
 
+@pytest.mark.slow
+@needs(NLTK_DATA)
+def test_own_parsing_trains_on_tree_files_and_parses_raw_text(tmp_path):
+    """own_parsing on train/valid/test.trees written from the treebank sample as they are (function
+    tags, -NONE- elements and all), then a raw sentence parsed into a tree over its PTB tokens."""
+    from nltk.tree import Tree
+
+    from s2s.data_recipes.treebank import sample_trees, to_string
+
+    trees = tmp_path / "my_trees"
+    trees.mkdir()
+    for split, n in (("train", 400), ("valid", 10), ("test", 10)):
+        lines = [to_string(t) for _, t in zip(range(n), sample_trees(NLTK_DATA, split, prep=None))]
+        (trees / f"{split}.trees").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    assert "-NONE-" in (trees / "train.trees").read_text(encoding="utf-8")
+    bash("s2s train own_parsing task.data_dir=my_trees decode.beam=2", tmp_path)
+    out = bash('echo "I don\'t know, he said." | s2s generate runs/own_parsing', tmp_path).stdout
+    assert Tree.fromstring(out).leaves() == ["I", "do", "n't", "know", ",", "he", "said", "."]
+
+
 def test_penn_treebank_tokens():
     from s2s.plugins.parsing import ptb_tokens
 
