@@ -107,6 +107,15 @@ class Group:
         dist.all_gather_object(out, obj, group=group)
         return out
 
+    def rank0_says(self, flag: bool) -> bool:
+        """Rank 0's flag on every process (its clock decides when to save or stop), exchanged
+        on the host over the gloo group: no wait for the device, as a flag on a GPU would cost."""
+        if self.world == 1:
+            return flag
+        t = torch.tensor([float(flag)])
+        dist.broadcast(t, src=0, group=self.waits)
+        return bool(t.item())
+
     def broadcast(self, tensors) -> None:
         """Rank 0's values of `tensors` (on this process's device) into every process's."""
         if self.world > 1:

@@ -186,10 +186,7 @@ class Trainer:
             return True
         if run.save_minutes <= 0:
             return False
-        due = torch.tensor(float(clock() - self._last_save >= 60 * run.save_minutes), device=self.device)
-        if self.group.world > 1:
-            torch.distributed.broadcast(due, src=0)  # rank 0's clock decides for everyone
-        return bool(due)
+        return self.group.rank0_says(clock() - self._last_save >= 60 * run.save_minutes)
 
     # -- one update ---------------------------------------------------------------------------
     def gradients(self, member: Member, batches: list) -> dict:
@@ -357,11 +354,10 @@ class Trainer:
         return record
 
     def _out_of_time(self) -> bool:
-        """True once run.max_minutes of training (across resumes) have passed; all ranks agree."""
+        """True once run.max_minutes of training (across resumes) have passed by rank 0's clock."""
         if self.cfg.run.max_minutes <= 0:
             return False
-        return bool(self.group.max(torch.tensor(float(self._elapsed() >= 60 * self.cfg.run.max_minutes),
-                                                device=self.device)))
+        return self.group.rank0_says(self._elapsed() >= 60 * self.cfg.run.max_minutes)
 
     def finish(self) -> dict:
         """Select the model to test on the dev figure, then test every member (`s2s.core.result`)."""
