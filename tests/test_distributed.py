@@ -109,7 +109,8 @@ def test_two_processes_equal_one_with_twice_the_batch_and_with_update_freq_2(pre
 
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                           "-m", "s2s.core.cli", "train", "-q", preset, *_overrides(tmp_path, cache, "two", preset=preset)],
+                           "-m", "s2s.core.cli", "train", "-q", preset, *_overrides(tmp_path, cache, "two", preset=preset),
+                           "run.max_minutes=600", "run.save_minutes=600"],  # rank 0's clock asked each step
                           env=env, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr[-3000:]
 
