@@ -43,6 +43,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from .errors import ConfigError
+
 log = logging.getLogger("s2s")
 
 
@@ -155,7 +157,8 @@ def for_inference(model: nn.Module, precision: str) -> nn.Module:
         return copy.deepcopy(model).to(torch.bfloat16).eval()
     if precision == "int8":
         if device.type != "cpu":
-            raise ValueError("decode.precision=int8 runs on CPU only (dynamic quantisation); use bf16 on GPU")
+            raise ConfigError(f"decode.precision=int8 runs on CPU only (dynamic quantisation), and this model is on {device}: "
+                              "use decode.precision=bf16 on a GPU")
         with warnings.catch_warnings():  # torch 2.10+ points to torchao for this; it still works, on fbgemm
             warnings.simplefilter("ignore")
             return torch.ao.quantization.quantize_dynamic(copy.deepcopy(model).eval(), {nn.Linear}, dtype=torch.qint8)

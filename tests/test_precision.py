@@ -109,3 +109,11 @@ def test_importing_s2s_sets_the_cpu_runtime_defaults_before_torch_and_the_enviro
                                                    capture_output=True, text=True).stdout)
     assert seen == {"GOMP_SPINCOUNT": "1000", "ONEDNN_PRIMITIVE_CACHE_CAPACITY": "8"}
     assert not torch_loaded  # so that both still take effect when torch loads
+
+
+def test_int8_search_off_the_cpu_is_one_config_error_naming_the_device():
+    """Dynamic int8 quantisation runs on CPU only: a model elsewhere is a ConfigError (the CLI's
+    one line), not an internal error. A model on the meta device stands in for a GPU's."""
+    from s2s.core.errors import ConfigError
+    with pytest.raises(ConfigError, match="int8 runs on CPU only.*meta.*decode.precision=bf16"):
+        precision.for_inference(torch.nn.Linear(4, 4, device="meta"), "int8")
