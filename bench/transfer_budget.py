@@ -2,7 +2,8 @@
 
     python bench/transfer_budget.py --multilingual-minutes 20 --parsing-minutes 30      # ~3 h 15 min
     python bench/transfer_budget.py --multilingual-minutes 1 --parsing-minutes 1 --pretrain-shares 0.5 \
-        --sentences 40 --dir runs/transfer_check --name transfer_budget_check    # the script end to end
+        --sentences 40 --valid-interval 25 --dir runs/transfer_check --name transfer_budget_check \
+        decode.beam=2                                   # the script end to end, in about half an hour
 
 (a) Multilingual: multi30k_en_de_fr (one model, EN->DE and EN->FR, one joint BPE, the target
     language's token) for A minutes, against multi30k_en_de for A/2 plus multi30k_en_fr for A/2.
@@ -23,7 +24,8 @@
 Every preset keeps its own tuning (chosen on dev); the runs go one after another, so the
 machine's load touches them in turn, not alike: run it on a quiet machine. One run a setting,
 not medians of several (the budget is hours). Writes bench/results/NAME.json (default
-transfer_budget) after every run, with the machine's facts and its load average.
+transfer_budget) after every run, with the machine's facts and its load average; `--parts a`
+or `--parts b` runs one part and keeps the other's figures in the file.
 """
 from __future__ import annotations
 
@@ -40,8 +42,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 
-from bench.budget import gold_scores  # noqa: E402
-from bench.common import corpus_overrides, machine, write  # noqa: E402
+from bench.budget import gold_figures  # noqa: E402
+from bench.common import RESULTS, corpus_overrides, machine, write  # noqa: E402
 from s2s.core.config import load_config  # noqa: E402
 from s2s.core.inference import hypotheses, load_for_inference  # noqa: E402
 from s2s.core.members import decode_settings  # noqa: E402
@@ -52,6 +54,7 @@ from s2s.core.train import train  # noqa: E402
 #: what the fine-tuned parser changes in ptb_sample_parsing: the pre-training model's shape, a BPE source
 FINE_TUNE = ["model.layers=3", "task.src_tokenizer=bpe", "task.src_vocab_size=8000"]
 VALID = 500  # updates between validations in every run: (c)'s curves (--valid-interval)
+EVERY: list[str] = []  # settings for every run (the command line's overrides)
 
 
 def scores(run_dir: str, reg, member: str | None, sentences: int = 0, splits=("valid", "test")) -> dict:
@@ -68,7 +71,8 @@ def scores(run_dir: str, reg, member: str | None, sentences: int = 0, splits=("v
         score = task.score(hyps, refs, sources)
         out[split] = {score.name: score.value, **{k: v for k, v in score.figures.items() if not k.endswith("signature")}}
         if task.task.name == "parsing" and split == "test":
-            out["gold_evalb"] = gold_scores(task.task, task.task.rebuild(hyps, sources)[0], sources)["gold_evalb"]
+            gold = list(task.task.references("test"))[:len(sources)]
+            out["gold_evalb"] = gold_figures(gold, task.task.rebuild(hyps, sources)[0])
     return out
 
 
@@ -77,7 +81,7 @@ def run(reg, preset: str, minutes: float, run_dir: str, *overrides: str, sentenc
     its updates, the checkpoint it tested and its scores (`scores`)."""
     cfg = load_config(preset, [*corpus_overrides(preset), f"run.dir={run_dir}", f"run.max_minutes={minutes}",
                                "run.quiet=true", "optim.max_updates=1000000", f"run.valid_interval={VALID}",
-                               *overrides], registry=reg)
+                               *overrides, *EVERY], registry=reg)
     t0 = time.time()
     result = train(cfg, reg, quiet=True)
     row = {"minutes": minutes, "updates": result["update"], "member_updates": result.get("member_updates"),
@@ -108,7 +112,7 @@ def at(curve: list[tuple[int, float]], k: int) -> float | None:
 
 
 def main() -> None:
-    global VALID
+    global VALID  # noqa: PLW0603
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--multilingual-minutes", type=float, default=20.0, help="(a): the multilingual run's budget")
     p.add_argument("--parsing-minutes", type=float, default=30.0, help="(b): each parsing setting's total budget")
@@ -120,13 +124,19 @@ def main() -> None:
     p.add_argument("--valid-interval", type=int, default=VALID, help="updates between validations, every run")
     p.add_argument("--sentences", type=int, default=0,
                    help="score only the first N sentences of dev and test (0: all; to check the script)")
+    p.add_argument("overrides", nargs="*", help="settings for every run (e.g. decode.beam=2 to check the script)")
     p.add_argument("--note", default="", help="what else ran on the machine meanwhile, for the record")
-    args = p.parse_args()
+    args = p.parse_intermixed_args()
     torch.set_num_threads(2)  # decoding; training uses the presets' run.threads (2)
     reg = Registry.installed()
-    VALID = args.valid_interval
+    VALID, EVERY[:] = args.valid_interval, args.overrides
     d, n = args.dir, args.sentences
     result = {"command": " ".join(["python", *sys.argv]), "note": args.note, "machine": machine(), "load_avg": []}
+    previous = RESULTS / f"{args.name}.json"  # the parts not run now are kept
+    if previous.is_file():
+        done = {"a"} if "a" not in args.parts else set()
+        done |= {"b", "c"} if "b" not in args.parts else set()
+        result.update({k: v for k, v in json.loads(previous.read_text()).items() if k in done})
 
     def save(key, value):
         result[key] = value
