@@ -26,7 +26,7 @@ from .decoding import generate
 from .errors import ConfigError, UsageError
 from .files import atomic_write_text, remove_stale_temporaries, replacing
 from .idspace import N_SPECIAL
-from .inference import load_for_inference, run_dir_of, source_batch
+from .inference import load_for_inference, prepared, run_dir_of, source_batch
 from .members import decode_settings
 from .vocab import BOS, EOS, SPECIALS
 
@@ -60,7 +60,8 @@ def draw_attention(run_dir, registry, input_path, output, task: str | None = Non
     for name, value, most in (("--layer", layer, n_layers), ("--head", head, n_heads)):
         if value is not None and not 1 <= value <= most:
             raise UsageError(f"{name} {value}: this model has {most} (numbered 1 to {most})")
-    lines = textio.read_lines(input_path)
+    raw = textio.read_lines(input_path)
+    lines = prepared(member, raw)  # as s2s generate reads them (parsing: Penn Treebank tokens)
     ids = member.encode_source(lines)
     keep = [i for i, seq in enumerate(ids) if len(seq) + 1 <= model.max_positions]
     for i in sorted(set(range(len(ids))) - set(keep)):
@@ -88,7 +89,7 @@ def draw_attention(run_dir, registry, input_path, output, task: str | None = Non
         labels = {"encoder": (src_tokens, src_tokens), "decoder": (tgt_tokens, tgt_tokens),
                   "cross": (tgt_tokens[1:] + [SPECIALS[EOS]], src_tokens)}
         stem = f"{i + 1:0{width}d}"
-        record = {"line": i + 1, "source": lines[i], "hypothesis": member.decode_target(hyps[i]),
+        record = {"line": i + 1, "source": raw[i], "hypothesis": member.decode_target(hyps[i]),
                   "source_tokens": src_tokens, "decoder_input_tokens": tgt_tokens,
                   "predicted_tokens": labels["cross"][0], "layers": n_layers, "heads": n_heads,
                   "attention": {}}

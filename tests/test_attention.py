@@ -125,6 +125,17 @@ def test_attention_maps_of_a_run(demo_run, tmp_path, registry):
     assert records[0]["decoder_input_tokens"][1:] == searched[0].split()
 
 
+def test_attention_reads_its_input_as_generate_does(demo_run, tmp_path, registry, monkeypatch):
+    """The task's prepare_source runs first (parsing: Penn Treebank tokens of raw text); the
+    maps' source tokens are the prepared line's, the JSON's source the line as written."""
+    from s2s.plugins.demo import DemoTask
+    monkeypatch.setattr(DemoTask, "prepare_source", lambda self, lines: [" ".join(reversed(x.split())) for x in lines])
+    _, _, _, sources = _test_sources(demo_run, 1)
+    record = json.loads((_maps(tmp_path, demo_run, sources, "--layer", "1") / "1.json").read_text())
+    assert record["source"] == sources[0]
+    assert record["source_tokens"] == sources[0].split()[::-1] + ["</s>"]
+
+
 def test_one_layer_and_head_and_a_multitask_member(multitask_run, tmp_path, registry):
     """--task parse: the member's tokens, its task token first; --layer 2 --head 1: one map per kind."""
     cfg, member, model, sources = _test_sources(multitask_run, 2, task="parse")
