@@ -187,7 +187,9 @@ def main() -> None:
                 for k, v in joint if (s := at(single, k)) is not None]
         save("c", {"joint_curve": joint, "single_curve": single, "matched": rows,
                    "target_met": bool(rows) and all(r["ratio"] <= 1.03 for r in rows)})
-    print(json.dumps({k: result.get(k, {}).get("ratio") or result.get(k, {}).get("f1_all") for k in "abc"}, indent=1))
+    print(json.dumps({"a: multilingual / bilingual BLEU": result.get("a", {}).get("ratio"),
+                      "b: F1 over all sentences": result.get("b", {}).get("f1_all"),
+                      "c: joint / single dev nll": [r["ratio"] for r in result.get("c", {}).get("matched", [])]}, indent=1))
 
 
 if __name__ == "__main__":
