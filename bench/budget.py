@@ -38,10 +38,8 @@ import torch  # noqa: E402
 from bench.common import corpus_overrides, peak_rss_mib, write  # noqa: E402
 from s2s.core.inference import load_for_inference  # noqa: E402
 from s2s.core.config import load_config  # noqa: E402
-from s2s.core.data import prepare  # noqa: E402
 from s2s.core.inference import hypotheses  # noqa: E402
 from s2s.core.members import decode_settings  # noqa: E402
-from s2s.core.members import data_config  # noqa: E402
 from s2s.core.registry import Registry  # noqa: E402
 from s2s.core.runlog import read_metrics  # noqa: E402
 from s2s.core.train import train  # noqa: E402
@@ -156,7 +154,9 @@ def test_scores(run_dir: str, reg, name: str | None) -> dict:
     decoding defaults and scored; for parsing also against the gold trees, and both searches."""
     cfg_run, task, model = load_for_inference(run_dir, reg, task=name)  # task: the run's member
     own = task.task
-    sources, refs = prepare(own, data_config(cfg_run), quiet=True).texts("test")
+    # read through the task: preparing it again here would train a vocabulary of its own for a
+    # member that shares one (multitask.shared_vocab prepares it beneath the joint vocabulary)
+    sources, refs = map(list, zip(*own.read_split("test")))
     t1 = time.time()
     hyps = hypotheses(model, task, sources, decode_settings(own, cfg_run.decode), torch.device("cpu"),
                       cfg_run.decode.max_sentences)
