@@ -227,9 +227,11 @@ def versus_full(model, task, sources, settings, subset: int, max_sentences: int,
             "full_recompute_sentences_per_s_subset": round(len(chosen) / full, 3)}
 
 
-def versus_ctranslate2(model, task, sources, refs, settings, threads: int, repeats: int, max_sentences: int) -> dict:
-    """s2s against its CTranslate2 export (fp32, int8), greedy and at the task's beam: sentences/s
-    (medians of `repeats` rounds, the variants interleaved within each round) and test BLEU."""
+def versus_ctranslate2(model, task, sources, refs, settings, threads: int, repeats: int, max_sentences: int,
+                       precisions=()) -> dict:
+    """s2s (fp32 and each of `precisions`) against its CTranslate2 export (fp32, int8), greedy and
+    at the task's beam: sentences/s (medians of `repeats` rounds, the variants interleaved within
+    each round) and test BLEU."""
     import tempfile
 
     import ctranslate2
@@ -237,8 +239,10 @@ def versus_ctranslate2(model, task, sources, refs, settings, threads: int, repea
     from s2s.core.inference import translate
     from s2s.core.deployed import translate_ctranslate2
     from s2s.core.export import to_ctranslate2
+    from s2s.core.precision import for_inference, resolve
 
     greedy = replace(settings, beam=1)
+    searched = {p: for_inference(model, resolve(p, torch.device("cpu"), "--precisions")) for p in precisions}
     with tempfile.TemporaryDirectory(prefix="s2s-ct2-") as tmp:
         translators = {}
         for q in ("float32", "int8"):
@@ -254,6 +258,9 @@ def versus_ctranslate2(model, task, sources, refs, settings, threads: int, repea
         variants = {}
         for name, s in ((f"beam{settings.beam}", settings), ("greedy", greedy)):
             variants[f"s2s_{name}"] = lambda s=s: translate(model, task, sources, s, "cpu", max_sentences=max_sentences)
+            for p, m in searched.items():  # s2s's other precisions, as decode.precision loads them
+                variants[f"s2s_{p}_{name}"] = lambda s=s, m=m: translate(m, task, sources, s, "cpu",
+                                                                           max_sentences=max_sentences)
             for q in translators:
                 variants[f"ct2_{q}_{name}"] = lambda q=q, s=s: ct2(q, s)
         runs = {name: [] for name in variants}
@@ -272,6 +279,10 @@ def versus_ctranslate2(model, task, sources, refs, settings, threads: int, repea
                         "test_bleu": round(task.score(outputs[name], refs).value, 2)}
         if name.startswith("ct2_"):
             ours = f"s2s_{name.split('_', 2)[2]}"
+            best = max((r for r in result if r.startswith("s2s_") and r.endswith(name.split("_", 2)[2])),
+                       key=lambda r: result[r]["sentences_per_s"])
+            result[name]["best_s2s"] = best
+            result[name]["best_s2s_vs_this"] = round(result[best]["sentences_per_s"] / result[name]["sentences_per_s"], 3)
             result[name]["speedup_vs_s2s"] = round(result[name]["sentences_per_s"] / result[ours]["sentences_per_s"], 2)
             result[name]["sentences_differing_from_s2s"] = sum(a != b for a, b in zip(outputs[name], outputs[ours]))
     return result
@@ -342,8 +353,8 @@ def versus_baseline(rev: str, jobs: dict, threads: int, repeats: int, precisions
                 src.write_text("\n".join(sources) + "\n", encoding="utf-8")
                 variants = {(code, p): path for code, path in trees.items() for p in precisions}
                 seconds, outputs = {v: [] for v in variants}, {}
-                for _ in range(repeats):
-                    for (code, p), path in variants.items():
+                for r in range(repeats):  # ABBA: the load's drift over a round touches both trees alike
+                    for (code, p), path in (list if r % 2 == 0 else reversed)(list(variants.items())):
                         head = "" if path is None else f"sys.path.insert(0, {str(path)!r}); "
                         cmd = [sys.executable, "-c", f"import sys; {head}from s2s.core.cli import main; sys.exit(main())",
                                "generate", "-q", run_dir, f"decode.precision={p}", "run.device=cpu", f"run.threads={threads}"]
@@ -467,7 +478,7 @@ def main(argv=None) -> dict:
         measure(t, task, model, settings, sources, args.full_sentences, refs)
         if "ctranslate2" not in args.skip and importlib.util.find_spec("ctranslate2") is not None:
             t["versus_ctranslate2"] = v = versus_ctranslate2(model, task, sources, refs, settings, args.threads,
-                                                             args.repeats, args.max_sentences)
+                                                             args.repeats, args.max_sentences, args.precisions)
             ct2_rows.extend({"search": name, "sent/s": r["sentences_per_s"], "bleu": r["test_bleu"],
                              "vs s2s": r.get("speedup_vs_s2s"), "outputs differing": r.get("sentences_differing_from_s2s")}
                             for name, r in v.items() if isinstance(r, dict))
