@@ -61,3 +61,18 @@ def test_every_error_class_lives_in_errors():
         assert not classes, f"{path.name} defines {classes}: error classes belong in errors.py"
     assert all(issubclass(getattr(errors, n), errors.S2SError) for n in dir(errors)
                if n.endswith("Error") and n != "S2SError")
+
+
+def test_a_plugin_imports_the_engine_not_another_plugin():
+    """Each built-in plugin stands on the engine alone (what several share, as subword
+    vocabularies, lives in the engine), so any one of them can be taken out or replaced."""
+    import ast
+
+    plugins = ENGINE.parent / "plugins"
+    for plugin in (p for p in plugins.iterdir() if (p / "__init__.py").exists()):
+        for path in plugin.rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                         else [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else [])
+                others = [n for n in names if n.startswith("s2s.plugins.") and n.split(".")[2] != plugin.name]
+                assert not others, f"{path.relative_to(plugins)} imports {others}"

@@ -9,7 +9,7 @@ from omegaconf import OmegaConf
 
 from conftest import MULTI30K, corpus, needs
 from s2s.plugins.translation import TranslationConfig, TranslationTask
-from s2s.plugins.translation.tokenizer import CONTINUATION, Subwords
+from s2s.core.subwords import CONTINUATION, Subwords
 from s2s.core.vocab import SPECIALS, UNK
 
 needs_multi30k = needs(MULTI30K)

@@ -34,7 +34,8 @@ from s2s.core.checks import at_least, one_of, setting
 from s2s.core.errors import DataError
 from s2s.core.files import atomic_write_text
 from s2s.core.task import DecodeDefaults, Score, Task, TaskConfig
-from s2s.core.vocab import SPECIALS, WordTokenizer
+from s2s.core.subwords import Subwords
+from s2s.core.vocab import SPECIALS, Shareable, WordTokenizer
 
 from .constraint import TokenTables, TreeConstraint, leaf_tags
 from .evalb import evalb
@@ -201,16 +202,11 @@ class ParsingTask(Task):
         """A subword source writes English (the treebanks are English); words and trees are not shared."""
         if side != "src" or self.cfg.src_tokenizer == "word":
             return None
-        from s2s.core.vocab import Shareable
-        from s2s.plugins.translation.tokenizer import Subwords
-
         return Shareable(self.cfg.src_tokenizer, frozenset({"en"}), self.cfg.src_vocab_size,
                          lambda batches, size: Subwords.train(batches, size, self.cfg.src_tokenizer), Subwords.load)
 
     def load_vocab(self, directory: Path) -> None:
         if self.cfg.src_tokenizer != "word":  # src_vocab.json holds a subword tokenizer
-            from s2s.plugins.translation.tokenizer import Subwords
-
             self.src_vocab = Subwords.load(Path(directory) / self.vocab_files[0])
             self.tgt_vocab = WordTokenizer.load(Path(directory) / self.vocab_files[1])
         else:

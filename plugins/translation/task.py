@@ -23,7 +23,7 @@ from s2s.core.errors import DataError
 
 from . import metrics, moses
 from .languages import LANGUAGE, UNSEGMENTED
-from .tokenizer import MODELS, Subwords, smallest_vocab
+from s2s.core.subwords import MODELS, Subwords, smallest_vocab
 
 log = logging.getLogger(__name__)
 

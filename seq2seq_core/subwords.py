@@ -1,4 +1,6 @@
 """Subword vocabularies trained with the `tokenizers` library: BPE or word-piece, over bytes.
+In the engine, not a plugin, because several tasks use them: translation, and parsing with a
+subword source that shares translation's English (`multitask.shared_vocab`).
 
 The paper encodes EN-DE with byte-pair encoding (a shared source-target vocabulary of about 37,000
 tokens) and EN-FR with a 32,000 word-piece vocabulary. Both models here run over byte-level
@@ -25,9 +27,9 @@ from typing import Iterable, Sequence
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from s2s.core.errors import DataError
-from s2s.core.vocab import SPECIALS, UNK
-from s2s.core.files import atomic_write_text
+from .errors import DataError
+from .files import atomic_write_text
+from .vocab import SPECIALS, UNK
 
 MODELS = ("bpe", "wordpiece")
 CONTINUATION = "\uff03\uff03"  # "＃＃"
