@@ -7,13 +7,13 @@ figures weighted by their `select` weights, the one figure a run is compared and
 (a single task's is its primary figure), and `seconds`: what validating took (it counts in
 run.max_minutes).
 
-Validation searches for the figure, not for the output, and so costs less than a test:
-* each dev hypothesis stops at DEV_LENGTH times its reference's tokens (`LengthCap`; under
-  the task's own limit): beyond it, a hypothesis's precision (n-grams, brackets) is below
-  1 / DEV_LENGTH whatever it holds, and young models that write on to the task's limit
-  (parsing's source + 300 tokens) are what made early validations slow;
-* the search runs in bf16 where the device computes it natively and decode.precision is fp32
-  (dev F1 / BLEU within 0.1 of fp32's: docs/performance.md).
+Validation searches for the figure, not for the output: each dev hypothesis stops at
+DEV_LENGTH times its reference's tokens (`LengthCap`; under the task's own limit). Beyond it, a
+hypothesis's precision (n-grams, brackets) is below 1 / DEV_LENGTH whatever it holds, and young
+models that write on to the task's limit (parsing's source + 300 tokens) are what made early
+validations slow. Dev is searched in decode.precision: bf16 and int8 moved the 64-sentence dev
+F1 of a 10-minute parser by 1.9 and 1.4 (docs/performance.md), more than a figure to select
+checkpoints by may move.
 """
 from __future__ import annotations
 
@@ -22,7 +22,6 @@ import time
 
 import torch
 
-from . import precision
 from .data import token_batches
 from .inference import checked_score, hypotheses
 from .members import Member
@@ -31,7 +30,7 @@ from .members import decode_settings
 from .task import Constraint
 from .vocab import EOS
 
-DEV_LENGTH = 1.5
+DEV_LENGTH = 2.0
 
 
 class LengthCap(Constraint):
@@ -80,15 +79,6 @@ class _Capped:
 
     def constraint(self, sources):
         return LengthCap(self.member.constraint(sources), torch.tensor([self.caps[s] for s in sources]), self.V)
-
-
-def dev_model(search_model, search_precision, device):
-    """The model dev search runs: bf16 where the device computes it natively and the run
-    searches in fp32 (`search_precision`, decode.precision), else the run's own search model."""
-    if precision.resolve(search_precision, device, "decode.precision") == "fp32" \
-            and precision.resolve("auto", device) == "bf16":
-        return precision.for_inference(search_model, "bf16")
-    return search_model
 
 
 def dev_loss(net, member: Member, group, max_tokens: int, eps: float, autocast) -> torch.Tensor:
@@ -145,9 +135,8 @@ def validate(net, search_model, members: list[Member], group, cfg, autocast, upd
         net.eval()
         try:
             with torch.no_grad():
-                searched = dev_model(search_model, cfg.decode.precision, group.device)
                 results = [(m, dev_loss(net, m, group, cfg.data.max_tokens, cfg.optim.label_smoothing, autocast),
-                            dev_score(searched, m, group, cfg)) for m in members]
+                            dev_score(search_model, m, group, cfg)) for m in members]
         finally:
             net.train()
     # a lone member's figures are the run's own: its prefix is empty and its loss the run's

@@ -1,12 +1,12 @@
 """The pieces that make search fast, each against the plain computation it replaces: beam rows
 that stay put (few cache copies, none reading a row another writes), the cache moved in place,
-sentences leaving the batch, dev search capped by the reference's length, its precision."""
+sentences leaving the batch, a batch searched in parts, dev search capped by the reference's length."""
 import pytest
 import torch
 
 from s2s.core.decoding import _keep_order, _stable_slots, generate
 from s2s.core.model import DecoderCache, Transformer
-from s2s.core.validation import LengthCap, dev_model
+from s2s.core.validation import LengthCap
 from s2s.core.vocab import EOS
 
 from test_decoding import sources, transformer
@@ -84,18 +84,6 @@ def test_a_length_cap_cuts_outputs_at_each_cap_and_changes_nothing_below_it(beam
     state = c.advance(state, torch.tensor([5]))
     mask = c.allowed(state, torch.tensor([8]))
     assert mask[0, EOS] and mask.sum() == 1
-
-
-def test_dev_search_runs_in_bf16_only_where_the_device_has_it(monkeypatch):
-    from s2s.core import precision
-
-    model = transformer()
-    monkeypatch.setattr(precision, "cpu_has_bf16", lambda: True)
-    fast = dev_model(model, "fp32", torch.device("cpu"))
-    assert next(fast.parameters()).dtype == torch.bfloat16 and next(model.parameters()).dtype == torch.float32
-    assert dev_model(model, "int8", torch.device("cpu")) is model  # a run searching in int8 keeps its model
-    monkeypatch.setattr(precision, "cpu_has_bf16", lambda: False)
-    assert dev_model(model, "fp32", torch.device("cpu")) is model
 
 
 @pytest.mark.parametrize("beam", [1, 3])
