@@ -338,7 +338,8 @@ def worktree(rev: str, tmp: Path) -> Path:
 
 def versus_baseline(rev: str, jobs: dict, threads: int, repeats: int, precisions: list[str]) -> dict:
     """`s2s generate RUN_DIR` of this tree against commit `rev`'s, interleaved, medians of
-    `repeats`; jobs: name -> (run directory, source lines, score function of the output lines)."""
+    `repeats`; jobs: name -> (run directory, source lines, score function of the output lines,
+    overrides for this tree only: settings the commit does not know)."""
     import subprocess
     import sys
     import tempfile
@@ -348,7 +349,7 @@ def versus_baseline(rev: str, jobs: dict, threads: int, repeats: int, precisions
     with tempfile.TemporaryDirectory(prefix="s2s-base-") as tmp:
         trees = {"this": None, rev: worktree(rev, Path(tmp))}
         try:
-            for name, (run_dir, sources, score) in jobs.items():
+            for name, (run_dir, sources, score, own) in jobs.items():
                 src = Path(tmp) / f"{name}.txt"
                 src.write_text("\n".join(sources) + "\n", encoding="utf-8")
                 variants = {(code, p): path for code, path in trees.items() for p in precisions}
@@ -357,7 +358,8 @@ def versus_baseline(rev: str, jobs: dict, threads: int, repeats: int, precisions
                     for (code, p), path in (list if r % 2 == 0 else reversed)(list(variants.items())):
                         head = "" if path is None else f"sys.path.insert(0, {str(path)!r}); "
                         cmd = [sys.executable, "-c", f"import sys; {head}from s2s.core.cli import main; sys.exit(main())",
-                               "generate", "-q", run_dir, f"decode.precision={p}", "run.device=cpu", f"run.threads={threads}"]
+                               "generate", "-q", run_dir, f"decode.precision={p}", "run.device=cpu", f"run.threads={threads}",
+                               *(own if path is None else [])]
                         t0 = time.perf_counter()
                         out = subprocess.run(cmd, stdin=src.open("rb"), capture_output=True, text=True, check=True)
                         seconds[(code, p)].append(time.perf_counter() - t0)
@@ -387,7 +389,9 @@ def parsing_job(run: str) -> tuple:
     cfg, member, _ = load_for_inference(run, Registry.installed(), ["run.device=cpu"])
     sources, _ = prepare(member.task, data_config(cfg), quiet=True).texts("test")
     gold = list(member.task.references("test"))
-    return run, sources, lambda trees: evalb(gold, trees).summary["f1"]
+    # the test split is tokenised already: this tree's raw-text tokenisation stays off, as in REV
+    own = ["task.tokenize=false"] if "tokenize" in member.task.cfg else []
+    return run, sources, lambda trees: evalb(gold, trees).summary["f1"], own
 
 
 def translation_job(run: str, n: int) -> tuple:
@@ -399,7 +403,7 @@ def translation_job(run: str, n: int) -> tuple:
     path = MULTI30K / "test_2016_flickr.en"
     sources = path.read_text(encoding="utf-8").splitlines()[:n]
     refs = path.with_suffix(".de").read_text(encoding="utf-8").splitlines()[:n]
-    return run, sources, lambda lines: member.task.score(lines, refs).value
+    return run, sources, lambda lines: member.task.score(lines, refs).value, []
 
 
 def main(argv=None) -> dict:
