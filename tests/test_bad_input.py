@@ -514,7 +514,7 @@ def test_damaged_and_stale_cache_are_rebuilt(world):
     corpus = corpus_copy(world, "stale")
     preset = translation_preset(world, "stale", corpus)
     assert s2s("prepare", str(preset), cwd=world["root"]).returncode == 0
-    cache = next((world["root"] / "cache_stale").iterdir())
+    cache = next(p for p in (world["root"] / "cache_stale").iterdir() if p.is_dir())  # beside its .lock file
     (cache / "valid.src.bin").write_bytes(b"\x00" * 8)  # damaged
     result = s2s("prepare", str(preset), cwd=world["root"])
     assert result.returncode == 0 and "valid.src.bin is damaged" in result.stderr.decode()
