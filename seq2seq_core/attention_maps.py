@@ -22,7 +22,7 @@ import torch
 
 from . import textio
 from .data import chunks
-from .decoding import generate
+from .decoding import generate, sentences_per_batch
 from .errors import ConfigError, UsageError
 from .files import atomic_write_text, remove_stale_temporaries, replacing
 from .idspace import N_SPECIAL
@@ -69,7 +69,7 @@ def draw_attention(run_dir, registry, input_path, output, task: str | None = Non
                     input_path, i + 1, len(ids[i]) + 1, model.max_positions)
     device = next(model.parameters()).device
     hyps = {}
-    for batch in chunks(keep, cfg.decode.max_sentences):  # the search `s2s generate` runs
+    for batch in chunks(keep, sentences_per_batch(cfg.decode.max_sentences, device)):  # the search `s2s generate` runs
         found = generate(model, source_batch([ids[i] for i in batch]).to(device), beam=settings.beam,
                          alpha=settings.alpha, max_len_a=settings.max_len_a, max_len_b=settings.max_len_b,
                          stop=settings.stop, constraint=member.constraint([lines[i] for i in batch]))

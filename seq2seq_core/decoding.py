@@ -40,7 +40,7 @@ def length_penalty(length, alpha: float):
 
 def top_k(x: Tensor, k: int, chunks: int = 64) -> tuple[Tensor, Tensor]:
     """The k largest values of each row of x [n, m] and their positions, largest first, as
-    torch.topk (ties may pick other positions), in a fraction of its time over long rows.
+    torch.topk (ties may pick other positions), in a fraction of its time over long rows on a CPU.
 
     For any partition of a row into chunks, its k largest values lie in the k chunks with the
     largest maxima: a value outside them would have those k maxima above it. The row is cut
@@ -50,7 +50,7 @@ def top_k(x: Tensor, k: int, chunks: int = 64) -> tuple[Tensor, Tensor]:
     """
     n, m = x.shape
     L = m // chunks
-    if L <= 4 * k:  # short rows: the chunks would hold most of the row
+    if L <= 4 * k or x.device.type != "cpu":  # short rows, or a GPU, where torch.topk is one kernel
         return x.topk(k, dim=1)
     grid = x[:, : L * chunks].view(n, L, chunks)
     best = grid.amax(1).topk(k, dim=1).indices  # [n, k] chunks
@@ -135,6 +135,15 @@ def _accepts(fn, name: str) -> bool:
         return name in inspect.signature(fn).parameters
     except (TypeError, ValueError):
         return False
+
+
+SENTENCES = {"cpu": 128}  # decode.max_sentences=0: sentences decoded together, by device type (others: 1,024)
+
+
+def sentences_per_batch(max_sentences: int, device) -> int:
+    """decode.max_sentences as set, or for 0 the device's own: 128 on a CPU (more only grows the
+    cache a step reads), 1,024 on a GPU (whose products need many rows to keep it busy)."""
+    return max_sentences or SENTENCES.get(torch.device(device).type, 1024)
 
 
 ROWS_PER_SEARCH = {"cpu": 1024}  # hypotheses searched at once, by device type (none given: all)

@@ -30,7 +30,7 @@ from omegaconf import OmegaConf
 from . import checkpoint, precision, textio
 from .config import load_config
 from .data import chunks
-from .decoding import generate
+from .decoding import generate, sentences_per_batch
 from .distributed import resolve_device
 from .errors import CheckpointError, ConfigError, DataError, UsageError, plugin_error
 from .files import remove_stale_temporaries, replacing
@@ -257,7 +257,7 @@ def unknown_words(task: Task | Member, source: str, ids: Sequence[int]) -> list[
 
 
 def translate(model, task: Task, sources: Sequence[str], settings: DecodeDefaults, device,
-              max_sentences: int = 128, progress=None, raw: bool = False) -> list[str]:
+              max_sentences: int = 0, progress=None, raw: bool = False) -> list[str]:
     """The task's output line for every source line, in input order: `hypotheses`, post-processed.
     `raw`: the lines are input as a person types it (`s2s generate`, the server), made into
     sources first (`prepared`); else they are sources already (a split's, say)."""
@@ -272,7 +272,7 @@ def translate(model, task: Task, sources: Sequence[str], settings: DecodeDefault
 
 @torch.no_grad()
 def hypotheses(model, task: Task, sources: Sequence[str], settings: DecodeDefaults, device,
-               max_sentences: int = 128, progress=None) -> list[str]:
+               max_sentences: int = 0, progress=None) -> list[str]:
     """The decoded target string (before post-processing) for every source line, in input order.
 
     On a CPU with n > 1 intra-op threads, n batches are searched at once, each on one thread:
@@ -302,7 +302,7 @@ def hypotheses(model, task: Task, sources: Sequence[str], settings: DecodeDefaul
                 raise plugin_error(task, "decode_target", f"returned {type(line).__name__}, not a str")
         return lines
 
-    batches = list(chunks(order, max_sentences))
+    batches = list(chunks(order, sentences_per_batch(max_sentences, device)))
     threads = torch.get_num_threads()
     workers = min(threads, len(batches)) if torch.device(device).type == "cpu" else 1
     try:
@@ -332,7 +332,7 @@ def generate_lines(model, task, cfg, raw: Iterable[bytes], name: str, out: IO[st
     the task displays it (`Task.display`, parsing: an indented tree), a blank line after each."""
     settings = decode_settings(task, cfg.decode)
     device = next(model.parameters()).device
-    block = cfg.decode.max_sentences * max(1, torch.get_num_threads())  # what one translate call shares out
+    block = sentences_per_batch(cfg.decode.max_sentences, device) * max(1, torch.get_num_threads())  # what one translate call shares out
     raw = iter(raw)
     number = bad = 0
     while chunk := list(islice(raw, block)):

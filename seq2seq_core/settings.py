@@ -104,7 +104,7 @@ class DecodeConfig:
     max_len_a: Optional[float] = setting(None, at_least(0))
     max_len_b: Optional[int] = setting(None, at_least(0))
     stop: Optional[Stop] = None  # when beam search leaves a sentence: bound (exact) or beam (fairseq's)
-    max_sentences: int = setting(128, at_least(1))  # sentences decoded together
+    max_sentences: int = setting(0, at_least(0, "0 = by device: 128 on a CPU, 1,024 on a GPU"))  # sentences decoded together
     precision: SearchPrecision = SearchPrecision.fp32  # fp32 | bf16 | int8 (CPU): the model searched with
 
 

@@ -104,3 +104,28 @@ def test_a_batch_searched_in_parts_gives_what_the_whole_batch_gives(beam, monkey
     monkeypatch.setitem(decoding.ROWS_PER_SEARCH, "cpu", 10 ** 6)
     assert [h.tokens for h in free] == [h.tokens for h in generate(model, src, beam=beam, alpha=0.6, max_len_a=1.0,
                                                                    max_len_b=3)]
+
+
+def test_decode_batches_by_device_unless_set():
+    """decode.max_sentences=0 (the default) means 128 sentences on a CPU and 1,024 on a GPU
+    (issue 28 finding 8); a value set is taken as written."""
+    from s2s.core.decoding import sentences_per_batch
+    from s2s.core.settings import DecodeConfig
+
+    assert DecodeConfig().max_sentences == 0
+    assert sentences_per_batch(0, "cpu") == 128 and sentences_per_batch(0, torch.device("cpu")) == 128
+    assert sentences_per_batch(0, "cuda") == 1024 and sentences_per_batch(0, "cuda:1") == 1024
+    assert sentences_per_batch(64, "cuda") == 64 and sentences_per_batch(7, "cpu") == 7
+
+
+def test_top_k_off_the_cpu_is_one_torch_topk():
+    """The chunked top-k pays on a CPU only; elsewhere a row's k best are torch.topk's one call."""
+    from unittest import mock
+
+    from s2s.core.decoding import top_k
+
+    x = mock.MagicMock(shape=(8, 37000))
+    x.device.type = "cuda"
+    assert top_k(x, 8) is x.topk.return_value
+    x.topk.assert_called_once_with(8, dim=1)
+    assert not x.amax.called and not x.view.called
