@@ -146,7 +146,7 @@ def sentences_per_batch(max_sentences: int, device) -> int:
     return max_sentences or SENTENCES.get(torch.device(device).type, 1024)
 
 
-ROWS_PER_SEARCH = {"cpu": 1024}  # hypotheses searched at once, by device type (none given: all)
+ROWS_PER_SEARCH = {"cpu": 512}  # hypotheses searched at once, by device type (none given: all)
 
 
 def generate(model, src: Tensor, beam: int, alpha: float, max_len_a: float, max_len_b: int,
