@@ -50,15 +50,20 @@ def read_parallel(src: str | Path, tgt: str | Path, drop_empty: bool = True) -> 
     files and both counts), and while iterating at the first line that is not UTF-8.
     """
     src, tgt = Path(src), Path(tgt)
+    if aligned_lines(src, tgt) == 0:
+        raise DataError(f"parallel files {src} and {tgt} are empty")
+    return _pairs(src, tgt, drop_empty)
+
+
+def aligned_lines(src: Path, tgt: Path) -> int:
+    """The line count of two parallel files; a DataError when one is missing or the counts differ."""
     for path in (src, tgt):
         if not path.is_file():
             raise DataError(f"file {path} does not exist")
     n_src, n_tgt = count_lines(src), count_lines(tgt)
     if n_src != n_tgt:
         raise DataError(f"parallel files differ in length: {src} has {n_src} lines, {tgt} has {n_tgt}")
-    if n_src == 0:
-        raise DataError(f"parallel files {src} and {tgt} are empty")
-    return _pairs(src, tgt, drop_empty)
+    return n_src
 
 
 def _pairs(src: Path, tgt: Path, drop_empty: bool) -> Iterator[tuple[str, str]]:

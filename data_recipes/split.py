@@ -18,7 +18,7 @@ from s2s.core import textio
 from s2s.core.errors import DataError
 from s2s.core.files import replacing
 
-from .parallel_text import count_lines
+from .parallel_text import aligned_lines
 
 SPLITS = ("train", "valid", "test")
 
@@ -39,12 +39,7 @@ def split_corpus(source: str | Path, target: str | Path, directory: str | Path, 
     langs = language(source), language(target)
     if langs[0] == langs[1]:
         raise DataError(f"{source} and {target} both end in .{langs[0]}: name each file after its language")
-    for path in (source, target):
-        if not path.is_file():
-            raise DataError(f"file {path} does not exist")
-    n, m = count_lines(source), count_lines(target)
-    if n != m:
-        raise DataError(f"parallel files differ in length: {source} has {n} lines, {target} has {m}")
+    n = aligned_lines(source, target)
     if valid < 0 or test < 0 or valid + test >= n:
         raise DataError(f"{source} has {n} lines: too few for {valid} valid and {test} test lines and some to train on")
     outputs = {(split, lang): directory / f"{split}.{lang}" for split in SPLITS for lang in langs}

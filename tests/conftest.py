@@ -72,6 +72,22 @@ def tiny(tmp_path):
     return make
 
 
+def tiny_run(tmp: Path, preset: str, *extra: str) -> Path:
+    """A preset trained as a 2-layer, d_model 32 model in tmp (its run and cache folders there),
+    on one thread; `extra` overrides the rest. Returns the run directory."""
+    from s2s.core.config import load_config
+    from s2s.core.registry import Registry
+    from s2s.core.train import train
+
+    registry = Registry.installed()
+    cfg = load_config(preset, ["model.layers=2", "model.d_model=32", "model.d_ff=64", "model.heads=2",
+                               "run.log_interval=5", "run.quiet=true", "run.threads=1", "run.device=cpu",
+                               f"run.dir={tmp / 'run'}", f"data.cache_dir={tmp / 'cache'}", *extra],
+                      registry=registry)
+    train(cfg, registry, quiet=True)
+    return Path(cfg.run.dir)
+
+
 def task_keys(preset: str, *settings: str) -> list[str]:
     """Overrides `KEY=VALUE` of the task section: `task.KEY=VALUE` for a single-task preset,
     `tasks.MEMBER.task.KEY=VALUE` for every member of a multi-task one."""

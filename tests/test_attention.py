@@ -15,7 +15,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from conftest import task_keys
+from conftest import task_keys, tiny_run
 from s2s.core.cli import main
 from s2s.core.config import load_config
 from s2s.core.data import prepare
@@ -26,32 +26,22 @@ from s2s.core.members import decode_settings
 from s2s.core.registry import Registry
 from s2s.core.train import train
 
-TINY = ["model.layers=2", "model.d_model=32", "model.d_ff=64", "model.heads=2", "run.log_interval=5",
-        "run.quiet=true", "run.threads=1", "run.device=cpu"]
 NEW = ["model.d_k=8", "model.d_v=8", "model.positions=learned"]
-
-
-def _train(tmp: Path, preset: str, *extra: str) -> str:
-    registry = Registry.installed()
-    cfg = load_config(preset, [*TINY, f"run.dir={tmp / 'run'}", f"data.cache_dir={tmp / 'cache'}", *extra],
-                      registry=registry)
-    train(cfg, registry, quiet=True)
-    return cfg.run.dir
 
 
 @pytest.fixture(scope="module")
 def demo_run(tmp_path_factory):
-    return _train(tmp_path_factory.mktemp("demo"), "demo", *NEW, "task.train_size=1000", "task.valid_size=10",
+    return str(tiny_run(tmp_path_factory.mktemp("demo"), "demo", *NEW, "task.train_size=1000", "task.valid_size=10",
                   "task.test_size=40", "optim.max_updates=120", "optim.warmup=40", "run.valid_interval=120",
-                  "run.save_interval=120", "model.max_positions=64", "data.max_len=64")
+                  "run.save_interval=120", "model.max_positions=64", "data.max_len=64"))
 
 
 @pytest.fixture(scope="module")
 def multitask_run(tmp_path_factory):
-    return _train(tmp_path_factory.mktemp("multi"), "multitask_demo",
+    return str(tiny_run(tmp_path_factory.mktemp("multi"), "multitask_demo",
                   *task_keys("multitask_demo", "train_size=300", "valid_size=6", "test_size=6"),
                   "data.max_tokens=300", "optim.warmup=10", "optim.max_updates=30", "run.valid_interval=30",
-                  "run.save_interval=30")
+                  "run.save_interval=30"))
 
 
 def _test_sources(run_dir, n, task=None):

@@ -21,35 +21,24 @@ from pathlib import Path
 import pytest
 
 from cli_checks import s2s
-from conftest import NLTK_DATA, needs, task_keys
+from conftest import NLTK_DATA, needs, task_keys, tiny_run
 from s2s.core.config import load_config
 from s2s.core.data import prepare
 from s2s.core.members import build_members, pick
 from s2s.core.registry import Registry
 from s2s.core.serve import MAX_CHARS, MAX_SENTENCES
-from s2s.core.train import train
 
-TINY = ["model.layers=2", "model.d_model=32", "model.d_ff=64", "model.heads=2", "run.log_interval=50",
-        "run.quiet=true", "run.threads=1", "run.device=cpu"]
 RAW = ["The dog sees a cat.", "Prices rose 10% in the quarter.", "I don't know (really)."]
 
 
-def train_run(tmp: Path, preset: str, *extra: str) -> Path:
-    registry = Registry.installed()
-    cfg = load_config(preset, [*TINY, f"run.dir={tmp / 'run'}", f"data.cache_dir={tmp / 'cache'}", *extra],
-                      registry=registry)
-    train(cfg, registry, quiet=True)
-    return Path(cfg.run.dir)
-
-
 def demo(tmp: Path) -> Path:
-    return train_run(tmp, "demo", "task.train_size=1000", "task.valid_size=10", "task.test_size=40",
+    return tiny_run(tmp, "demo", "run.log_interval=50", "task.train_size=1000", "task.valid_size=10", "task.test_size=40",
                      "optim.max_updates=120", "optim.warmup=40", "run.valid_interval=120", "run.save_interval=120",
                      "model.max_positions=64", "data.max_len=64")
 
 
 def parser(tmp: Path) -> Path:
-    return train_run(tmp, "ptb_sample_parsing", f"task.nltk_data={NLTK_DATA}", "model.layers=1", "model.d_model=64",
+    return tiny_run(tmp, "ptb_sample_parsing", "run.log_interval=50", f"task.nltk_data={NLTK_DATA}", "model.layers=1", "model.d_model=64",
                      "model.d_ff=128", "data.max_tokens=2500", "optim.max_updates=60", "optim.warmup=20",
                      "optim.lr_scale=1.0", "run.valid_interval=60", "run.save_interval=60", "run.valid_max_sentences=4",
                      "run.average_last=0", "run.precision=fp32", "decode.beam=2")
@@ -304,7 +293,7 @@ def test_parsing_outputs_are_s2s_generates_and_every_tree_is_drawn(tmp_path_fact
 
 @pytest.mark.slow
 def test_a_multitask_run_serves_every_member(tmp_path_factory, tmp_path):
-    run = train_run(tmp_path_factory.mktemp("multi"), "multitask_demo",
+    run = tiny_run(tmp_path_factory.mktemp("multi"), "multitask_demo", "run.log_interval=50",
                     *task_keys("multitask_demo", "train_size=300", "valid_size=6", "test_size=6"),
                     "data.max_tokens=300", "optim.warmup=10", "optim.max_updates=30", "run.valid_interval=30",
                     "run.save_interval=30")

@@ -62,12 +62,17 @@ def _translation(data, src="en", tgt="de", size=300) -> dict:
                      "test_prefix": "test"}}
 
 
-def test_the_shared_vocabulary_gives_one_id_for_a_word_two_members_both_use(registry, tmp_path):
+def _parser_and_translation(tmp_path):
+    """A multi-task preset: a parser whose source is a BPE of English, and English -> German."""
     data = _text(tmp_path / "text", {"en": "", "de": "en"})
     trees = _trees(tmp_path / "trees")
     parse = {"task": {"name": "parsing", "corpus": "lines", "data_dir": str(trees), "scheme": "tags_words",
                       "constrained": True, "src_tokenizer": "bpe", "src_vocab_size": 280, "tokenize": False}}
-    preset, overrides = _preset(tmp_path, {"parse": parse, "translate": _translation(data)})
+    return _preset(tmp_path, {"parse": parse, "translate": _translation(data)})
+
+
+def test_the_shared_vocabulary_gives_one_id_for_a_word_two_members_both_use(registry, tmp_path):
+    preset, overrides = _parser_and_translation(tmp_path)
     trainer = Trainer(load_config(preset, overrides, registry=registry), registry, quiet=True)
     p, t = trainer.members
     assert p.share == {"src": 0} and t.share == {"src": 0, "tgt": 0}  # English with the same tokenizer
@@ -86,11 +91,7 @@ def test_the_shared_vocabulary_gives_one_id_for_a_word_two_members_both_use(regi
 
 @pytest.mark.slow
 def test_a_parser_with_a_subword_source_shared_with_translation_trains_and_parses(registry, tmp_path, capsys):
-    data = _text(tmp_path / "text", {"en": "", "de": "en"})
-    trees = _trees(tmp_path / "trees")
-    parse = {"task": {"name": "parsing", "corpus": "lines", "data_dir": str(trees), "scheme": "tags_words",
-                      "constrained": True, "src_tokenizer": "bpe", "src_vocab_size": 280, "tokenize": False}}
-    preset, overrides = _preset(tmp_path, {"parse": parse, "translate": _translation(data)})
+    preset, overrides = _parser_and_translation(tmp_path)
     result = train(load_config(preset, overrides, registry=registry), registry, quiet=True)
     assert set(result["test"]) == {"parse", "translate"}
     src = tmp_path / "in.txt"
