@@ -1,4 +1,4 @@
-"""Freed memory handed back to the operating system after a search.
+"""Freed memory handed back to the operating system after validation's search.
 
 glibc's malloc keeps the memory of freed tensors for reuse instead of returning it, so a
 training process that searches (validation, the test decode) holds the search's key/value

@@ -27,7 +27,7 @@ from typing import IO, Iterable, Sequence
 import torch
 from omegaconf import OmegaConf
 
-from . import checkpoint, heap, precision, textio
+from . import checkpoint, precision, textio
 from .config import load_config
 from .data import chunks
 from .decoding import generate, sentences_per_batch
@@ -317,7 +317,6 @@ def hypotheses(model, task: Task, sources: Sequence[str], settings: DecodeDefaul
     finally:
         torch.set_num_threads(threads)
         model.train(was_training)
-        heap.release()  # the search's caches are free now: hand them back (a training run's peak)
     return out
 
 

@@ -22,6 +22,7 @@ import time
 
 import torch
 
+from . import heap
 from .data import token_batches
 from .inference import checked_score, hypotheses
 from .members import Member
@@ -107,6 +108,7 @@ def dev_score(search_model, member: Member, group, cfg):
     searched = _Capped(member, caps, member.tgt_vocab or member.task.tgt_vocab_size)
     hyps = hypotheses(search_model, searched, sources[group.rank::group.world],
                       decode_settings(member.task, cfg.decode), group.device, cfg.decode.max_sentences)
+    heap.release()  # the search's caches, free now, are not kept on top of training's heap
     shares = group.gather(hyps)
     hyps = [shares[i % group.world][i // group.world] for i in range(len(sources))]
     return checked_score(member, member.score(hyps, refs, sources))
