@@ -143,6 +143,7 @@ class RunConfig:
     log_interval: int = setting(100, at_least(1))
     valid_interval: int = setting(1000, at_least(1))  # updates between validations (loss and task metric; the best model is kept)
     valid_max_sentences: int = setting(0, at_least(0, "0 = all"))  # decode at most this many dev sentences for the metric (0 = all)
+    valid_beam: int = setting(0, at_least(0, "0 = the task's beam"))  # dev search's beam for the metric, at most the task's (0 = the task's)
     save_interval: int = setting(1000, at_least(1))  # updates between checkpoints
     # also stop after this many minutes of training, across resumes (0 = off): updates, validation and
     # checkpoints count; data preparation and what follows the budget (averaging, the chosen model's dev

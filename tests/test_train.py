@@ -171,3 +171,23 @@ def test_the_average_is_tested_unless_the_best_scores_higher_and_resuming_keeps_
     assert result["dev_select"] == {"checkpoint_average.pt": 35.0, "checkpoint_best.pt": 30.0}
     assert checkpoint.load(run / "checkpoint_best.pt")["update"] == 8
     assert checkpoint.tested(run)[1] == run / "checkpoint_average.pt"
+
+
+def test_run_valid_beam_narrows_only_the_dev_search(registry, tiny, monkeypatch):
+    """run.valid_beam=1 searches dev greedily (a figure to select by, at a fraction of the cost);
+    a larger run.valid_beam never widens the task's beam, and 0 keeps it."""
+    import s2s.core.validation as validation
+
+    beams, real = [], validation.hypotheses
+
+    def recording(model, task, sources, settings, *args):
+        beams.append(settings.beam)
+        return real(model, task, sources, settings, *args)
+
+    monkeypatch.setattr(validation, "hypotheses", recording)
+    for valid_beam, expected in ((1, 1), (50, 4), (0, 4)):
+        beams.clear()
+        result = train(_cfg(registry, tiny, "optim.max_updates=4", "decode.beam=4", f"run.valid_beam={valid_beam}"),
+                       registry, quiet=True)
+        assert beams and set(beams) == {expected}, valid_beam
+        assert result["dev_select"]  # selection ran on the validation's figure
