@@ -54,6 +54,7 @@ from s2s.core.train import train  # noqa: E402
 #: what the fine-tuned parser changes in ptb_sample_parsing: the pre-training model's shape, a BPE source
 FINE_TUNE = ["model.layers=3", "task.src_tokenizer=bpe", "task.src_vocab_size=8000"]
 VALID = 500  # updates between validations in every run: (c)'s curves (--valid-interval)
+B_SETTINGS = ("single", "joint", "fine_tuned")  # (b)'s three ways
 EVERY: list[str] = []  # settings for every run (the command line's overrides)
 
 
@@ -119,6 +120,8 @@ def main() -> None:
     p.add_argument("--pretrain-shares", type=float, nargs="+", default=[1 / 3, 1 / 2, 2 / 3],
                    help="(b): shares of the budget spent pre-training, one fine-tuning run each (chosen on dev)")
     p.add_argument("--parts", nargs="+", default=["a", "b"], choices=["a", "b"], help="(c) comes with (b)")
+    p.add_argument("--settings", nargs="+", default=list(B_SETTINGS), choices=B_SETTINGS,
+                   help="(b): the settings run now; the file's figures of the others are kept")
     p.add_argument("--dir", default="runs/transfer_budget")
     p.add_argument("--name", default="transfer_budget")
     p.add_argument("--valid-interval", type=int, default=VALID, help="updates between validations, every run")
@@ -132,11 +135,11 @@ def main() -> None:
     VALID, EVERY[:] = args.valid_interval, args.overrides
     d, n = args.dir, args.sentences
     result = {"command": " ".join(["python", *sys.argv]), "note": args.note, "machine": machine(), "load_avg": []}
-    previous = RESULTS / f"{args.name}.json"  # the parts not run now are kept
-    if previous.is_file():
-        done = {"a"} if "a" not in args.parts else set()
-        done |= {"b", "c"} if "b" not in args.parts else set()
-        result.update({k: v for k, v in json.loads(previous.read_text()).items() if k in done})
+    path = RESULTS / f"{args.name}.json"  # the parts (and settings of (b)) not run now are kept
+    previous = json.loads(path.read_text()) if path.is_file() else {}
+    done = {"a"} if "a" not in args.parts else set()
+    done |= {"b", "c"} if "b" not in args.parts else set()
+    result.update({k: v for k, v in previous.items() if k in done})
 
     def save(key, value):
         result[key] = value
@@ -158,34 +161,47 @@ def main() -> None:
         save("a", a)
 
     if "b" in args.parts:
-        B, b = args.parsing_minutes, {}
-        b["single"] = run(reg, "ptb_sample_parsing", B, f"{d}/parse_single", sentences=n)
-        save("b", b)
-        b["joint"] = run(reg, "ptb_sample_parsing_multi30k", B, f"{d}/parse_joint", sentences=n)
-        save("b", b)
-        b["fine_tuned"] = {}
-        for share in sorted(args.pretrain_shares):
-            pre = run(reg, "multi30k_en_de", share * B, f"{d}/pretrain", sentences=n)
-            tuned = run(reg, "ptb_sample_parsing", (1 - share) * B, f"{d}/parse_tuned_{share:.2f}", *FINE_TUNE,
-                        f"run.init_from={d}/pretrain", sentences=n)
-            b["fine_tuned"][f"{share:.2f}"] = {"pretrain": pre, "fine_tune": tuned}
+        B = args.parsing_minutes
+        b = {k: v for k, v in previous.get("b", {}).items() if k in B_SETTINGS and k not in args.settings}
+        result["b"] = b  # the settings run before (kept), then those run now
+        if "single" in args.settings:
+            b["single"] = run(reg, "ptb_sample_parsing", B, f"{d}/parse_single", sentences=n)
             save("b", b)
+        if "joint" in args.settings:
+            b["joint"] = run(reg, "ptb_sample_parsing_multi30k", B, f"{d}/parse_joint", sentences=n)
+            save("b", b)
+        if "fine_tuned" in args.settings:
+            b["fine_tuned"] = {}
+            for share in sorted(args.pretrain_shares):
+                pre = run(reg, "multi30k_en_de", share * B, f"{d}/pretrain", sentences=n)
+                tuned = run(reg, "ptb_sample_parsing", (1 - share) * B, f"{d}/parse_tuned_{share:.2f}", *FINE_TUNE,
+                            f"run.init_from={d}/pretrain", sentences=n)
+                b["fine_tuned"][f"{share:.2f}"] = {"pretrain": pre, "fine_tune": tuned}
+                save("b", b)
         f1 = lambda r, split: r["scores"]["ptb_sample_parsing" if "ptb_sample_parsing" in r["scores"] else "parse"][split]["f1_all"]  # noqa: E731
-        chosen = max(b["fine_tuned"], key=lambda s: f1(b["fine_tuned"][s]["fine_tune"], "valid"))
-        settings = {"single": b["single"], "joint": b["joint"], "fine_tuned": b["fine_tuned"][chosen]["fine_tune"]}
-        b["chosen_share_on_dev"] = float(chosen)
+        settings = {name: b[name] for name in ("single", "joint") if name in b}
+        if b.get("fine_tuned"):
+            chosen = max(b["fine_tuned"], key=lambda s: f1(b["fine_tuned"][s]["fine_tune"], "valid"))
+            settings["fine_tuned"] = b["fine_tuned"][chosen]["fine_tune"]
+            b["chosen_share_on_dev"] = float(chosen)
         b["f1_all"] = {name: {split: f1(r, split) for split in ("valid", "test")} for name, r in settings.items()}
-        best = max(("joint", "fine_tuned"), key=lambda name: b["f1_all"][name]["valid"])  # chosen on dev
-        b["best_transfer_on_dev"] = best
-        b["gain_over_single"] = {split: round(b["f1_all"][best][split] - b["f1_all"]["single"][split], 2)
-                                 for split in ("valid", "test")}
-        b["target_met"] = b["gain_over_single"]["test"] >= 2 and b["gain_over_single"]["valid"] > 0
+        transfer = [name for name in ("joint", "fine_tuned") if name in settings]
+        if "single" in settings and transfer:
+            best = max(transfer, key=lambda name: b["f1_all"][name]["valid"])  # chosen on dev
+            b["best_transfer_on_dev"] = best
+            b["gain_over_single"] = {split: round(b["f1_all"][best][split] - b["f1_all"]["single"][split], 2)
+                                     for split in ("valid", "test")}
+            b["target_met"] = b["gain_over_single"]["test"] >= 2 and b["gain_over_single"]["valid"] > 0
+            b["settings_compared"] = ["single", *transfer]  # a setting not yet run is missing here
         save("b", b)
 
-        joint, single = dev_curve(f"{d}/parse_joint", "translate"), dev_curve(f"{d}/pretrain", None)
+    if "b" in args.parts and "joint" in result["b"]:
+        # the single-task curve: the pre-training run of (b), else the bilingual EN-DE run of (a)
+        single_dir = f"{d}/pretrain" if Path(f"{d}/pretrain").is_dir() else f"{d}/en_de"
+        joint, single = dev_curve(f"{d}/parse_joint", "translate"), dev_curve(single_dir, None)
         rows = [{"member_updates": k, "joint_nll": round(v, 4), "single_nll": round(s, 4), "ratio": round(v / s, 4)}
                 for k, v in joint if (s := at(single, k)) is not None]
-        save("c", {"joint_curve": joint, "single_curve": single, "matched": rows,
+        save("c", {"single_run": single_dir, "joint_curve": joint, "single_curve": single, "matched": rows,
                    "target_met": bool(rows) and all(r["ratio"] <= 1.03 for r in rows)})
     print(json.dumps({"a: multilingual / bilingual BLEU": result.get("a", {}).get("ratio"),
                       "b: F1 over all sentences": result.get("b", {}).get("f1_all"),

@@ -61,6 +61,10 @@ class Trainer:
 
         g.agreed(claim, rank0_only=True)
         self.members = build_members(cfg, registry)
+        if len(self.members) > 1 and not cfg.model.pre_norm and g.rank == 0:
+            log.warning("a multi-task run with model.pre_norm=false: in post-norm layers the encoder can learn to "
+                        "ignore its source behind the task token every source shares (docs/multitask.md); "
+                        "model.pre_norm=true avoids it")
         sizes = prepare(self.members, cfg, g, quiet or cfg.run.quiet)  # the data, early checks; the id space
 
         torch.manual_seed(cfg.run.seed)  # the same initial parameters on every process

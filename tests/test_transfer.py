@@ -109,7 +109,7 @@ def test_a_member_is_fine_tuned_out_of_a_multi_task_run(registry, tmp_path):
     train(cfg, registry, quiet=True)
     members = list(cfg.tasks)
     trainer = _trainer(registry, tmp_path, f"run.init_from={joint}", "run.init_member=parse", "task.mode=parse",
-                       "task.train_size=200")
+                       "task.train_size=200", "model.pre_norm=true")  # the joint preset's
     try:
         theirs = _tested(joint)["model"]
         from s2s.core.idspace import join
