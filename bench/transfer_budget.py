@@ -1,6 +1,8 @@
 """Transfer between tasks at an equal total budget (issue 23, item 4), on the presets' 2 threads.
 
     python bench/transfer_budget.py --multilingual-minutes 20 --parsing-minutes 30      # ~3 h 15 min
+    python bench/transfer_budget.py --parts b --settings joint single                    # (b) in parts: ~70 min
+    python bench/transfer_budget.py --parts b --settings fine_tuned                      # ~2 h; the rest is kept
     python bench/transfer_budget.py --multilingual-minutes 1 --parsing-minutes 1 --pretrain-shares 0.5 \
         --sentences 40 --valid-interval 25 --dir runs/transfer_check --name transfer_budget_check \
         decode.beam=2                                   # the script end to end, in about half an hour
@@ -25,7 +27,8 @@ Every preset keeps its own tuning (chosen on dev); the runs go one after another
 machine's load touches them in turn, not alike: run it on a quiet machine. One run a setting,
 not medians of several (the budget is hours). Writes bench/results/NAME.json (default
 transfer_budget) after every run, with the machine's facts and its load average; `--parts a`
-or `--parts b` runs one part and keeps the other's figures in the file.
+or `--parts b` runs one part and keeps the other's figures in the file, and `--settings` runs
+some of (b)'s settings, in the order given, keeping the file's figures of the others.
 """
 from __future__ import annotations
 
@@ -164,13 +167,15 @@ def main() -> None:
         B = args.parsing_minutes
         b = {k: v for k, v in previous.get("b", {}).items() if k in B_SETTINGS and k not in args.settings}
         result["b"] = b  # the settings run before (kept), then those run now
-        if "single" in args.settings:
-            b["single"] = run(reg, "ptb_sample_parsing", B, f"{d}/parse_single", sentences=n)
-            save("b", b)
-        if "joint" in args.settings:
-            b["joint"] = run(reg, "ptb_sample_parsing_multi30k", B, f"{d}/parse_joint", sentences=n)
-            save("b", b)
-        if "fine_tuned" in args.settings:
+        for setting in args.settings:  # in the order given
+            if setting == "single":
+                b["single"] = run(reg, "ptb_sample_parsing", B, f"{d}/parse_single", sentences=n)
+                save("b", b)
+                continue
+            if setting == "joint":
+                b["joint"] = run(reg, "ptb_sample_parsing_multi30k", B, f"{d}/parse_joint", sentences=n)
+                save("b", b)
+                continue
             b["fine_tuned"] = {}
             for share in sorted(args.pretrain_shares):
                 pre = run(reg, "multi30k_en_de", share * B, f"{d}/pretrain", sentences=n)
