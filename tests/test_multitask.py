@@ -162,3 +162,15 @@ def test_multitask_demo_trains_logs_tests_and_generates_per_member(registry, tin
     assert main(["plot", str(tmp_path / "run"), "--output", str(tmp_path / "plots")]) == 0
     written = {line.rpartition("/")[2] for line in capsys.readouterr().out.split()}
     assert {"loss.png", "lr.png", "bleu.png", "f1.png", "select.png"} <= written  # a curve per member
+
+
+def test_a_post_norm_multi_task_run_is_warned_of_and_the_presets_are_pre_norm(registry, tiny, caplog, tmp_path):
+    """Post-norm encoders learned to ignore their source behind the shared task token
+    (docs/multitask.md): the multi-task presets are pre-norm, and a post-norm run says so."""
+    for preset in ("multitask_demo", "multi30k_en_de_fr", "ptb_sample_parsing_multi30k"):
+        assert load_config(preset, registry=registry).model.pre_norm, preset
+    for pre_norm, warned in ((True, False), (False, True)):
+        caplog.clear()
+        train(_cfg(registry, tiny, "optim.max_updates=2", f"model.pre_norm={pre_norm}", f"run.dir={tmp_path / str(pre_norm)}"),
+              registry, quiet=True)
+        assert any("model.pre_norm=true avoids it" in r.getMessage() for r in caplog.records) == warned

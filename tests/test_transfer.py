@@ -135,6 +135,10 @@ def test_a_model_of_another_shape_is_named(source, capsys, tmp_path):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err and "model.d_ff is 64 there and 128 here" in err, err
+    argv[argv.index("model.d_ff=128")] = "model.pre_norm=true"  # the same shapes but for two LayerNorms
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "model.pre_norm is False there and True here; set model.pre_norm=False" in err, err
 
 
 @pytest.mark.slow
