@@ -15,9 +15,23 @@ target tokens (BOS + ids, as the trainer counts them).
 
 Precisions alternate run by run (fp32, bf16, fp32, bf16, ...), so that a change in the machine's
 load touches both alike; figures are medians over rounds, and the bf16 / fp32 ratio is the median
-of the per-round ratios. Right before every run the fp32 and the bf16 `torch.mm` rates (1024 x
+of the per-round ratios. Each run's peak resident memory is its process's VmHWM. Right before every run the fp32 and the bf16 `torch.mm` rates (1024 x
 1024, the same threads) are probed: the run's model FLOP/s (sentences/s times the mean FLOPs of
 one training pair of the corpus, s2s.core.model.Transformer.flops) is reported against both. The isolated update of bench/train_step.py is a different figure.
+
+`--peers fairseq` races fairseq on the same model, pairs and batches, interleaved with the s2s
+runs (issue 27's race: 150-second runs, the first 20 updates left out):
+
+    python -m bench.train_throughput --peers fairseq --rounds 2 --seconds 150 --warmup-updates 20 \
+        --set task.vocab_size=10000 data.max_tokens=4096 --name train_race
+
+fairseq reads the s2s run's own subword ids (written as id strings, one joined dictionary), and
+trains `--arch transformer` with the preset's layers, sizes, dropout, label smoothing, Adam and
+peak learning rate, `--max-tokens` = data.max_tokens, fp32 on the CPU with the same threads
+(OMP_NUM_THREADS); its sentences/s come from its `train_inner` log records (bsz x ups, timed
+by their `wall` clock). fairseq is not a dependency: install it into its own environment
+(bench/fairseq_parsing.py says how) and give `--fairseq-bin`; without it the race runs s2s
+alone and says so in one line.
 """
 from __future__ import annotations
 
@@ -25,6 +39,9 @@ import s2s.core  # noqa: E402,F401  before torch: the CPU runtime defaults (s2s.
 
 import argparse
 import json
+import os
+import re
+import shutil
 import signal
 import statistics
 import subprocess
@@ -39,6 +56,7 @@ from bench.common import MULTI30K, flop_formula, mm_rate, runtime_env, table, wr
 
 REPO = Path(__file__).resolve().parent.parent
 PRESET = "multi30k_en_de"
+FAIRSEQ_RECORD = re.compile(r"\| train_inner \| (\{.*\})")
 
 
 def overrides(data_dir: str, cache_dir: str, threads: int, log_interval: int) -> list[str]:
@@ -56,6 +74,7 @@ def pair_flops(common: list[str]) -> tuple[float, dict]:
     from s2s.core.idspace import join
     from s2s.core.members import Member, build_task
     from s2s.core.model import Transformer
+    from s2s.core.optim import lrate
 
     registry = Registry.installed()
     cfg = load_config(PRESET, common, registry=registry)
@@ -65,8 +84,11 @@ def pair_flops(common: list[str]) -> tuple[float, dict]:
         net = Transformer(cfg.model, *join([Member(task.name, task)]))
     total = net.flops(train.src_lens, train.tgt_lens)
     m = cfg.model
-    model = {"layers": m.layers, "d_model": m.d_model, "d_ff": m.d_ff, "heads": m.heads,
-             "vocab": task.tgt_vocab_size, "max_tokens": cfg.data.max_tokens, "train_pairs": len(train.src_lens)}
+    o = cfg.optim
+    model = {"layers": m.layers, "d_model": m.d_model, "d_ff": m.d_ff, "heads": m.heads, "dropout": m.dropout,
+             "vocab": task.tgt_vocab_size, "max_tokens": cfg.data.max_tokens, "train_pairs": len(train.src_lens),
+             "label_smoothing": o.label_smoothing, "warmup": o.warmup,
+             "peak_lr": lrate(o.warmup, m.d_model, o.warmup, o.lr_scale)}
     return total / len(train.src_lens), model
 
 
@@ -90,33 +112,107 @@ def steady_state(records: list[dict], warmup: int) -> dict | None:
             "tgt_tokens_per_s": round(tokens / elapsed, 1)}
 
 
-def timed_run(precision: str, common: list[str], warmup: int, seconds: float, run_dir: Path) -> dict:
-    """One `s2s train` subprocess, stopped once its steady-state span is `seconds` long."""
-    cmd = [sys.executable, "-m", "s2s.core.cli", "train", "-q", PRESET, *common,
-           f"run.dir={run_dir}", f"run.precision={precision}"]
-    log = run_dir.with_suffix(".log")
-    t0 = time.monotonic()
+def vm_hwm_mib(pid: int) -> float:
+    """The peak resident memory of a live process so far (VmHWM), MiB; 0 once it is gone."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def timed(cmd: list[str], log: Path, measure, seconds: float, env: dict | None = None) -> dict:
+    """Run `cmd` (output to `log`) until `measure()` (None until there is a span) reports a span
+    of `seconds`, then stop it: that span's figures, the wall time and the peak RSS."""
+    t0, peak, measured = time.monotonic(), 0.0, None
     with open(log, "w") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
-        measured = None
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
         try:
             while proc.poll() is None:
                 time.sleep(1.0)
-                if (run_dir / "metrics.jsonl").is_file():
-                    from s2s.core.runlog import read_metrics
-
-                    measured = steady_state(read_metrics(run_dir), warmup)
-                    if measured and measured["seconds"] >= seconds:
-                        break
+                peak = max(peak, vm_hwm_mib(proc.pid))
+                measured = measure()
+                if measured and measured["seconds"] >= seconds:
+                    break
         finally:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
                 proc.wait(timeout=60)
     if not measured or measured["seconds"] < seconds:
-        raise RuntimeError(f"run {run_dir} ended before its span was measured:\n{log.read_text()[-3000:]}")
+        raise RuntimeError(f"{cmd[0]} ended before its span was measured:\n{log.read_text()[-3000:]}")
     warnings = [line for line in log.read_text().splitlines() if "WARNING" in line]
-    return {**measured, "wall_s": round(time.monotonic() - t0, 1), "command": " ".join(cmd[1:]),
-            "warnings": warnings}
+    return {**measured, "wall_s": round(time.monotonic() - t0, 1), "peak_rss_mib": round(peak),
+            "command": " ".join(cmd[1:]), "warnings": warnings}
+
+
+def timed_run(precision: str, common: list[str], warmup: int, seconds: float, run_dir: Path) -> dict:
+    """One `s2s train` subprocess, stopped once its steady-state span is `seconds` long."""
+    from s2s.core.runlog import read_metrics
+
+    cmd = [sys.executable, "-m", "s2s.core.cli", "train", "-q", PRESET, *common,
+           f"run.dir={run_dir}", f"run.precision={precision}"]
+    metrics = run_dir / "metrics.jsonl"
+    return timed(cmd, run_dir.with_suffix(".log"),
+                 lambda: steady_state(read_metrics(run_dir), warmup) if metrics.is_file() else None, seconds)
+
+
+def fairseq_data(common: list[str], directory: Path, fairseq_bin: Path) -> Path:
+    """The run's training and dev pairs as s2s's subword ids (id strings), binarised by
+    fairseq-preprocess with one joined dictionary: fairseq trains on the same sequences."""
+    from s2s.core.config import load_config
+    from s2s.core.data import prepare
+    from s2s.core.members import build_task
+    from s2s.core.registry import Registry
+
+    registry = Registry.installed()
+    cfg = load_config(PRESET, common, registry=registry)
+    task = build_task(cfg.task, registry)
+    prepare(task, cfg.data, quiet=True)  # the cached vocabulary of the s2s runs
+    for split in ("train", "valid"):
+        sources, targets = map(list, zip(*task.read_split(split)))
+        for side, ids in (("src", task.encode_source(sources)), ("tgt", task.encode_target(targets))):
+            (directory / f"{split}.{side}").write_text("".join(" ".join(map(str, row)) + "\n" for row in ids))
+    subprocess.run([str(fairseq_bin / "fairseq-preprocess"), "--source-lang", "src", "--target-lang", "tgt",
+                    f"--trainpref={directory / 'train'}", f"--validpref={directory / 'valid'}", "--joined-dictionary",
+                    "--destdir", str(directory / "bin"), "--workers", "1"], check=True, capture_output=True)
+    return directory / "bin"
+
+
+def fairseq_state(log: Path, warmup: int) -> dict | None:
+    """Sentences/s and target tokens/s of fairseq's train_inner records after update `warmup`."""
+    records = [json.loads(m.group(1)) for m in map(FAIRSEQ_RECORD.search, log.read_text().splitlines()) if m]
+    before = [r for r in records if int(r["num_updates"]) <= warmup]
+    span = [r for r in records if int(r["num_updates"]) > warmup]
+    if not before or not span:
+        return None
+    elapsed = float(span[-1]["wall"]) - float(before[-1]["wall"])
+    if elapsed <= 0:
+        return None
+    updates = [int(r["num_updates"]) for r in (before[-1], *span)]
+    done = [b - a for a, b in zip(updates, updates[1:])]  # updates each record covers
+    return {"updates": updates[-1] - updates[0], "seconds": round(elapsed, 1),
+            "sentences_per_s": round(sum(float(r["bsz"]) * n for r, n in zip(span, done)) / elapsed, 2),
+            "tgt_tokens_per_s": round(sum(float(r["wpb"]) * n for r, n in zip(span, done)) / elapsed, 1)}
+
+
+def fairseq_run(fairseq_bin: Path, data: Path, model: dict, threads: int, log_interval: int,
+                warmup: int, seconds: float, log: Path) -> dict:
+    """One fairseq-train subprocess on the race's model and batches, timed as the s2s runs are."""
+    m = model
+    cmd = [str(fairseq_bin / "fairseq-train"), str(data), "--arch", "transformer", "--share-all-embeddings",
+           *(f"--{side}-{key}={value}" for side in ("encoder", "decoder") for key, value in
+             (("layers", m["layers"]), ("embed-dim", m["d_model"]), ("ffn-embed-dim", m["d_ff"]),
+              ("attention-heads", m["heads"]))),
+           f"--dropout={m['dropout']}", "--criterion=label_smoothed_cross_entropy",
+           f"--label-smoothing={m['label_smoothing']}", "--optimizer=adam", "--adam-betas=(0.9,0.98)",
+           "--adam-eps=1e-9", f"--lr={m['peak_lr']}", "--lr-scheduler=inverse_sqrt",
+           f"--warmup-updates={m['warmup']}", f"--max-tokens={m['max_tokens']}", "--max-update=1000000000",
+           f"--log-interval={log_interval}", "--log-format=json", "--no-save", "--disable-validation",
+           "--num-workers=0", "--cpu", "--seed=1"]
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+    return timed(cmd, log, lambda: fairseq_state(log, warmup), seconds, env)
 
 
 def main(argv=None) -> dict:
@@ -131,18 +227,31 @@ def main(argv=None) -> dict:
     ap.add_argument("--data-dir", default=str(MULTI30K))
     ap.add_argument("--cache-dir", default=str(REPO / ".cache" / "s2s"))
     ap.add_argument("--name", default="train_throughput")
+    ap.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", help="settings of every s2s run (the race's model)")
+    ap.add_argument("--peers", nargs="+", default=[], choices=["fairseq"], help="other tools raced on the same model")
+    ap.add_argument("--fairseq-bin", default="", help="the bin directory holding fairseq-train (default: PATH)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
-    common = overrides(args.data_dir, args.cache_dir, args.threads, args.log_interval)
+    common = [*overrides(args.data_dir, args.cache_dir, args.threads, args.log_interval), *args.set]
     flops_per_pair, model = pair_flops(common)
+    fairseq_bin = Path(args.fairseq_bin) if args.fairseq_bin else Path(shutil.which("fairseq-train") or ".").parent
+    peers = list(args.peers)
+    if "fairseq" in peers and not (fairseq_bin / "fairseq-train").is_file():
+        print(f"fairseq-train is not in {fairseq_bin if args.fairseq_bin else 'PATH'}: the race runs s2s alone", flush=True)
+        peers.remove("fairseq")
 
-    runs = {p: [] for p in args.precisions}
+    runs = {p: [] for p in [*args.precisions, *peers]}
     with tempfile.TemporaryDirectory(prefix="s2s-throughput-") as tmp:
+        fairseq_bin_data = fairseq_data(common, Path(tmp), fairseq_bin) if peers else None
         for r in range(args.rounds):
-            for p in args.precisions:
+            for p in runs:
                 mm = {"fp32": mm_rate(repeats=3, seconds=0.6), "bf16": mm_rate(repeats=3, seconds=0.6,
                                                                               dtype=torch.bfloat16)}
-                run = timed_run(p, common, args.warmup_updates, args.seconds, Path(tmp) / f"{p}_{r}")
+                if p == "fairseq":
+                    run = fairseq_run(fairseq_bin, fairseq_bin_data, model, args.threads, args.log_interval,
+                                      args.warmup_updates, args.seconds, Path(tmp) / f"fairseq_{r}.log")
+                else:
+                    run = timed_run(p, common, args.warmup_updates, args.seconds, Path(tmp) / f"{p}_{r}")
                 gflops = run["sentences_per_s"] * flops_per_pair / 1e9
                 run.update(round=r, mm_gflops={k: round(v / 1e9, 1) for k, v in mm.items()},
                            model_gflops_per_s=round(gflops, 1),
@@ -154,22 +263,30 @@ def main(argv=None) -> dict:
     for p, rs in runs.items():
         med = lambda key: statistics.median(x[key] for x in rs)  # noqa: E731
         summary[p] = {"sentences_per_s_median": med("sentences_per_s"), "tgt_tokens_per_s_median": med("tgt_tokens_per_s"),
+                      "peak_rss_mib_median": med("peak_rss_mib"),
                       "model_gflops_per_s_median": med("model_gflops_per_s"),
                       "of_fp32_mm_median": statistics.median(x["of_mm"]["fp32"] for x in rs),
                       "of_bf16_mm_median": statistics.median(x["of_mm"]["bf16"] for x in rs)}
-    base = args.precisions[0]
-    for p in args.precisions[1:]:  # per-round ratios: each pair of runs ran next to each other
+    base = "fairseq" if peers else args.precisions[0]
+    for p in [q for q in runs if q != base]:  # per-round ratios: each pair of runs ran next to each other
         ratios = [b["sentences_per_s"] / a["sentences_per_s"] for a, b in zip(runs[base], runs[p])]
         summary[p][f"sentences_per_s_vs_{base}_median"] = round(statistics.median(ratios), 3)
         summary[p][f"sentences_per_s_vs_{base}_all"] = [round(x, 3) for x in ratios]
-    result = {"benchmark": "end-to-end training throughput: s2s train multi30k_en_de, interleaved precisions",
-              "preset": PRESET, "model": model, "threads": args.threads, "rounds": args.rounds,
+    targets = {"bf16_sentences_per_s_vs_fp32": 1.8}
+    if peers:  # issue 27's race: bf16 at 2x fairseq's sentences/s, in no more memory than fp32
+        targets = {"bf16_sentences_per_s_vs_fairseq": 2.0, "bf16_peak_rss_vs_fp32": 1.0}
+    if "bf16" in summary and "fp32" in summary:
+        summary["bf16"]["peak_rss_vs_fp32_median"] = round(statistics.median(
+            b["peak_rss_mib"] / a["peak_rss_mib"] for a, b in zip(runs["fp32"], runs["bf16"])), 3)
+    result = {"benchmark": "end-to-end training throughput: s2s train multi30k_en_de, interleaved precisions"
+                           + (" and " + ", ".join(peers) if peers else ""), "command": " ".join(["python", "-m", "bench.train_throughput", *sys.argv[1:]]),
+              "settings": args.set, "preset": PRESET, "model": model, "threads": args.threads, "rounds": args.rounds,
               "warmup_updates": args.warmup_updates, "timed_seconds_per_run": args.seconds,
               "flops_per_training_pair": round(flops_per_pair), "flop_formula": flop_formula(),
-              "runtime_env": runtime_env(), "targets": {"bf16_sentences_per_s_vs_fp32": 1.8},
-              "summary": summary, "runs": runs}
+              "runtime_env": runtime_env(), "targets": targets, "summary": summary, "runs": runs}
     path = write(args.name, result)
-    print(table([{"precision": p, "sent/s": s["sentences_per_s_median"], "tok/s": s["tgt_tokens_per_s_median"],
+    print(table([{"run": p, "sent/s": s["sentences_per_s_median"], "tok/s": s["tgt_tokens_per_s_median"],
+                  "peak MiB": s["peak_rss_mib_median"],
                   "GFLOP/s": s["model_gflops_per_s_median"], "of fp32 mm": s["of_fp32_mm_median"],
                   "of bf16 mm": s["of_bf16_mm_median"], f"vs {base}": s.get(f"sentences_per_s_vs_{base}_median", 1.0)}
                  for p, s in summary.items()]))
