@@ -3,8 +3,9 @@
     python bench/source_use.py --preset multi30k_en_de_fr --member de --updates 300 \
         --variant post model.pre_norm=false --variant pre model.pre_norm=true
 
-Each variant trains the preset for --updates updates (its own run directory under --dir), then
-scores the member's first 64 dev pairs (Multi30k val) in fp32, without label smoothing: the nll
+Each variant trains the preset for --updates updates (its own run directory under --dir, resumed
+if it is there), then
+scores the member's first 64 dev pairs (as its task reads them) in fp32, without label smoothing: the nll
 per target token with each sentence's own source, and with the sources shuffled among the 64. A
 model that reads its source scores worse with shuffled sources; equal figures mean the decoder
 writes as a language model whatever the input (what post-norm multi-task runs did, issue 23;
@@ -15,7 +16,6 @@ from __future__ import annotations
 import s2s.core  # noqa: F401  before torch: the CPU runtime defaults (s2s.core.RUNTIME_ENV)
 
 import argparse
-import shutil
 import sys
 from pathlib import Path
 
@@ -23,9 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 
-from bench.common import MULTI30K, corpus_overrides, machine, write  # noqa: E402
+from bench.common import corpus_overrides, machine, write  # noqa: E402
 from s2s.core.config import load_config  # noqa: E402
-from s2s.core.idspace import N_SPECIAL  # noqa: E402
 from s2s.core.inference import load_for_inference  # noqa: E402
 from s2s.core.registry import Registry  # noqa: E402
 from s2s.core.train import train  # noqa: E402
@@ -40,16 +39,16 @@ def padded(rows: list[list[int]], head: list[int], tail: list[int]) -> torch.Ten
     return torch.tensor([r + [PAD] * (width - len(r)) for r in rows])
 
 
-def nll_true_and_shuffled(run_dir: str, reg, member: str, tgt_lang: str) -> dict:
-    """The member's dev nll per target token, its sources as they are and shuffled (seed 0)."""
+def nll_true_and_shuffled(run_dir: str, reg, member: str) -> dict:
+    """The member's dev nll per target token on its first PAIRS dev pairs (read by its task), its
+    sources as they are and shuffled among them (seed 0)."""
     _, m, model = load_for_inference(run_dir, reg, ["decode.precision=fp32"], member)
     model = model.float()
-    sources = (MULTI30K / "val.en").read_text(encoding="utf-8").splitlines()[:PAIRS]
-    targets = (MULTI30K / f"val.{tgt_lang}").read_text(encoding="utf-8").splitlines()[:PAIRS]
+    sources, targets = map(list, zip(*list(m.task.read_split("valid"))[:PAIRS]))
     src = padded(m.encode_source(sources), [], [EOS])
-    tgt = [[i + m.ids.tgt_offset if i >= N_SPECIAL else i for i in t] for t in m.task.encode_target(targets)]
-    tgt_in, tgt_out = padded(tgt, [BOS], []), padded(tgt, [], [EOS])
-    shuffled = src[torch.randperm(PAIRS, generator=torch.Generator().manual_seed(0))]
+    tgt = m.task.encode_target(targets)
+    tgt_in, tgt_out = m.ids.tgt(padded(tgt, [BOS], [])), m.ids.tgt(padded(tgt, [], [EOS]))
+    shuffled = src[torch.randperm(len(sources), generator=torch.Generator().manual_seed(0))]
     n = float(tgt_out.ne(PAD).sum())
     with torch.no_grad():
         true, other = (float(model(s, tgt_in, tgt_out, 0.0)[1]) / n for s in (src, shuffled))
@@ -59,8 +58,7 @@ def nll_true_and_shuffled(run_dir: str, reg, member: str, tgt_lang: str) -> dict
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--preset", default="multi30k_en_de_fr")
-    p.add_argument("--member", default="de", help="the member scored (a Multi30k EN->X member)")
-    p.add_argument("--tgt-lang", default="de")
+    p.add_argument("--member", default="de", help="the member scored")
     p.add_argument("--updates", type=int, default=300)
     p.add_argument("--variant", nargs="+", action="append", required=True, metavar=("NAME", "KEY=VALUE"),
                    help="a name and the settings of one variant (repeat for each)")
@@ -71,14 +69,12 @@ def main() -> None:
     result = {"command": " ".join(["python", *sys.argv]), "machine": machine(), "preset": args.preset,
               "member": args.member, "updates": args.updates, "pairs": PAIRS, "variants": {}}
     for name, *settings in args.variant:
-        run_dir = f"{args.dir}/{name}"
-        shutil.rmtree(run_dir, ignore_errors=True)
+        run_dir = f"{args.dir}/{name}"  # run again, the same command re-scores what it trained
         cfg = load_config(args.preset, [*corpus_overrides(args.preset), f"run.dir={run_dir}", "run.quiet=true",
                                         f"optim.max_updates={args.updates}", "run.valid_interval=1000000",
                                         "run.valid_max_sentences=8", "run.average_last=0", *settings], registry=reg)
         train(cfg, reg, quiet=True)
-        result["variants"][name] = {"settings": settings, **nll_true_and_shuffled(run_dir, reg, args.member,
-                                                                                   args.tgt_lang)}
+        result["variants"][name] = {"settings": settings, **nll_true_and_shuffled(run_dir, reg, args.member)}
         print(name, result["variants"][name], flush=True)
         write(args.name, result)
 
