@@ -132,6 +132,8 @@ def timed(cmd: list[str], log: Path, measure, seconds: float, env: dict | None =
         try:
             while proc.poll() is None:
                 time.sleep(1.0)
+                if time.monotonic() - t0 > 4 * seconds + 600 and not measured:  # no span in sight
+                    break
                 peak = max(peak, vm_hwm_mib(proc.pid))
                 measured = measure()
                 if measured and measured["seconds"] >= seconds:
@@ -141,7 +143,7 @@ def timed(cmd: list[str], log: Path, measure, seconds: float, env: dict | None =
                 proc.send_signal(signal.SIGTERM)
                 proc.wait(timeout=60)
     if not measured or measured["seconds"] < seconds:
-        raise RuntimeError(f"{cmd[0]} ended before its span was measured:\n{log.read_text()[-3000:]}")
+        raise RuntimeError(f"{cmd[0]} gave no span of {seconds} s (it ended, or ran {4 * seconds + 600:.0f} s without one):\n{log.read_text()[-3000:]}")
     warnings = [line for line in log.read_text().splitlines() if "WARNING" in line]
     return {**measured, "wall_s": round(time.monotonic() - t0, 1), "peak_rss_mib": round(peak),
             "command": " ".join(cmd[1:]), "warnings": warnings}
@@ -223,7 +225,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--warmup-updates", type=int, default=100)
     ap.add_argument("--seconds", type=float, default=120.0, help="training seconds timed per run")
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--log-interval", type=int, default=25)
+    ap.add_argument("--log-interval", type=int, default=10, help="updates per train record (divides --warmup-updates)")
     ap.add_argument("--data-dir", default=str(MULTI30K))
     ap.add_argument("--cache-dir", default=str(REPO / ".cache" / "s2s"))
     ap.add_argument("--name", default="train_throughput")
@@ -231,6 +233,8 @@ def main(argv=None) -> dict:
     ap.add_argument("--peers", nargs="+", default=[], choices=["fairseq"], help="other tools raced on the same model")
     ap.add_argument("--fairseq-bin", default="", help="the bin directory holding fairseq-train (default: PATH)")
     args = ap.parse_args(argv)
+    if args.warmup_updates % args.log_interval:  # the span starts at a record: update `warmup` must have one
+        ap.error(f"--warmup-updates {args.warmup_updates} is not a multiple of --log-interval {args.log_interval}")
     torch.set_num_threads(args.threads)
     common = [*overrides(args.data_dir, args.cache_dir, args.threads, args.log_interval), *args.set]
     flops_per_pair, model = pair_flops(common)

@@ -141,7 +141,7 @@ def main() -> None:
     path = RESULTS / f"{args.name}.json"  # the parts (and settings of (b)) not run now are kept
     previous = json.loads(path.read_text()) if path.is_file() else {}
     done = {"a"} if "a" not in args.parts else set()
-    done |= {"b", "c"} if "b" not in args.parts else set()
+    done |= {"b", "c"} if "b" not in args.parts else {"c"}  # (c) is written again where the joint run is here
     result.update({k: v for k, v in previous.items() if k in done})
 
     def save(key, value):
@@ -200,7 +200,7 @@ def main() -> None:
             b["settings_compared"] = ["single", *transfer]  # a setting not yet run is missing here
         save("b", b)
 
-    if "b" in args.parts and "joint" in result["b"]:
+    if "b" in args.parts and Path(f"{d}/parse_joint").is_dir():  # else the file's (c) is kept
         # the single-task curve: the pre-training run of (b), else the bilingual EN-DE run of (a)
         single_dir = f"{d}/pretrain" if Path(f"{d}/pretrain").is_dir() else f"{d}/en_de"
         joint, single = dev_curve(f"{d}/parse_joint", "translate"), dev_curve(single_dir, None)
