@@ -2,7 +2,8 @@
 
     python bench/transfer_budget.py --multilingual-minutes 20 --parsing-minutes 30      # ~3 h 15 min
     python bench/transfer_budget.py --parts b --settings joint single                    # (b) in parts: ~70 min
-    python bench/transfer_budget.py --parts b --settings fine_tuned                      # ~2 h; the rest is kept
+    python bench/transfer_budget.py --parts b --settings fine_tuned                      # ~95 min; the rest is kept
+    python bench/transfer_budget.py --parts b --settings fine_tuned --pretrain-shares 0.3333333 0.6666667  # ~65 min
     python bench/transfer_budget.py --multilingual-minutes 1 --parsing-minutes 1 --pretrain-shares 0.5 \
         --sentences 40 --valid-interval 25 --dir runs/transfer_check --name transfer_budget_check \
         decode.beam=2                                   # the script end to end, in about half an hour
