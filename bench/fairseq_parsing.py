@@ -10,7 +10,7 @@ updates (inverse square root), 2,048-token batches, fp32, dev loss at every epoc
 150 updates) and every 500 updates. fairseq
 logs losses in bits; bench/results/fairseq_ptb_vinyals.json has them in nats, with the commands.
 fairseq is not a dependency of s2s: build the fairseq-fixed 0.12.3.1 sdist into a separate
-environment (`pip install --no-deps --no-build-isolation .` with cython, hydra-core 1.3.2,
+environment (`pip install --no-deps --no-build-isolation .` with wheel, cython, hydra-core 1.3.2,
 omegaconf 2.3.0, bitarray, scikit-learn) and point --fairseq-bin at its bin directory.
 `--log FILE` reads the figures from a finished fairseq-train log instead of training.
 """
