@@ -2,8 +2,8 @@
 
 The public interface for plugin authors is what this module exports; see `task.Task`.
 
-Importing s2s sets two defaults of the CPU runtime in the environment (`RUNTIME_ENV`; a value
-already set wins). Both take effect only when set before torch is first imported, so the `s2s`
+Importing s2s sets three defaults of the CPU runtime in the environment (`RUNTIME_ENV`; a value
+already set wins). They take effect only when set before torch is first imported, so the `s2s`
 command, the tests and the benchmarks import s2s first:
 * GOMP_SPINCOUNT=1000: libgomp's threads spin for about 300,000 iterations at every barrier
   before they sleep; on a machine shared with other processes a spinning thread holds the core
@@ -13,12 +13,18 @@ command, the tests and the benchmarks import s2s first:
 * ONEDNN_PRIMITIVE_CACHE_CAPACITY=64: oneDNN keeps up to 1,024 compiled primitives, one per
   shape of a bf16 product, and nearly every training batch has a token count of its own, so the
   cache only grows: 300 bf16 updates of `s2s train multi30k_en_de` peaked at 3.18-3.24 GB, 2.43
-  GB with 64 at the same speed (README, "CPU runtime defaults"). 64 still holds the shapes that
+  GB with 64 at the same speed (docs/training-at-scale.md, "CPU runtime defaults"). 64 still holds the shapes that
   recur within a search.
+* LRU_CACHE_CAPACITY=1: torch's bridge to oneDNN (ideep) keeps a cache of its own in front of
+  oneDNN's, 1,024 entries by default, again one per bf16 product shape. Its entries are small
+  but long-lived blocks allocated in the middle of each update, and they pin the heap: glibc
+  can reuse the freed activations around them less and less, so bf16 training's peak grew
+  update by update (80 updates of the race's model: 2,026 MiB, 1,125 with 1, and 22% faster,
+  with fewer pages to fault in). oneDNN's own cache above still spares the compilation.
 """
 import os as _os
 
-RUNTIME_ENV = {"GOMP_SPINCOUNT": "1000", "ONEDNN_PRIMITIVE_CACHE_CAPACITY": "64"}
+RUNTIME_ENV = {"GOMP_SPINCOUNT": "1000", "ONEDNN_PRIMITIVE_CACHE_CAPACITY": "64", "LRU_CACHE_CAPACITY": "1"}
 for _name, _value in RUNTIME_ENV.items():
     _os.environ.setdefault(_name, _value)
 

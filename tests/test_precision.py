@@ -8,7 +8,7 @@ import sys
 import pytest
 import torch
 
-from s2s.core import precision
+from s2s.core import RUNTIME_ENV, precision
 from s2s.core.decoding import generate
 from s2s.core.settings import ModelConfig
 from s2s.core.model import Transformer
@@ -101,14 +101,14 @@ def test_bf16_gradients_summed_over_many_positions_do_not_stall():
 
 
 def test_importing_s2s_sets_the_cpu_runtime_defaults_before_torch_and_the_environment_wins():
-    env = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "ONEDNN_PRIMITIVE_CACHE_CAPACITY")}
+    env = {k: v for k, v in os.environ.items() if k not in RUNTIME_ENV}
     env["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] = "8"
     code = ("import os, json, sys, s2s.core; print(json.dumps([{k: os.environ.get(k) for k in s2s.core.RUNTIME_ENV},"
             " 'torch' in sys.modules]))")
     seen, torch_loaded = json.loads(subprocess.run([sys.executable, "-c", code], env=env, check=True,
                                                    capture_output=True, text=True).stdout)
-    assert seen == {"GOMP_SPINCOUNT": "1000", "ONEDNN_PRIMITIVE_CACHE_CAPACITY": "8"}
-    assert not torch_loaded  # so that both still take effect when torch loads
+    assert seen == {"GOMP_SPINCOUNT": "1000", "ONEDNN_PRIMITIVE_CACHE_CAPACITY": "8", "LRU_CACHE_CAPACITY": "1"}
+    assert not torch_loaded  # so that they still take effect when torch loads
 
 
 def test_int8_search_off_the_cpu_is_one_config_error_naming_the_device():
