@@ -12,7 +12,8 @@ of the JSON names its precision.
 The budget counts the training loop's wall time, validation included (`run.max_minutes`, kept
 across resumes): the run trains until the first budget, is evaluated on the test split with the
 task's decoding defaults, then resumes until the next budget. Writes bench/results/budget_PRESET.json with, per budget: updates, the checkpoint selected on dev,
-target tokens/s, validation's seconds and share of the budget (the `valid` records' `seconds`), the
+target tokens/s, validation's seconds and share of the budget (the `valid` records' `seconds`: all of
+them, and those that began inside the budget, without the last one that follows it), the
 test score and its figures, decoding sentences/s and peak RSS. For parsing
 it also scores a right-branching baseline on the same sentences against the same gold trees, and
 decodes the test set with and without the tree constraint (`search`): EVALB F1, all-sentences
@@ -136,12 +137,15 @@ def budget_row(args, reg, minutes: float, run_dir: str, precision: str | None) -
     records = read_metrics(run_dir)
     trains = [r for r in records if r["kind"] == "train"]
     speeds = [r["tgt_tokens_per_s"] for r in trains]
-    validating = sum(r.get("seconds", 0.0) for r in records if r["kind"] == "valid")  # inside the budget
+    valids = [r for r in records if r["kind"] == "valid"]
+    validating = sum(r.get("seconds", 0.0) for r in valids)  # all, the last (after the budget ran out) included
+    inside = sum(r.get("seconds", 0.0) for r in valids if r["elapsed"] - r.get("seconds", 0.0) < 60 * minutes)
     row = {"minutes": minutes, "precision": str(cfg.run.precision), "run_dir": run_dir,
            "updates": records[-1]["update"],
            "tgt_tokens_per_s_median": sorted(speeds)[len(speeds) // 2] if speeds else None,
-           "validations": sum(r["kind"] == "valid" for r in records), "validation_s": round(validating, 1),
-           "validation_share": round(validating / (60 * minutes), 4)}
+           "validations": len(valids), "validation_s": round(validating, 1),
+           "validation_share": round(validating / (60 * minutes), 4),
+           "validation_in_budget_s": round(inside, 1), "validation_in_budget_share": round(inside / (60 * minutes), 4)}
     result = json.loads((Path(run_dir) / "result.json").read_text())
     row["selection"] = {k: result[k] for k in ("checkpoint", "dev_select", "best_update") if k in result}
     if cfg.tasks is None:

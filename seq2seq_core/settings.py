@@ -142,6 +142,7 @@ class RunConfig:
     precision: Precision = Precision.fp32  # fp32 | bf16 | fp16 | auto; fp32 unless you ask
     log_interval: int = setting(100, at_least(1))
     valid_interval: int = setting(1000, at_least(1))  # updates between validations (loss and task metric; the best model is kept)
+    valid_after: int = setting(0, at_least(0))  # no validation before this update (fairseq's --validate-after-updates); the last update always validates
     valid_max_sentences: int = setting(0, at_least(0, "0 = all"))  # decode at most this many dev sentences for the metric (0 = all)
     valid_beam: int = setting(0, at_least(0, "0 = the task's beam"))  # dev search's beam for the metric, at most the task's (0 = the task's)
     save_interval: int = setting(1000, at_least(1))  # updates between checkpoints

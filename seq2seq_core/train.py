@@ -326,10 +326,16 @@ class Trainer:
                 log.info("run.max_minutes=%g reached at update %d (%.1f min of training): the last validation "
                          "and checkpoint, then the model chosen and tested, outside the budget",
                          cfg.run.max_minutes, self.update, self._elapsed() / 60)
-            if self.update % cfg.run.valid_interval == 0 or last:
+            if (self.update % cfg.run.valid_interval == 0 and self.update >= cfg.run.valid_after) or last:
                 record, figure = self.validate()
                 self.record(record)
                 self._keep_if_best(figure)
+                if not last and self._out_of_time():  # spent while validating: this update, just validated, is the last
+                    last = True
+                    if self.group.rank == 0:
+                        log.info("run.max_minutes=%g reached at update %d, during its validation (%.1f min of "
+                                 "training): the last checkpoint, then the model chosen and tested, outside the "
+                                 "budget", cfg.run.max_minutes, self.update, self._elapsed() / 60)
             if self._save_due(last):
                 self.save()
         bar.close()

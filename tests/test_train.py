@@ -191,3 +191,37 @@ def test_run_valid_beam_narrows_only_the_dev_search(registry, tiny, monkeypatch)
                        registry, quiet=True)
         assert beams and set(beams) == {expected}, valid_beam
         assert result["dev_select"]  # selection ran on the validation's figure
+
+
+def test_run_valid_after_skips_the_young_model_but_the_last_update_validates(registry, tiny):
+    """run.valid_after=N: no validation before update N (a young model's dev search is the
+    slowest and never chosen); the intervals after it, and the last update, validate as before."""
+    def valid_updates(*extra):
+        cfg = _cfg(registry, tiny, "run.valid_interval=2", "run.valid_after=6", *extra)
+        result = train(cfg, registry, quiet=True)
+        assert result["dev_select"]  # a figure to choose the tested model by
+        return [r["update"] for r in map(json.loads, open(f"{cfg.run.dir}/metrics.jsonl")) if r["kind"] == "valid"]
+
+    assert valid_updates("optim.max_updates=3") == [3]  # a run that ends before N still validates once
+    assert valid_updates("optim.max_updates=10") == [3, 6, 8, 10]  # resumed from update 3: 6, 8, 10 added
+
+
+def test_a_budget_spent_while_validating_ends_the_run_at_that_update(registry, tiny, monkeypatch):
+    """run.max_minutes runs out during a validation: that update, just validated, is the last
+    one (no further update and second validation of a model one update older)."""
+    import time
+
+    import s2s.core.validation as validation
+
+    real = validation.hypotheses
+
+    def slow(*args):
+        time.sleep(1.0)  # longer than the whole budget below
+        return real(*args)
+
+    monkeypatch.setattr(validation, "hypotheses", slow)
+    cfg = _cfg(registry, tiny, "optim.max_updates=100", "run.valid_interval=2", "run.max_minutes=0.01")
+    result = train(cfg, registry, quiet=True)
+    valid = [r["update"] for r in map(json.loads, open(f"{cfg.run.dir}/metrics.jsonl")) if r["kind"] == "valid"]
+    assert result["update"] == 2 and valid == [2]
+    assert [p.name for p in checkpoint.listed(cfg.run.dir)] == ["checkpoint_00000002.pt"]
