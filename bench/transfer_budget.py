@@ -4,6 +4,7 @@
     python bench/transfer_budget.py --parts b --settings joint single                    # (b) in parts: ~70 min
     python bench/transfer_budget.py --parts b --settings fine_tuned                      # ~95 min; the rest is kept
     python bench/transfer_budget.py --parts b --settings fine_tuned --pretrain-shares 0.3333333 0.6666667  # ~65 min
+    python bench/transfer_budget.py --parts b --settings shape    # the control, the fine-tuning run's minutes (~22 min)
     python bench/transfer_budget.py --multilingual-minutes 1 --parsing-minutes 1 --pretrain-shares 0.5 \
         --sentences 40 --valid-interval 25 --dir runs/transfer_check --name transfer_budget_check \
         decode.beam=2                                   # the script end to end, in about half an hour
@@ -20,6 +21,10 @@
     next; each fine-tuning run starts from where it then stood). Figures: test and dev F1 over all
     sentences (f1_all) on the full splits, and EVALB against the gold trees; target: the best
     transfer setting >= single-task + 2 F1 on test, and above single-task on dev.
+    A control, `--settings shape`: the fine-tuned parser's shape (3 layers, BPE source) trained
+    from scratch for the fine-tuning run's minutes at the share chosen on dev, validated as that
+    run was (from update 500): what the pre-training adds to that shape (`pretraining_gain`),
+    apart from what the shape costs against single-task's.
 (c) The translation member's dev nll after k member updates in the joint run of (b), against the
     single-task multi30k_en_de run's after k updates (the pre-training run of (b), validated as
     often): ratio at each k the joint run validated; target: within 3% (ratio <= 1.03).
@@ -58,7 +63,7 @@ from s2s.core.train import train  # noqa: E402
 #: what the fine-tuned parser changes in ptb_sample_parsing: the pre-training model's shape, a BPE source
 FINE_TUNE = ["model.layers=3", "task.src_tokenizer=bpe", "task.src_vocab_size=8000"]
 VALID = 500  # updates between validations in every run: (c)'s curves (--valid-interval)
-B_SETTINGS = ("single", "joint", "fine_tuned")  # (b)'s three ways
+B_SETTINGS = ("single", "joint", "fine_tuned", "shape")  # (b)'s three ways, and the control
 EVERY: list[str] = []  # settings for every run (the command line's overrides)
 
 
@@ -168,6 +173,7 @@ def main() -> None:
         B = args.parsing_minutes
         b = {k: v for k, v in previous.get("b", {}).items() if k in B_SETTINGS and k not in args.settings}
         result["b"] = b  # the settings run before (kept), then those run now
+        f1 = lambda r, split: r["scores"]["ptb_sample_parsing" if "ptb_sample_parsing" in r["scores"] else "parse"][split]["f1_all"]  # noqa: E731
         for setting in args.settings:  # in the order given
             if setting == "single":
                 b["single"] = run(reg, "ptb_sample_parsing", B, f"{d}/parse_single", sentences=n)
@@ -177,6 +183,13 @@ def main() -> None:
                 b["joint"] = run(reg, "ptb_sample_parsing_multi30k", B, f"{d}/parse_joint", sentences=n)
                 save("b", b)
                 continue
+            if setting == "shape":  # the fine-tuning run's shape and minutes, without the pre-training
+                tuned = [r["fine_tune"] for r in (b.get("fine_tuned") or {}).values()]
+                minutes = max(tuned, key=lambda r: f1(r, "valid"))["minutes"] if tuned else (1 - min(args.pretrain_shares)) * B
+                b["shape"] = run(reg, "ptb_sample_parsing", minutes, f"{d}/parse_shape", *FINE_TUNE,
+                                 "run.valid_after=0", sentences=n)
+                save("b", b)
+                continue
             b["fine_tuned"] = {}
             for share in sorted(args.pretrain_shares):
                 pre = run(reg, "multi30k_en_de", share * B, f"{d}/pretrain", sentences=n)
@@ -184,8 +197,7 @@ def main() -> None:
                             f"run.init_from={d}/pretrain", sentences=n)
                 b["fine_tuned"][f"{share:.2f}"] = {"pretrain": pre, "fine_tune": tuned}
                 save("b", b)
-        f1 = lambda r, split: r["scores"]["ptb_sample_parsing" if "ptb_sample_parsing" in r["scores"] else "parse"][split]["f1_all"]  # noqa: E731
-        settings = {name: b[name] for name in ("single", "joint") if name in b}
+        settings = {name: b[name] for name in ("single", "joint", "shape") if name in b}
         if b.get("fine_tuned"):
             chosen = max(b["fine_tuned"], key=lambda s: f1(b["fine_tuned"][s]["fine_tune"], "valid"))
             settings["fine_tuned"] = b["fine_tuned"][chosen]["fine_tune"]
@@ -199,6 +211,9 @@ def main() -> None:
                                      for split in ("valid", "test")}
             b["target_met"] = b["gain_over_single"]["test"] >= 2 and b["gain_over_single"]["valid"] > 0
             b["settings_compared"] = ["single", *transfer]  # a setting not yet run is missing here
+        if "shape" in settings and "fine_tuned" in settings:
+            b["pretraining_gain"] = {split: round(b["f1_all"]["fine_tuned"][split] - b["f1_all"]["shape"][split], 2)
+                                     for split in ("valid", "test")}
         save("b", b)
 
     if "b" in args.parts and Path(f"{d}/parse_joint").is_dir():  # else the file's (c) is kept
