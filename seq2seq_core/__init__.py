@@ -12,15 +12,15 @@ command, the tests and the benchmarks import s2s first:
   2-core machine). A short spin keeps the benefit when the machine is idle.
 * ONEDNN_PRIMITIVE_CACHE_CAPACITY=64: oneDNN keeps up to 1,024 compiled primitives, one per
   shape of a bf16 product, and nearly every training batch has a token count of its own, so the
-  cache only grows: 300 bf16 updates of `s2s train multi30k_en_de` peaked at 3.18-3.24 GB, 2.43
-  GB with 64 at the same speed (docs/training-at-scale.md, "CPU runtime defaults"). 64 still holds the shapes that
-  recur within a search.
+  cache only grows with bf16 training's memory. 64 still holds the shapes that recur within a
+  search.
 * LRU_CACHE_CAPACITY=1: torch's bridge to oneDNN (ideep) keeps a cache of its own in front of
   oneDNN's, 1,024 entries by default, again one per bf16 product shape. Its entries are small
   but long-lived blocks allocated in the middle of each update, and they pin the heap: glibc
   can reuse the freed activations around them less and less, so bf16 training's peak grew
-  update by update (80 updates of the race's model: 2,026 MiB, 1,125 with 1, and 22% faster,
-  with fewer pages to fault in). oneDNN's own cache above still spares the compilation.
+  update by update, and its updates slowed with the fresh pages they faulted in. oneDNN's own
+  cache above still spares the compilation.
+The figures of each: docs/training-at-scale.md, "CPU runtime defaults".
 """
 import os as _os
 

@@ -322,20 +322,15 @@ class Trainer:
                 counts = [[0, 0, 0] for _ in self.members]
                 t_log = now
             last = self.update == cfg.optim.max_updates or self._out_of_time()
-            if last and self.update < cfg.optim.max_updates and self.group.rank == 0:
-                log.info("run.max_minutes=%g reached at update %d (%.1f min of training): the last validation "
-                         "and checkpoint, then the model chosen and tested, outside the budget",
-                         cfg.run.max_minutes, self.update, self._elapsed() / 60)
+            if last:
+                self._say_budget_spent("the last validation and checkpoint")
             if (self.update % cfg.run.valid_interval == 0 and self.update >= cfg.run.valid_after) or last:
                 record, figure = self.validate()
                 self.record(record)
                 self._keep_if_best(figure)
                 if not last and self._out_of_time():  # spent while validating: this update, just validated, is the last
                     last = True
-                    if self.group.rank == 0:
-                        log.info("run.max_minutes=%g reached at update %d, during its validation (%.1f min of "
-                                 "training): the last checkpoint, then the model chosen and tested, outside the "
-                                 "budget", cfg.run.max_minutes, self.update, self._elapsed() / 60)
+                    self._say_budget_spent("its validation done; the last checkpoint")
             if self._save_due(last):
                 self.save()
         bar.close()
@@ -362,6 +357,12 @@ class Trainer:
             prefix = self.members[k].prefix
             record.update({f"{prefix}{key}": v for key, v in per_token([k]).items()}, **{f"{prefix}updates": counts[k][2]})
         return record
+
+    def _say_budget_spent(self, then: str) -> None:
+        """Log (rank 0) that run.max_minutes ended the run at this update, and what follows it."""
+        if self.update < self.cfg.optim.max_updates and self.group.rank == 0:
+            log.info("run.max_minutes=%g reached at update %d (%.1f min of training): %s, then the model chosen "
+                     "and tested, outside the budget", self.cfg.run.max_minutes, self.update, self._elapsed() / 60, then)
 
     def _out_of_time(self) -> bool:
         """True once run.max_minutes of training (across resumes) have passed by rank 0's clock."""

@@ -216,11 +216,11 @@ def test_a_budget_spent_while_validating_ends_the_run_at_that_update(registry, t
     real = validation.hypotheses
 
     def slow(*args):
-        time.sleep(1.0)  # longer than the whole budget below
+        time.sleep(4.0)  # longer than the whole budget below
         return real(*args)
 
     monkeypatch.setattr(validation, "hypotheses", slow)
-    cfg = _cfg(registry, tiny, "optim.max_updates=100", "run.valid_interval=2", "run.max_minutes=0.01")
+    cfg = _cfg(registry, tiny, "optim.max_updates=100", "run.valid_interval=2", "run.max_minutes=0.04")  # 2.4 s: two tiny updates fit
     result = train(cfg, registry, quiet=True)
     valid = [r["update"] for r in map(json.loads, open(f"{cfg.run.dir}/metrics.jsonl")) if r["kind"] == "valid"]
     assert result["update"] == 2 and valid == [2]
