@@ -5,6 +5,7 @@
     python bench/transfer_budget.py --parts b --settings fine_tuned                      # ~95 min; the rest is kept
     python bench/transfer_budget.py --parts b --settings fine_tuned --pretrain-shares 0.3333333 0.6666667  # ~65 min
     python bench/transfer_budget.py --parts b --settings shape    # the control, the fine-tuning run's minutes (~22 min)
+    python bench/transfer_budget.py --parts b --settings fine_tuned shape --layers 2 --pretrain-shares 0.3333333  # ~55 min
     python bench/transfer_budget.py --multilingual-minutes 1 --parsing-minutes 1 --pretrain-shares 0.5 \
         --sentences 40 --valid-interval 25 --dir runs/transfer_check --name transfer_budget_check \
         decode.beam=2                                   # the script end to end, in about half an hour
@@ -21,7 +22,8 @@
     next; each fine-tuning run starts from where it then stood). Figures: test and dev F1 over all
     sentences (f1_all) on the full splits, and EVALB against the gold trees; target: the best
     transfer setting >= single-task + 2 F1 on test, and above single-task on dev.
-    A control, `--settings shape`: the fine-tuned parser's shape (3 layers, BPE source) trained
+    The pre-training model has --layers layers (3, multi30k_en_de's; 2 is the parser's own).
+    A control, `--settings shape`: the fine-tuned parser's shape (--layers, BPE source) trained
     from scratch for the fine-tuning run's minutes at the share chosen on dev, validated as that
     run was (from update 500): what the pre-training adds to that shape (`pretraining_gain`),
     apart from what the shape costs against single-task's.
@@ -60,8 +62,13 @@ from s2s.core.registry import Registry  # noqa: E402
 from s2s.core.runlog import read_metrics  # noqa: E402
 from s2s.core.train import train  # noqa: E402
 
-#: what the fine-tuned parser changes in ptb_sample_parsing: the pre-training model's shape, a BPE source
-FINE_TUNE = ["model.layers=3", "task.src_tokenizer=bpe", "task.src_vocab_size=8000"]
+
+
+def shape(layers: int) -> list[str]:
+    """What the fine-tuned parser (and the control) change in ptb_sample_parsing: the pre-training
+    model's layers (--layers) and a BPE source, whose tokens Multi30k's English shares."""
+    return [f"model.layers={layers}", "task.src_tokenizer=bpe", "task.src_vocab_size=8000"]
+
 VALID = 500  # updates between validations in every run: (c)'s curves (--valid-interval)
 B_SETTINGS = ("single", "joint", "fine_tuned", "shape")  # (b)'s three ways, and the control
 EVERY: list[str] = []  # settings for every run (the command line's overrides)
@@ -131,6 +138,8 @@ def main() -> None:
     p.add_argument("--parts", nargs="+", default=["a", "b"], choices=["a", "b"], help="(c) comes with (b)")
     p.add_argument("--settings", nargs="+", default=list(B_SETTINGS), choices=B_SETTINGS,
                    help="(b): the settings run now; the file's figures of the others are kept")
+    p.add_argument("--layers", type=int, default=3, help="(b): layers of the pre-training model, hence of the "
+                   "fine-tuned parser and the control (multi30k_en_de has 3, ptb_sample_parsing 2)")
     p.add_argument("--dir", default="runs/transfer_budget")
     p.add_argument("--name", default="transfer_budget")
     p.add_argument("--valid-interval", type=int, default=VALID, help="updates between validations, every run")
@@ -142,13 +151,18 @@ def main() -> None:
     torch.set_num_threads(2)  # decoding; training uses the presets' run.threads (2)
     reg = Registry.installed()
     VALID, EVERY[:] = args.valid_interval, args.overrides
-    d, n = args.dir, args.sentences
+    d, n, L = args.dir, args.sentences, args.layers
+    pretrain = f"{d}/pretrain_{L}l"  # resumed from one share to the next
     result = {"command": " ".join(["python", *sys.argv]), "note": args.note, "machine": machine(), "load_avg": []}
     path = RESULTS / f"{args.name}.json"  # the parts (and settings of (b)) not run now are kept
     previous = json.loads(path.read_text()) if path.is_file() else {}
     done = {"a"} if "a" not in args.parts else set()
     done |= {"b", "c"} if "b" not in args.parts else {"c"}  # (c) is written again where the joint run is here
     result.update({k: v for k, v in previous.items() if k in done})
+    # the figures a part run now replaces stay, with the command that made them
+    result["history"] = previous.get("history", []) + [
+        {"command": previous.get("command"), "note": previous.get("note"), "load_avg": previous.get("load_avg"),
+         part: previous[part]} for part in ("a", "b") if part in previous and part not in done]
 
     def save(key, value):
         result[key] = value
@@ -186,16 +200,17 @@ def main() -> None:
             if setting == "shape":  # the fine-tuning run's shape and minutes, without the pre-training
                 tuned = [r["fine_tune"] for r in (b.get("fine_tuned") or {}).values()]
                 minutes = max(tuned, key=lambda r: f1(r, "valid"))["minutes"] if tuned else (1 - min(args.pretrain_shares)) * B
-                b["shape"] = run(reg, "ptb_sample_parsing", minutes, f"{d}/parse_shape", *FINE_TUNE,
+                b["shape"] = run(reg, "ptb_sample_parsing", minutes, f"{d}/parse_shape_{L}l", *shape(L),
                                  "run.valid_after=0", sentences=n)
+                b["shape"]["layers"] = L
                 save("b", b)
                 continue
             b["fine_tuned"] = {}
             for share in sorted(args.pretrain_shares):
-                pre = run(reg, "multi30k_en_de", share * B, f"{d}/pretrain", sentences=n)
-                tuned = run(reg, "ptb_sample_parsing", (1 - share) * B, f"{d}/parse_tuned_{share:.2f}", *FINE_TUNE,
-                            f"run.init_from={d}/pretrain", sentences=n)
-                b["fine_tuned"][f"{share:.2f}"] = {"pretrain": pre, "fine_tune": tuned}
+                pre = run(reg, "multi30k_en_de", share * B, pretrain, f"model.layers={L}", sentences=n)
+                tuned = run(reg, "ptb_sample_parsing", (1 - share) * B, f"{d}/parse_tuned_{L}l_{share:.2f}",
+                            *shape(L), f"run.init_from={pretrain}", "run.valid_after=0", sentences=n)
+                b["fine_tuned"][f"{share:.2f}"] = {"pretrain": pre, "fine_tune": tuned, "layers": L}
                 save("b", b)
         settings = {name: b[name] for name in ("single", "joint", "shape") if name in b}
         if b.get("fine_tuned"):
@@ -211,14 +226,16 @@ def main() -> None:
                                      for split in ("valid", "test")}
             b["target_met"] = b["gain_over_single"]["test"] >= 2 and b["gain_over_single"]["valid"] > 0
             b["settings_compared"] = ["single", *transfer]  # a setting not yet run is missing here
-        if "shape" in settings and "fine_tuned" in settings:
+        layers = {name: {b[name].get("layers", 3)} if name == "shape" else {r.get("layers", 3) for r in b[name].values()}
+                  for name in ("shape", "fine_tuned") if name in b}
+        if "shape" in settings and "fine_tuned" in settings and layers["shape"] == layers["fine_tuned"]:
             b["pretraining_gain"] = {split: round(b["f1_all"]["fine_tuned"][split] - b["f1_all"]["shape"][split], 2)
                                      for split in ("valid", "test")}
         save("b", b)
 
     if "b" in args.parts and Path(f"{d}/parse_joint").is_dir():  # else the file's (c) is kept
         # the single-task curve: the pre-training run of (b), else the bilingual EN-DE run of (a)
-        single_dir = f"{d}/pretrain" if Path(f"{d}/pretrain").is_dir() else f"{d}/en_de"
+        single_dir = pretrain if Path(pretrain).is_dir() else f"{d}/en_de"
         joint, single = dev_curve(f"{d}/parse_joint", "translate"), dev_curve(single_dir, None)
         rows = [{"member_updates": k, "joint_nll": round(v, 4), "single_nll": round(s, 4), "ratio": round(v / s, 4)}
                 for k, v in joint if (s := at(single, k)) is not None]
