@@ -1,6 +1,8 @@
 """Section 5.4: label-smoothed cross-entropy over the output projection, a chunk of rows at a time."""
 from __future__ import annotations
 
+import threading
+
 import torch
 
 from .vocab import PAD
@@ -19,14 +21,16 @@ class _ProjectedLabelSmoothedLoss(torch.autograd.Function):
     dL/dW += G^T h summed in fp32 over the chunks. The backward pass only scales the two by the
     incoming gradient. Rows whose target is PAD are masked (`keep` = 0: no loss, a zero
     gradient) rather than dropped, so that nothing waits on the device to count them.
-    Reused buffers matter on CPU: a fresh large tensor costs a page fault per 4 KiB."""
+    The chunk's buffers are kept between calls on CPU (`workspace`), and every conversion
+    between the product's dtype and fp32 is one explicit copy: an elementwise op whose output
+    dtype differs from its inputs' would allocate a temporary [rows, V] tensor of its own."""
 
     @staticmethod
     def forward(ctx, h, w, target, keep, eps, rows, need_h, need_w):
         N, V = h.size(0), w.size(0)
         with torch.autocast(h.device.type, enabled=False):  # the dtypes are chosen by the caller
-            z = h.new_empty(rows, V)
-            zf = z if z.dtype == torch.float32 else torch.empty(rows, V, dtype=torch.float32, device=h.device)
+            z = workspace(0, rows * V, h.dtype, h.device).view(rows, V)
+            zf = z if z.dtype == torch.float32 else workspace(1, rows * V, torch.float32, h.device).view(rows, V)
             grad_h = torch.empty_like(h) if need_h else None
             grad_w = torch.zeros(V, h.size(1), dtype=torch.float32, device=h.device) if need_w else None
             part = torch.empty_like(w) if need_w and w.dtype != torch.float32 else None  # G^T h of a chunk
@@ -37,7 +41,9 @@ class _ProjectedLabelSmoothedLoss(torch.autograd.Function):
                 n = t.size(0)
                 f = zf[:n]
                 torch.mm(h[i:i + n], w.t(), out=z[:n])
-                torch.sub(z[:n], z[:n].amax(1, keepdim=True).float(), out=f)  # z - m, in fp32 from any dtype
+                if f is not z:
+                    f.copy_(z[:n])  # in fp32 from any dtype: one conversion, no temporary
+                f.sub_(f.amax(1, keepdim=True))  # z - m
                 z_y, z_mean = f.gather(1, t).squeeze(1), f.mean(1)
                 s = f.exp_().sum(1)
                 log_s = s.log()
@@ -46,7 +52,9 @@ class _ProjectedLabelSmoothedLoss(torch.autograd.Function):
                 nll += token_nll.sum()
                 if need_h or need_w:  # G = k * ((exp(z - m) - (1 - eps) s [at the reference]) / s - eps / V)
                     f.scatter_add_(1, t, ((eps - 1.0) * s)[:, None])
-                    G = torch.addcmul((-eps / V) * k[:, None], f, (k / s)[:, None], out=z[:n])
+                    G = f.mul_((k / s)[:, None]).add_((-eps / V) * k[:, None])
+                    if f is not z:
+                        G = z[:n].copy_(f)  # back to the product's dtype
                     if need_h:
                         torch.mm(G, w, out=grad_h[i:i + n])
                     if part is None and need_w:
@@ -64,6 +72,23 @@ class _ProjectedLabelSmoothedLoss(torch.autograd.Function):
         gh = grad_h * grad_loss if ctx.needs_input_grad[0] else None
         gw = (grad_w * grad_loss).to(ctx.w_dtype) if ctx.needs_input_grad[1] else None  # scaled in fp32
         return gh, gw, None, None, None, None, None, None
+
+
+_KEPT = threading.local()  # each thread's buffers, so that two callers never share one
+
+
+def workspace(slot: int, numel: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A flat buffer of at least `numel` elements for a chunk's logits. On CPU it is kept from
+    one call to the next (per thread, `slot` and dtype; it only grows): a fresh [rows, V] buffer
+    of tens of MiB is above glibc's mmap threshold (at most 32 MiB), so each call would map new
+    pages and fault on every 4 KiB of them. CUDA's caching allocator already reuses its blocks."""
+    if device.type != "cpu":
+        return torch.empty(numel, dtype=dtype, device=device)
+    kept = _KEPT.__dict__
+    buf = kept.get((slot, dtype))
+    if buf is None or buf.numel() < numel:
+        buf = kept[(slot, dtype)] = torch.empty(numel, dtype=dtype)
+    return buf[:numel]
 
 
 #: every chunk takes at least MIN_ROWS rows: dL/dW = sum G^T h is added up chunk by chunk, and

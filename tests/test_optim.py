@@ -1,5 +1,6 @@
 """Section 5: the warm-up schedule at known steps, and label smoothing on a hand-computed case."""
 import math
+import threading
 
 import pytest
 import torch
@@ -103,3 +104,30 @@ def test_bf16_inputs_give_an_fp32_loss_and_bf16_gradients():
     loss.backward()
     assert hidden.grad.dtype == weight.grad.dtype == torch.bfloat16
     assert torch.isfinite(hidden.grad).all() and torch.isfinite(weight.grad).all()
+
+
+def test_the_kept_chunk_buffers_serve_calls_of_any_size_and_thread():
+    """The chunk's buffers outlive a call on CPU (s2s.core.loss.workspace): a call after a
+    larger one, a larger after a smaller, bf16 after fp32, and calls from two threads at once
+    each give the loss of their own logits."""
+    torch.manual_seed(0)
+    cases = [(torch.randn(n, 16), torch.randn(v, 16), torch.randint(1, v, (n,)))
+             for n, v in ((1500, 900), (40, 50), (2200, 1300), (30, 7))]
+    want = [_reference_loss(h @ w.t(), t, 0.1)[0].item() for h, w, t in cases]
+    for (h, w, t), ref in zip(cases, want):
+        assert label_smoothed_loss(h, w, t, 0.1)[0].item() == pytest.approx(ref, rel=1e-5)
+    h, w, t = cases[0]
+    got = label_smoothed_loss(h.bfloat16(), w.bfloat16(), t, 0.1)[0].item()
+    assert got == pytest.approx(_reference_loss(h.bfloat16() @ w.bfloat16().t(), t, 0.1)[0].item(), rel=1e-3)
+    results = [None] * len(cases)
+
+    def work(k):
+        for _ in range(3):
+            results[k] = label_smoothed_loss(*cases[k][:2], cases[k][2], 0.1)[0].item()
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(len(cases))]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(timeout=60)
+    assert results == pytest.approx(want, rel=1e-5)
