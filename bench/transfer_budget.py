@@ -6,6 +6,7 @@
     python bench/transfer_budget.py --parts b --settings fine_tuned --pretrain-shares 0.3333333 0.6666667  # ~65 min
     python bench/transfer_budget.py --parts b --settings shape    # the control, the fine-tuning run's minutes (~22 min)
     python bench/transfer_budget.py --parts b --settings fine_tuned shape --layers 2 --pretrain-shares 0.3333333  # ~55 min
+    python bench/transfer_budget.py --parts b --settings fine_tuned --layers 2 --bpe 16000 --pretrain-shares 0.3333333
     python bench/transfer_budget.py --multilingual-minutes 1 --parsing-minutes 1 --pretrain-shares 0.5 \
         --sentences 40 --valid-interval 25 --dir runs/transfer_check --name transfer_budget_check \
         decode.beam=2                                   # the script end to end, in about half an hour
@@ -22,7 +23,8 @@
     next; each fine-tuning run starts from where it then stood). Figures: test and dev F1 over all
     sentences (f1_all) on the full splits, and EVALB against the gold trees; target: the best
     transfer setting >= single-task + 2 F1 on test, and above single-task on dev.
-    The pre-training model has --layers layers (3, multi30k_en_de's; 2 is the parser's own).
+    The pre-training model has --layers layers (3, multi30k_en_de's; 2 is the parser's own) and a
+    vocabulary of --bpe tokens (8,000, multi30k_en_de's), the parser's BPE source as many.
     A control, `--settings shape`: the fine-tuned parser's shape (--layers, BPE source) trained
     from scratch for the fine-tuning run's minutes at the share chosen on dev, validated as that
     run was (from update 500): what the pre-training adds to that shape (`pretraining_gain`),
@@ -64,10 +66,10 @@ from s2s.core.train import train  # noqa: E402
 
 
 
-def shape(layers: int) -> list[str]:
+def shape(layers: int, bpe: int) -> list[str]:
     """What the fine-tuned parser (and the control) change in ptb_sample_parsing: the pre-training
-    model's layers (--layers) and a BPE source, whose tokens Multi30k's English shares."""
-    return [f"model.layers={layers}", "task.src_tokenizer=bpe", "task.src_vocab_size=8000"]
+    model's layers (--layers) and a BPE source of --bpe tokens, whose tokens Multi30k's English shares."""
+    return [f"model.layers={layers}", "task.src_tokenizer=bpe", f"task.src_vocab_size={bpe}"]
 
 VALID = 500  # updates between validations in every run: (c)'s curves (--valid-interval)
 B_SETTINGS = ("single", "joint", "fine_tuned", "shape")  # (b)'s three ways, and the control
@@ -135,11 +137,14 @@ def main() -> None:
     p.add_argument("--parsing-minutes", type=float, default=30.0, help="(b): each parsing setting's total budget")
     p.add_argument("--pretrain-shares", type=float, nargs="+", default=[1 / 3, 1 / 2, 2 / 3],
                    help="(b): shares of the budget spent pre-training, one fine-tuning run each (chosen on dev)")
-    p.add_argument("--parts", nargs="+", default=["a", "b"], choices=["a", "b"], help="(c) comes with (b)")
+    p.add_argument("--parts", nargs="+", default=["a", "b"], choices=["a", "b"], help="(c) comes with (b)'s joint setting")
     p.add_argument("--settings", nargs="+", default=list(B_SETTINGS), choices=B_SETTINGS,
                    help="(b): the settings run now; the file's figures of the others are kept")
     p.add_argument("--layers", type=int, default=3, help="(b): layers of the pre-training model, hence of the "
                    "fine-tuned parser and the control (multi30k_en_de has 3, ptb_sample_parsing 2)")
+    p.add_argument("--bpe", type=int, default=8000, help="(b): BPE tokens of the pre-training model's vocabulary "
+                   "and of the fine-tuned parser's (and the control's) source (multi30k_en_de has 8,000; more "
+                   "tokens keep more of the treebank's words whole)")
     p.add_argument("--dir", default="runs/transfer_budget")
     p.add_argument("--name", default="transfer_budget")
     p.add_argument("--valid-interval", type=int, default=VALID, help="updates between validations, every run")
@@ -151,13 +156,14 @@ def main() -> None:
     torch.set_num_threads(2)  # decoding; training uses the presets' run.threads (2)
     reg = Registry.installed()
     VALID, EVERY[:] = args.valid_interval, args.overrides
-    d, n, L = args.dir, args.sentences, args.layers
-    pretrain = f"{d}/pretrain_{L}l"  # resumed from one share to the next
+    d, n, L, V = args.dir, args.sentences, args.layers, args.bpe
+    tag = f"{L}l" + (f"_bpe{V}" if V != 8000 else "")  # the shape's runs: layers, and BPE size where not 8,000
+    pretrain = f"{d}/pretrain_{tag}"  # resumed from one share to the next
     result = {"command": " ".join(["python", *sys.argv]), "note": args.note, "machine": machine(), "load_avg": []}
     path = RESULTS / f"{args.name}.json"  # the parts (and settings of (b)) not run now are kept
     previous = json.loads(path.read_text()) if path.is_file() else {}
     done = {"a"} if "a" not in args.parts else set()
-    done |= {"b", "c"} if "b" not in args.parts else {"c"}  # (c) is written again where the joint run is here
+    done |= {"b", "c"} if "b" not in args.parts else {"c"}  # (c) is written again where the joint setting runs now
     result.update({k: v for k, v in previous.items() if k in done})
     # the figures a part run now replaces stay, with the command that made them
     result["history"] = previous.get("history", []) + [
@@ -187,6 +193,7 @@ def main() -> None:
         B = args.parsing_minutes
         b = {k: v for k, v in previous.get("b", {}).items() if k in B_SETTINGS and k not in args.settings}
         result["b"] = b  # the settings run before (kept), then those run now
+        form = lambda r: (r.get("layers", 3), r.get("bpe", 8000))  # noqa: E731  a shape: layers, BPE size
         f1 = lambda r, split: r["scores"]["ptb_sample_parsing" if "ptb_sample_parsing" in r["scores"] else "parse"][split]["f1_all"]  # noqa: E731
         for setting in args.settings:  # in the order given
             if setting == "single":
@@ -198,25 +205,29 @@ def main() -> None:
                 save("b", b)
                 continue
             if setting == "shape":  # the fine-tuning run's shape and minutes, without the pre-training
-                tuned = [r["fine_tune"] for r in (b.get("fine_tuned") or {}).values()]
+                tuned = [r["fine_tune"] for r in (b.get("fine_tuned") or {}).values() if form(r) == (L, V)]
                 minutes = max(tuned, key=lambda r: f1(r, "valid"))["minutes"] if tuned else (1 - min(args.pretrain_shares)) * B
-                b["shape"] = run(reg, "ptb_sample_parsing", minutes, f"{d}/parse_shape_{L}l", *shape(L),
+                b["shape"] = run(reg, "ptb_sample_parsing", minutes, f"{d}/parse_shape_{tag}", *shape(L, V),
                                  "run.valid_after=0", sentences=n)
-                b["shape"]["layers"] = L
+                b["shape"].update(layers=L, bpe=V)
                 save("b", b)
                 continue
-            b["fine_tuned"] = {}
+            # the file's fine-tuning runs of other shapes stay: dev chooses among all of them
+            b["fine_tuned"] = {k: r for k, r in previous.get("b", {}).get("fine_tuned", {}).items() if form(r) != (L, V)}
             for share in sorted(args.pretrain_shares):
-                pre = run(reg, "multi30k_en_de", share * B, pretrain, f"model.layers={L}", sentences=n)
-                tuned = run(reg, "ptb_sample_parsing", (1 - share) * B, f"{d}/parse_tuned_{L}l_{share:.2f}",
-                            *shape(L), f"run.init_from={pretrain}", "run.valid_after=0", sentences=n)
-                b["fine_tuned"][f"{share:.2f}"] = {"pretrain": pre, "fine_tune": tuned, "layers": L}
+                pre = run(reg, "multi30k_en_de", share * B, pretrain, f"model.layers={L}", f"task.vocab_size={V}",
+                          sentences=n)
+                tuned = run(reg, "ptb_sample_parsing", (1 - share) * B, f"{d}/parse_tuned_{tag}_{share:.2f}",
+                            *shape(L, V), f"run.init_from={pretrain}", "run.valid_after=0", sentences=n)
+                b["fine_tuned"][f"{tag}_{share:.2f}"] = {"pretrain": pre, "fine_tune": tuned, "layers": L, "bpe": V,
+                                                         "share": share}
                 save("b", b)
         settings = {name: b[name] for name in ("single", "joint", "shape") if name in b}
         if b.get("fine_tuned"):
             chosen = max(b["fine_tuned"], key=lambda s: f1(b["fine_tuned"][s]["fine_tune"], "valid"))
             settings["fine_tuned"] = b["fine_tuned"][chosen]["fine_tune"]
-            b["chosen_share_on_dev"] = float(chosen)
+            b["chosen_on_dev"] = chosen  # shape and share; the file's older runs are keyed by share alone
+            b["chosen_share_on_dev"] = b["fine_tuned"][chosen].get("share", float(chosen.split("_")[-1]))
         b["f1_all"] = {name: {split: f1(r, split) for split in ("valid", "test")} for name, r in settings.items()}
         transfer = [name for name in ("joint", "fine_tuned") if name in settings]
         if "single" in settings and transfer:
@@ -226,14 +237,12 @@ def main() -> None:
                                      for split in ("valid", "test")}
             b["target_met"] = b["gain_over_single"]["test"] >= 2 and b["gain_over_single"]["valid"] > 0
             b["settings_compared"] = ["single", *transfer]  # a setting not yet run is missing here
-        layers = {name: {b[name].get("layers", 3)} if name == "shape" else {r.get("layers", 3) for r in b[name].values()}
-                  for name in ("shape", "fine_tuned") if name in b}
-        if "shape" in settings and "fine_tuned" in settings and layers["shape"] == layers["fine_tuned"]:
+        if "shape" in settings and "fine_tuned" in settings and form(b["shape"]) == form(b["fine_tuned"][chosen]):
             b["pretraining_gain"] = {split: round(b["f1_all"]["fine_tuned"][split] - b["f1_all"]["shape"][split], 2)
                                      for split in ("valid", "test")}
         save("b", b)
 
-    if "b" in args.parts and Path(f"{d}/parse_joint").is_dir():  # else the file's (c) is kept
+    if "b" in args.parts and "joint" in args.settings and Path(f"{d}/parse_joint").is_dir():  # else the file's (c) is kept
         # the single-task curve: the pre-training run of (b), else the bilingual EN-DE run of (a)
         single_dir = pretrain if Path(pretrain).is_dir() else f"{d}/en_de"
         joint, single = dev_curve(f"{d}/parse_joint", "translate"), dev_curve(single_dir, None)
