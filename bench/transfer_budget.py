@@ -7,6 +7,7 @@
     python bench/transfer_budget.py --parts b --settings shape    # the control, the fine-tuning run's minutes (~22 min)
     python bench/transfer_budget.py --parts b --settings fine_tuned shape --layers 2 --pretrain-shares 0.3333333  # ~55 min
     python bench/transfer_budget.py --parts b --settings fine_tuned --layers 2 --bpe 16000 --pretrain-shares 0.3333333
+    python bench/transfer_budget.py --parts b --settings fine_tuned --layers 2 --bpe 0 --pretrain-shares 0.3333333
     python bench/transfer_budget.py --multilingual-minutes 1 --parsing-minutes 1 --pretrain-shares 0.5 \
         --sentences 40 --valid-interval 25 --dir runs/transfer_check --name transfer_budget_check \
         decode.beam=2                                   # the script end to end, in about half an hour
@@ -18,13 +19,14 @@
 (b) Parsing the treebank sample, B minutes in all, three ways: single-task ptb_sample_parsing;
     joint ptb_sample_parsing_multi30k (shared English: one BPE for the parser's source and
     Multi30k); pre-training multi30k_en_de for p*B minutes, then fine-tuning ptb_sample_parsing
-    for (1-p)*B minutes from it (`run.init_from`, BPE source, the pre-training model's shape), p
+    for (1-p)*B minutes from it (`run.init_from`, the pre-training model's shape, --bpe's source), p
     from --pretrain-shares chosen by dev F1 (the pre-training run resumes from one share to the
     next; each fine-tuning run starts from where it then stood). Figures: test and dev F1 over all
     sentences (f1_all) on the full splits, and EVALB against the gold trees; target: the best
     transfer setting >= single-task + 2 F1 on test, and above single-task on dev.
     The pre-training model has --layers layers (3, multi30k_en_de's; 2 is the parser's own) and a
-    vocabulary of --bpe tokens (8,000, multi30k_en_de's), the parser's BPE source as many.
+    vocabulary of --bpe tokens (8,000, multi30k_en_de's), the parser's BPE source as many (--bpe 0:
+    the parser keeps its own word source, the pre-training model its 8,000).
     A control, `--settings shape`: the fine-tuned parser's shape (--layers, BPE source) trained
     from scratch for the fine-tuning run's minutes at the share chosen on dev, validated as that
     run was (from update 500): what the pre-training adds to that shape (`pretraining_gain`),
@@ -68,8 +70,9 @@ from s2s.core.train import train  # noqa: E402
 
 def shape(layers: int, bpe: int) -> list[str]:
     """What the fine-tuned parser (and the control) change in ptb_sample_parsing: the pre-training
-    model's layers (--layers) and a BPE source of --bpe tokens, whose tokens Multi30k's English shares."""
-    return [f"model.layers={layers}", "task.src_tokenizer=bpe", f"task.src_vocab_size={bpe}"]
+    model's layers (--layers) and a BPE source of --bpe tokens, whose tokens Multi30k's English
+    shares (0: the parser's own words, which carry only the rows whose strings match)."""
+    return [f"model.layers={layers}", *(["task.src_tokenizer=bpe", f"task.src_vocab_size={bpe}"] if bpe else [])]
 
 VALID = 500  # updates between validations in every run: (c)'s curves (--valid-interval)
 B_SETTINGS = ("single", "joint", "fine_tuned", "shape")  # (b)'s three ways, and the control
@@ -144,7 +147,8 @@ def main() -> None:
                    "fine-tuned parser and the control (multi30k_en_de has 3, ptb_sample_parsing 2)")
     p.add_argument("--bpe", type=int, default=8000, help="(b): BPE tokens of the pre-training model's vocabulary "
                    "and of the fine-tuned parser's (and the control's) source (multi30k_en_de has 8,000; more "
-                   "tokens keep more of the treebank's words whole)")
+                   "tokens keep more of the treebank's words whole; 0: the parser keeps its word source and the "
+                   "pre-training model its 8,000)")
     p.add_argument("--dir", default="runs/transfer_budget")
     p.add_argument("--name", default="transfer_budget")
     p.add_argument("--valid-interval", type=int, default=VALID, help="updates between validations, every run")
@@ -157,8 +161,10 @@ def main() -> None:
     reg = Registry.installed()
     VALID, EVERY[:] = args.valid_interval, args.overrides
     d, n, L, V = args.dir, args.sentences, args.layers, args.bpe
-    tag = f"{L}l" + (f"_bpe{V}" if V != 8000 else "")  # the shape's runs: layers, and BPE size where not 8,000
-    pretrain = f"{d}/pretrain_{tag}"  # resumed from one share to the next
+    P = V or 8000  # the pre-training model's vocabulary
+    pre_tag = f"{L}l" + (f"_bpe{P}" if P != 8000 else "")  # its runs: layers, and BPE size where not 8,000
+    tag = pre_tag if V else f"{L}l_words"  # the fine-tuned parser's (and the control's) runs
+    pretrain = f"{d}/pretrain_{pre_tag}"  # resumed from one share to the next
     result = {"command": " ".join(["python", *sys.argv]), "note": args.note, "machine": machine(), "load_avg": []}
     path = RESULTS / f"{args.name}.json"  # the parts (and settings of (b)) not run now are kept
     previous = json.loads(path.read_text()) if path.is_file() else {}
@@ -215,7 +221,7 @@ def main() -> None:
             # the file's fine-tuning runs of other shapes stay: dev chooses among all of them
             b["fine_tuned"] = {k: r for k, r in previous.get("b", {}).get("fine_tuned", {}).items() if form(r) != (L, V)}
             for share in sorted(args.pretrain_shares):
-                pre = run(reg, "multi30k_en_de", share * B, pretrain, f"model.layers={L}", f"task.vocab_size={V}",
+                pre = run(reg, "multi30k_en_de", share * B, pretrain, f"model.layers={L}", f"task.vocab_size={P}",
                           sentences=n)
                 tuned = run(reg, "ptb_sample_parsing", (1 - share) * B, f"{d}/parse_tuned_{tag}_{share:.2f}",
                             *shape(L, V), f"run.init_from={pretrain}", "run.valid_after=0", sentences=n)
