@@ -27,7 +27,7 @@
     The pre-training model has --layers layers (3, multi30k_en_de's; 2 is the parser's own) and a
     vocabulary of --bpe tokens (8,000, multi30k_en_de's), the parser's BPE source as many (--bpe 0:
     the parser keeps its own word source, the pre-training model its 8,000).
-    A control, `--settings shape`: the fine-tuned parser's shape (--layers, BPE source) trained
+    A control, `--settings shape`: the fine-tuned parser's shape (--layers, --bpe's source) trained
     from scratch for the fine-tuning run's minutes at the share chosen on dev, validated as that
     run was (from update 500): what the pre-training adds to that shape (`pretraining_gain`),
     apart from what the shape costs against single-task's.
