@@ -68,6 +68,11 @@ from s2s.core.train import train  # noqa: E402
 
 
 
+def form(r: dict) -> tuple[int, int]:
+    """A (b) run's shape as the file records it: layers and BPE size (older entries: 3, 8,000)."""
+    return r.get("layers", 3), r.get("bpe", 8000)
+
+
 def shape(layers: int, bpe: int) -> list[str]:
     """What the fine-tuned parser (and the control) change in ptb_sample_parsing: the pre-training
     model's layers (--layers) and a BPE source of --bpe tokens, whose tokens Multi30k's English
@@ -199,7 +204,6 @@ def main() -> None:
         B = args.parsing_minutes
         b = {k: v for k, v in previous.get("b", {}).items() if k in B_SETTINGS and k not in args.settings}
         result["b"] = b  # the settings run before (kept), then those run now
-        form = lambda r: (r.get("layers", 3), r.get("bpe", 8000))  # noqa: E731  a shape: layers, BPE size
         f1 = lambda r, split: r["scores"]["ptb_sample_parsing" if "ptb_sample_parsing" in r["scores"] else "parse"][split]["f1_all"]  # noqa: E731
         for setting in args.settings:  # in the order given
             if setting == "single":
