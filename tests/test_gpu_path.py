@@ -142,14 +142,23 @@ def test_batches_built_ahead_are_used_when_the_guess_was_right_and_rebuilt_when_
 
 
 # -- findings 2 and 7: precision from the compute capability ---------------------------------
+@pytest.fixture
+def tf32_flags():
+    """torch's two TF32 switches as they were, set back by assignment after the test: torch's
+    backend modules refuse `delattr`, which is how pytest's monkeypatch (9.2 on) restores them."""
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    yield
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
 @pytest.mark.parametrize("capability, auto, bf16, tf32", [((9, 0), "bf16", "bf16", True), ((8, 0), "bf16", "bf16", True),
                                                           ((7, 5), "fp16", "fp32", False), ((7, 0), "fp16", "fp32", False),
                                                           ((6, 1), "fp32", "fp32", False)])
-def test_precision_follows_the_compute_capability(capability, auto, bf16, tf32, monkeypatch, caplog):
+def test_precision_follows_the_compute_capability(capability, auto, bf16, tf32, monkeypatch, caplog, tf32_flags):
     """bf16 natively from Ampere (sm_80) on, with TF32 for fp32 products; a V100 or T4, which
     torch.cuda.is_bf16_supported() passes through emulation, gets fp16 for auto, fp32 for bf16."""
     monkeypatch.setattr(precision, "cuda_capability", lambda device: capability)
-    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
+    torch.backends.cuda.matmul.allow_tf32 = False
     assert precision.resolve("auto", CUDA) == auto
     assert torch.backends.cuda.matmul.allow_tf32 is tf32
     with caplog.at_level(logging.WARNING, logger="s2s"):
