@@ -5,13 +5,15 @@ import argparse
 import contextlib
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from .errors import S2SError
 from .errors import UsageError
+from .errors import explain
+from .sweep import grid_item
 
 log = logging.getLogger("s2s")
 
@@ -66,7 +68,12 @@ def cmd_train(args) -> int:
     from .train import train
 
     result = train(cfg, reg, quiet=args.quiet)
-    print(json.dumps(result))
+    if args.json:
+        print(json.dumps(result))
+    elif int(os.environ.get("RANK", 0)) == 0:  # under torchrun, one summary
+        from .summary import train_lines
+
+        print("\n".join(train_lines(result, Path(cfg.run.dir), args.preset)))
     return 0
 
 
@@ -130,15 +137,16 @@ def cmd_score(args) -> int:
     with contextlib.redirect_stdout(sys.stderr):  # what the plugin prints is not the score's line
         result = task.score(hyps, refs, srcs)
     score = checked_score(task, result)  # a plugin's answer, checked where it comes in
-    print(json.dumps(score.as_dict()) if args.json else str(score))
+    print(json.dumps(score.as_dict()) if args.json else "\n".join(score.lines()))
     return 0
 
 
 def cmd_average(args) -> int:
     from . import checkpoint
+    from .files import no_such_run
 
     if args.last is not None and len(args.inputs) == 1 and not Path(args.inputs[0]).exists():
-        raise UsageError(f"{args.inputs[0]}: no such run directory")
+        raise no_such_run(args.inputs[0])
 
     paths, output = checkpoint.average_files(args.inputs, args.last, args.output)
     print(f"averaged {len(paths)} checkpoints into {output}")
@@ -148,16 +156,20 @@ def cmd_average(args) -> int:
 def cmd_export(args) -> int:
     from .export import export
 
+    from .summary import export_lines
+
     out = export(args.run_dir, args.to, args.output, _registry(args), args.quantization, args.force)
-    print(f"exported {args.run_dir} as {args.to} into {out}")
+    print("\n".join(export_lines(args.run_dir, args.to, out)))
     return 0
 
 
 def cmd_plot(args) -> int:
     from .plot import plot_run
 
-    for path in plot_run(Path(args.run_dir), Path(args.output) if args.output else None):
-        print(path)
+    from .summary import written_lines
+
+    paths = plot_run(Path(args.run_dir), Path(args.output) if args.output else None)
+    print("\n".join(written_lines(paths, "open them in an image viewer; run again as the run goes on")))
     return 0
 
 
@@ -170,7 +182,12 @@ def cmd_sweep(args) -> int:
     if args.print_commands:
         print("\n".join(sweep.commands(plan, _registry(args))))
         return 0
-    print(sweep.table(sweep.run(plan, _registry(args), quiet=args.quiet)) + f"wrote {args.dir}/results.md, results.json, sweep_*.png")
+    from .summary import written_lines
+
+    results = sweep.run(plan, _registry(args), quiet=args.quiet)
+    written = [Path(args.dir) / "results.md", Path(args.dir) / "results.json", *results["plots"]]
+    print(sweep.table(results) + "\n".join(written_lines(written, "the table is results.md; each variant's "
+                                                                  f"run directory is {args.dir}/NAME")))
     return 0
 
 
@@ -181,7 +198,10 @@ def cmd_attention(args) -> int:
     with contextlib.redirect_stdout(sys.stderr):
         paths = draw_attention(args.run_dir, _registry(args), args.input, args.output, args.task, args.layer,
                                args.head, args.beam, args.overrides)
-    stdout.write("".join(f"{path}\n" for path in paths))
+    from .summary import written_lines
+
+    use = "a PNG per input line, attention and layer; each line's weights as JSON (docs/attention.md)"
+    stdout.write("\n".join(written_lines(paths, use)) + "\n")
     return 0
 
 
@@ -216,8 +236,6 @@ def cmd_quickstart(args) -> int:
     print(f"\ndemo ({cfg.task.mode}) on {len(sources)} held-out sentences, {elapsed:.0f} s:")
     print(f"  trained model  {trained}")
     print(f"  copy baseline  {baseline}")
-    print(json.dumps({"trained": trained.as_dict(), "copy_baseline": baseline.as_dict(),
-                      "seconds": round(elapsed, 1)}))
     return 0
 
 
@@ -242,6 +260,8 @@ def build_parser() -> argparse.ArgumentParser:
         s.add_argument("overrides", nargs="*", metavar="key=value", help="override any config field")
         if name == "train":
             s.add_argument("--print-config", action="store_true", help="print the merged config and exit")
+            s.add_argument("--json", action="store_true", help="end with result.json's object on one line "
+                           "instead of the summary for a person")
         s.set_defaults(func=func)
 
     s = sub.add_parser("generate", parents=[common], help="decode lines with a trained model",
@@ -306,7 +326,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("preset", help="a preset name from tasks/ or a YAML file")
     s.add_argument("overrides", nargs="*", metavar="key=value", help="common overrides, for every variant")
     which, budget = s.add_mutually_exclusive_group(required=True), s.add_mutually_exclusive_group(required=True)
-    which.add_argument("--grid", action="append", metavar="KEY=V1,V2", help="vary KEY (repeatable: the cartesian product)")
+    which.add_argument("--grid", action="append", metavar="KEY=V1,V2", type=grid_item,
+                       help="vary KEY (repeatable: the cartesian product)")
     which.add_argument("--variants", metavar="FILE.yaml", help="a YAML list of override mappings, each optionally named")
     budget.add_argument("--budget-updates", type=int, metavar="N", help="optim.max_updates of every variant")
     budget.add_argument("--budget-minutes", type=float, metavar="M", help="run.max_minutes of every variant")
@@ -345,27 +366,6 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("overrides", nargs="*", metavar="key=value", help="override any field of the demo preset")
     s.set_defaults(func=cmd_quickstart)
     return p
-
-
-#: what sets memory use, by command: named when memory runs out
-MEMORY_SETTINGS = {"train": "data.max_tokens (or the model's size)", "quickstart": "data.max_tokens",
-                   "prepare": "data.max_tokens", "generate": "decode.max_sentences or --beam",
-                   "average": "the number of checkpoints averaged"}
-
-
-def explain(e: BaseException, command: str) -> tuple[str, int]:
-    """The one-line message and exit code for an error: 2 for a known failure, 1 otherwise."""
-
-    def first(x) -> str:
-        return (str(x).strip().splitlines() or [type(x).__name__])[0]
-
-    if isinstance(e, S2SError):
-        return first(e), 2
-    if isinstance(e, MemoryError) or type(e).__name__ == "OutOfMemoryError":
-        return f"out of memory ({first(e)[:100]}): lower {MEMORY_SETTINGS.get(command, 'the batch size')}", 2
-    if isinstance(e, OSError):
-        return (f"{e.filename}: {e.strerror or first(e)}" if e.filename else first(e)), 2
-    return f"internal error: {type(e).__name__}: {first(e)} (run with -v for the traceback)", 1
 
 
 def main(argv=None) -> int:

@@ -172,3 +172,16 @@ def readable(path: str) -> None:
         raise UsageError(f"input {p}: {'is a directory' if p.is_dir() else 'no such file'}")
     if not os.access(p, os.R_OK):
         raise UsageError(f"input {p}: not readable")
+
+
+def no_such_run(path: str | Path, what: str = "run directory") -> UsageError:
+    """The error for a run directory that is not there, with the nearest of its would-be
+    siblings that is one (`runs/demoo`: did you mean runs/demo?)."""
+    import difflib
+
+    path = Path(path)
+    parent = path.parent if str(path.parent) else Path(".")
+    runs = [p.name for p in parent.iterdir() if (p / "config.yaml").is_file()] if parent.is_dir() else []
+    near = difflib.get_close_matches(path.name, runs, n=1)
+    hint = f" (did you mean {parent / near[0]}?)" if near else ""
+    return UsageError(f"{path}: no such {what}{hint}")

@@ -33,7 +33,7 @@ from .data import chunks
 from .decoding import generate, sentences_per_batch
 from .distributed import resolve_device
 from .errors import CheckpointError, ConfigError, DataError, UsageError, plugin_error
-from .files import remove_stale_temporaries, replacing
+from .files import no_such_run, remove_stale_temporaries, replacing
 from .members import Member, build_members, decode_settings, load_vocabularies, pick
 from .model import Transformer
 from .progress import progress
@@ -47,7 +47,7 @@ def run_dir_of(path: str | Path) -> Path:
     """The run directory that `path` (a run directory, or a checkpoint file in one) belongs to."""
     p = Path(path)
     if not p.exists():
-        raise UsageError(f"{p}: no such run directory or checkpoint file")
+        raise no_such_run(p, "run directory or checkpoint file")
     run_dir = p if p.is_dir() else p.parent.parent if p.parent.name == "checkpoints" else p.parent
     if not (run_dir / "config.yaml").is_file():
         raise UsageError(f"{p} holds no config.yaml: not a run directory of `s2s train`" if run_dir == p else

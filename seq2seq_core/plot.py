@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .errors import UsageError
+from .files import no_such_run
 from .runlog import read_metrics
 
 NOT_METRICS = {"kind", "update", "elapsed", "loss", "nll", "ppl"}
@@ -59,7 +60,7 @@ def plot_run(run_dir: Path, out_dir: Path | None = None) -> list[Path]:
     """Write the run's learning curves as PNGs into out_dir (default RUN_DIR/plots)."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
-        raise UsageError(f"{run_dir}: no such run directory")
+        raise no_such_run(run_dir)
     records = read_metrics(run_dir)
     if not records:
         raise ValueError(f"{run_dir / 'metrics.jsonl'} holds no records yet")

@@ -11,6 +11,7 @@ sweep.json. Every variant's config is loaded and checked before the first one tr
 """
 from __future__ import annotations
 
+import argparse
 import fcntl
 import itertools
 import json
@@ -386,3 +387,11 @@ def write_results(sweep: Sweep, cfgs: list) -> dict:
     atomic_write_text(d / "results.md", table(results))
     atomic_write_text(d / "results.json", json.dumps(results, indent=1) + "\n")
     return results
+
+
+def grid_item(text: str) -> str:
+    """A --grid value: KEY=V1,V2 (argparse names the flag when this refuses one)."""
+    key, eq, values = text.partition("=")
+    if not (key and eq and values):
+        raise argparse.ArgumentTypeError(f"takes KEY=V1,V2 (e.g. --grid model.heads=1,2), got {text!r}")
+    return text

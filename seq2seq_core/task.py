@@ -64,6 +64,22 @@ class Score:
     def __str__(self) -> str:
         return f"{self.name} {self.value:.2f} ({self.signature})" if self.signature else f"{self.name} {self.value:.2f}"
 
+    @classmethod
+    def from_dict(cls, record: dict) -> "Score":
+        """The Score that `as_dict` wrote (result.json's test figures): its first key is the
+        primary figure."""
+        name, value = next(iter(record.items()))
+        figures = {k: v for k, v in record.items() if k not in (name, "signature")}
+        return cls(name, value, figures, record.get("signature", ""))
+
+    def lines(self) -> list[str]:
+        """Every figure for a person, one a line: the primary with its signature first."""
+        width = max(len(k) for k in (self.name, *self.figures))
+        lines = [f"{self.name:<{width}}  {self.value:.2f}" + (f"  ({self.signature})" if self.signature else "")]
+        for key, value in self.figures.items():
+            lines.append(f"{key:<{width}}  {value}")
+        return lines
+
 
 class Constraint:
     """The outputs a search may write for a batch of sources, as a state machine over tokens.

@@ -35,13 +35,30 @@ def corpus(path: Path) -> Path:
     return path
 
 
+#: what to do about a skip's cause, by the reason's text before its first colon
+_REMEDIES = {
+    _NO_CORPUS.rstrip(": "): f"in {SHARED}; get them with `python -m s2s.data_recipes multi30k treebank "
+                             "--dir DIR` and set S2S_SHARED_DATA=DIR",
+    "needs a CUDA device": "the -m gpu tests; `bash bench/gpu_check.sh` runs them on a GPU machine",
+    "no chromium / chromedriver installed": "the page's browser tests; .ci/run installs Debian's",
+    "placeholder the parser cannot take": "documented commands with a placeholder (FILE, DIR): nothing to parse",
+    "a preset file of the reader's own": "documented commands on a YAML file the reader writes",
+}
+
+
 def pytest_terminal_summary(terminalreporter):
-    missing = [r for r in terminalreporter.stats.get("skipped", [])
-               if isinstance(r.longrepr, tuple) and _NO_CORPUS in str(r.longrepr[2])]
-    if missing:
-        terminalreporter.write_line(
-            f"{len(missing)} tests skipped: no real corpora in {SHARED}; get them with "
-            "`python -m s2s.data_recipes multi30k treebank --dir DIR` and set S2S_SHARED_DATA=DIR")
+    """Every skip counted under its cause, with what would run it: the counts add up to
+    pytest's own skipped figure (`-rs` lists them one by one)."""
+    causes: dict[str, int] = {}
+    for report in terminalreporter.stats.get("skipped", []):
+        reason = str(report.longrepr[2]) if isinstance(report.longrepr, tuple) else "skipped"
+        cause = reason.removeprefix("Skipped: ").split(":")[0].split(" (")[0].strip()
+        causes[cause] = causes.get(cause, 0) + 1
+    if causes:
+        terminalreporter.write_line(f"{sum(causes.values())} skipped, by cause (-rs lists each):")
+    for cause, count in sorted(causes.items(), key=lambda item: -item[1]):
+        remedy = _REMEDIES.get(cause)
+        terminalreporter.write_line(f"  {count:>3}  {cause}" + (f": {remedy}" if remedy else ""))
 
 
 @pytest.fixture(autouse=True)

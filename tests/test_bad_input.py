@@ -547,7 +547,7 @@ def test_unforeseen_error_is_one_line_and_v_shows_the_traceback(world):
 
 
 def test_out_of_memory_names_the_setting():
-    from s2s.core.cli import explain
+    from s2s.core.errors import explain
 
     assert explain(MemoryError(), "train") == ("out of memory (MemoryError): lower data.max_tokens "
                                                "(or the model's size)", 2)

@@ -229,7 +229,7 @@ def test_s2s_train_wsj_parsing_end_to_end(tmp_path, tiny, capsys):
     from s2s.core.cli import main
 
     root = write_ldc(tmp_path / "LDC99T42", trees_per_file=3)
-    rc = main(["train", "wsj_parsing", f"task.wsj_root={root}", *tiny(
+    rc = main(["train", "wsj_parsing", "--json", f"task.wsj_root={root}", *tiny(
         "optim.max_updates=4", "optim.warmup=2", "data.max_tokens=400", "run.valid_interval=2",
         "run.save_interval=2", "run.average_last=0", "decode.beam=2", "decode.max_len_b=8")])
     assert rc == 0

@@ -60,5 +60,5 @@ def test_wheel_installs_and_runs_outside_the_repository(tmp_path):
     trained = _run([s2s, "train", "demo", "optim.max_updates=5", "model.layers=1", "model.d_model=32",
                     "model.d_ff=64", "model.heads=2", "run.threads=1", "run.log_interval=5",
                     "run.valid_interval=5", f"run.dir={tmp_path / 'run'}", "decode.beam=1"], tmp_path, env)
-    assert '"update": 5' in trained.stdout and (tmp_path / "run" / "result.json").is_file()
+    assert "trained demo to update 5" in trained.stdout and (tmp_path / "run" / "result.json").is_file()
     assert "train update 5:" in trained.stderr and "\r" not in trained.stderr  # a log, not a terminal
