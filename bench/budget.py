@@ -22,6 +22,7 @@ changes the search, so one run per linearisation scheme gives both:
 
     python bench/budget.py ptb_sample_parsing --minutes 10 30 task.scheme=vinyals
 """
+
 from __future__ import annotations
 
 import s2s.core  # noqa: E402,F401  before torch: the CPU runtime defaults (s2s.core.RUNTIME_ENV)
@@ -33,18 +34,19 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
+from s2s.core.data.members import decode_settings  # noqa: E402
+from s2s.core.decode.batched import hypotheses  # noqa: E402
+from s2s.core.inference import load_for_inference  # noqa: E402
+from s2s.core.setup.config import load_config  # noqa: E402
+from s2s.core.setup.registry import Registry  # noqa: E402
+from s2s.core.training.runlog import read_metrics  # noqa: E402
+from s2s.core.training.trainer import train  # noqa: E402
 
 from bench.common import corpus_overrides, peak_rss_mib, write  # noqa: E402
-from s2s.core.inference import load_for_inference  # noqa: E402
-from s2s.core.config import load_config  # noqa: E402
-from s2s.core.inference import hypotheses  # noqa: E402
-from s2s.core.members import decode_settings  # noqa: E402
-from s2s.core.registry import Registry  # noqa: E402
-from s2s.core.runlog import read_metrics  # noqa: E402
-from s2s.core.train import train  # noqa: E402
 
 
 def right_branching(words: list[str], tags: list) -> str:
@@ -56,8 +58,15 @@ def right_branching(words: list[str], tags: list) -> str:
     return f"(TOP {tree})"
 
 
-GOLD_FIGURES = ("f1", "precision", "recall", "complete_match", "error_sentences", "skipped_sentences",
-                "valid_sentences")
+GOLD_FIGURES = (
+    "f1",
+    "precision",
+    "recall",
+    "complete_match",
+    "error_sentences",
+    "skipped_sentences",
+    "valid_sentences",
+)
 
 
 def gold_figures(gold: list[str], trees: list[str]) -> dict:
@@ -65,7 +74,10 @@ def gold_figures(gold: list[str], trees: list[str]) -> dict:
     from s2s.plugins.parsing.evalb import evalb
 
     result = evalb(gold, trees)
-    return {**{k: result.summary[k] for k in GOLD_FIGURES}, "f1_all": round(result.all_sentences["f1_all"], 2)}
+    return {
+        **{k: result.summary[k] for k in GOLD_FIGURES},
+        "f1_all": round(result.all_sentences["f1_all"], 2),
+    }
 
 
 def gold_scores(task, trees: list[str], sources: list[str]) -> dict:
@@ -74,7 +86,10 @@ def gold_scores(task, trees: list[str], sources: list[str]) -> dict:
 
     gold = list(task.references("test"))
     baseline = [right_branching(s.split(), punctuation_tags(s.split())) for s in sources]
-    return {"gold_evalb": gold_figures(gold, trees), "right_branching": gold_figures(gold, baseline)}
+    return {
+        "gold_evalb": gold_figures(gold, trees),
+        "right_branching": gold_figures(gold, baseline),
+    }
 
 
 def searches(task, model, sources: list[str], settings, max_sentences: int, searched=None) -> dict:
@@ -88,28 +103,45 @@ def searches(task, model, sources: list[str], settings, max_sentences: int, sear
         for constrained in (True, False):
             task.cfg.constrained = constrained
             t0 = time.time()
-            hyps = hypotheses(model, searched or task, sources, settings, torch.device("cpu"), max_sentences)
+            hyps = hypotheses(
+                model, searched or task, sources, settings, torch.device("cpu"), max_sentences
+            )
             trees, repaired = task.rebuild(hyps, sources)
             seconds = time.time() - t0
             out["constrained" if constrained else "unconstrained"] = {
-                **gold_figures(gold, trees), "repaired": repaired,
-                "decode_sentences_per_s": round(len(sources) / seconds, 2)}
+                **gold_figures(gold, trees),
+                "repaired": repaired,
+                "decode_sentences_per_s": round(len(sources) / seconds, 2),
+            }
     finally:
         task.cfg.constrained = was
-    out["constrained_speed_ratio"] = round(out["constrained"]["decode_sentences_per_s"]
-                                           / out["unconstrained"]["decode_sentences_per_s"], 3)
+    out["constrained_speed_ratio"] = round(
+        out["constrained"]["decode_sentences_per_s"]
+        / out["unconstrained"]["decode_sentences_per_s"],
+        3,
+    )
     return out
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("preset")
     p.add_argument("--minutes", type=float, nargs="+", default=[10.0])
     p.add_argument("--run-dir", default=None)
-    p.add_argument("--note", default="", help="what else ran on the machine meanwhile, for the record")
-    p.add_argument("--name", default=None, help="results file bench/results/NAME.json (default budget_PRESET)")
-    p.add_argument("--precisions", nargs="+", choices=["fp32", "bf16", "auto"],
-                   help="train each in its own run directory at the same budgets (default: the preset's)")
+    p.add_argument(
+        "--note", default="", help="what else ran on the machine meanwhile, for the record"
+    )
+    p.add_argument(
+        "--name", default=None, help="results file bench/results/NAME.json (default budget_PRESET)"
+    )
+    p.add_argument(
+        "--precisions",
+        nargs="+",
+        choices=["fp32", "bf16", "auto"],
+        help="train each in its own run directory at the same budgets (default: the preset's)",
+    )
     p.add_argument("overrides", nargs="*")
     args = p.parse_intermixed_args()
     torch.set_num_threads(2)  # decoding; training uses the preset's run.threads unless overridden
@@ -120,8 +152,15 @@ def main() -> None:
         for precision in args.precisions or [None]:
             results.append(budget_row(args, reg, minutes, run_dir, precision))
             print(json.dumps(results[-1]))
-            path = write(args.name or f"budget_{args.preset}", {"preset": args.preset, "overrides": args.overrides,
-                                                   "note": args.note, "results": results})  # after each budget
+            path = write(
+                args.name or f"budget_{args.preset}",
+                {
+                    "preset": args.preset,
+                    "overrides": args.overrides,
+                    "note": args.note,
+                    "results": results,
+                },
+            )  # after each budget
             print(f"wrote {path}")
 
 
@@ -130,29 +169,55 @@ def budget_row(args, reg, minutes: float, run_dir: str, precision: str | None) -
     if precision is not None:
         run_dir = f"{run_dir}_{precision}"
     extra = [] if precision is None else [f"run.precision={precision}"]
-    cfg = load_config(args.preset, [*corpus_overrides(args.preset), f"run.dir={run_dir}", f"run.max_minutes={minutes}", "run.quiet=true",
-                                    "optim.max_updates=1000000", *extra, *args.overrides], registry=reg)
+    cfg = load_config(
+        args.preset,
+        [
+            *corpus_overrides(args.preset),
+            f"run.dir={run_dir}",
+            f"run.max_minutes={minutes}",
+            "run.quiet=true",
+            "optim.max_updates=1000000",
+            *extra,
+            *args.overrides,
+        ],
+        registry=reg,
+    )
     t0 = time.time()
     train(cfg, reg, quiet=True)
     records = read_metrics(run_dir)
     trains = [r for r in records if r["kind"] == "train"]
     speeds = [r["tgt_tokens_per_s"] for r in trains]
     valids = [r for r in records if r["kind"] == "valid"]
-    validating = sum(r.get("seconds", 0.0) for r in valids)  # all, the last (after the budget ran out) included
-    inside = sum(r.get("seconds", 0.0) for r in valids if r["elapsed"] - r.get("seconds", 0.0) < 60 * minutes)
-    row = {"minutes": minutes, "precision": str(cfg.run.precision), "run_dir": run_dir,
-           "updates": records[-1]["update"],
-           "tgt_tokens_per_s_median": sorted(speeds)[len(speeds) // 2] if speeds else None,
-           "validations": len(valids), "validation_s": round(validating, 1),
-           "validation_share": round(validating / (60 * minutes), 4),
-           "validation_in_budget_s": round(inside, 1), "validation_in_budget_share": round(inside / (60 * minutes), 4)}
+    validating = sum(
+        r.get("seconds", 0.0) for r in valids
+    )  # all, the last (after the budget ran out) included
+    inside = sum(
+        r.get("seconds", 0.0) for r in valids if r["elapsed"] - r.get("seconds", 0.0) < 60 * minutes
+    )
+    row = {
+        "minutes": minutes,
+        "precision": str(cfg.run.precision),
+        "run_dir": run_dir,
+        "updates": records[-1]["update"],
+        "tgt_tokens_per_s_median": sorted(speeds)[len(speeds) // 2] if speeds else None,
+        "validations": len(valids),
+        "validation_s": round(validating, 1),
+        "validation_share": round(validating / (60 * minutes), 4),
+        "validation_in_budget_s": round(inside, 1),
+        "validation_in_budget_share": round(inside / (60 * minutes), 4),
+    }
     result = json.loads((Path(run_dir) / "result.json").read_text())
-    row["selection"] = {k: result[k] for k in ("checkpoint", "dev_select", "best_update") if k in result}
+    row["selection"] = {
+        k: result[k] for k in ("checkpoint", "dev_select", "best_update") if k in result
+    }
     if cfg.tasks is None:
         row.update(test_scores(run_dir, reg, None))
     else:
         trained = result["member_updates"]
-        row["tasks"] = {name: {"updates": trained[name], **test_scores(run_dir, reg, name)} for name in cfg.tasks}
+        row["tasks"] = {
+            name: {"updates": trained[name], **test_scores(run_dir, reg, name)}
+            for name in cfg.tasks
+        }
     row.update(peak_rss_mib=round(peak_rss_mib(), 1), wall_s=round(time.time() - t0, 1))
     return row
 
@@ -166,17 +231,32 @@ def test_scores(run_dir: str, reg, name: str | None) -> dict:
     # member that shares one (multitask.shared_vocab prepares it beneath the joint vocabulary)
     sources, refs = map(list, zip(*own.read_split("test")))
     t1 = time.time()
-    hyps = hypotheses(model, task, sources, decode_settings(own, cfg_run.decode), torch.device("cpu"),
-                      cfg_run.decode.max_sentences)
+    hyps = hypotheses(
+        model,
+        task,
+        sources,
+        decode_settings(own, cfg_run.decode),
+        torch.device("cpu"),
+        cfg_run.decode.max_sentences,
+    )
     decode_s = time.time() - t1
     score = task.score(hyps, refs, sources)
-    row = {"test": score.as_dict(), "test_sentences": len(sources),
-           "decode_sentences_per_s": round(len(sources) / decode_s, 2),
-           "decoding": asdict(decode_settings(own, cfg_run.decode))}
+    row = {
+        "test": score.as_dict(),
+        "test_sentences": len(sources),
+        "decode_sentences_per_s": round(len(sources) / decode_s, 2),
+        "decoding": asdict(decode_settings(own, cfg_run.decode)),
+    }
     if own.name == "parsing":
         row.update(gold_scores(own, own.rebuild(hyps, sources)[0], sources))
-        row["search"] = searches(own, model, sources, decode_settings(own, cfg_run.decode),
-                                 cfg_run.decode.max_sentences, searched=task)
+        row["search"] = searches(
+            own,
+            model,
+            sources,
+            decode_settings(own, cfg_run.decode),
+            cfg_run.decode.max_sentences,
+            searched=task,
+        )
     return row
 
 

@@ -11,6 +11,7 @@ functions read in it.
 
 Writes bench/results/code_path.json.
 """
+
 from __future__ import annotations
 
 import s2s.core  # noqa: F401  before torch: the CPU runtime defaults, as `s2s train` has them
@@ -36,14 +37,16 @@ INTERFACE = ("Task.", "WordTokenizer.", "Constraint.")
 
 def _plugin(code) -> bool:
     path = Path(code.co_filename).resolve()
-    return path.is_relative_to(PLUGINS) or (path.parent == ENGINE and code.co_qualname.startswith(INTERFACE))
+    return path.is_relative_to(PLUGINS) or (
+        path.parent == ENGINE and code.co_qualname.startswith(INTERFACE)
+    )
 
 
 def trace(argv: list[str]) -> list[tuple[str, str, bool]]:
     """(file, function, called by the plugin) of every engine function in the order of its first
     call, up to the first update. A function counts as the plugin's when it is a method of the
     plugin interface a task inherits (`Task`, `WordTokenizer`) or runs inside one."""
-    from s2s.core import cli
+    from s2s.core.apps import cli
 
     seen, order = set(), []
 
@@ -56,8 +59,11 @@ def trace(argv: list[str]) -> list[tuple[str, str, bool]]:
             return
         # module and class bodies run at import; comprehensions, lambdas and nested functions are
         # read as part of the function that holds them
-        if not code.co_flags & inspect.CO_OPTIMIZED or code.co_name.startswith("<") \
-                or "<locals>" in code.co_qualname:
+        if (
+            not code.co_flags & inspect.CO_OPTIMIZED
+            or code.co_name.startswith("<")
+            or "<locals>" in code.co_qualname
+        ):
             seen.add(code)
             return
         caller = frame.f_back.f_code if frame.f_back is not None else None
@@ -96,7 +102,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         argv = [args[0], "-q", f"run.dir={tmp}/run", f"data.cache_dir={tmp}/cache", *args[1:]]
         # the profile hook raises out of cli.main, whose error handler would print it: go round it
-        import s2s.core.cli as cli
+        import s2s.core.apps.cli as cli
 
         explain = cli.explain
         cli.explain = lambda e, command: (_ for _ in ()).throw(e)
@@ -104,19 +110,25 @@ def main() -> None:
             order = trace(argv)
         finally:
             cli.explain = explain
-    result = {"command": f"s2s train {' '.join(args)}",
-              "measure": "first calls of engine functions (seq2seq_core/), in call order, up to Trainer.step; module "
-                         "and class bodies (and what they call at import), comprehensions, lambdas and nested "
-                         "functions belong to what holds them; "
-                         "a stay: consecutive functions of one file; a return: a stay in a file that had one before",
-              "engine": summary([(f, fn) for f, fn, inside in order if not inside]),
-              "with_plugin_interface": summary([(f, fn) for f, fn, _ in order])}
+    result = {
+        "command": f"s2s train {' '.join(args)}",
+        "measure": "first calls of engine functions (seq2seq_core/), in call order, up to Trainer.step; module "
+        "and class bodies (and what they call at import), comprehensions, lambdas and nested "
+        "functions belong to what holds them; "
+        "a stay: consecutive functions of one file; a return: a stay in a file that had one before",
+        "engine": summary([(f, fn) for f, fn, inside in order if not inside]),
+        "with_plugin_interface": summary([(f, fn) for f, fn, _ in order]),
+    }
     for line in result["engine"]["path"]:
         print(line)
-    for key, what in (("engine", "engine path (the plugin's methods left to the plugin)"),
-                      ("with_plugin_interface", "every engine function, Task and WordTokenizer methods included")):
+    for key, what in (
+        ("engine", "engine path (the plugin's methods left to the plugin)"),
+        ("with_plugin_interface", "every engine function, Task and WordTokenizer methods included"),
+    ):
         r = result[key]
-        print(f"{what}: {r['stays']} stays in {r['files']} files, {r['returns']} returns to a file already left")
+        print(
+            f"{what}: {r['stays']} stays in {r['files']} files, {r['returns']} returns to a file already left"
+        )
     write("code_path", result)
 
 
@@ -127,10 +139,20 @@ def summary(order: list[tuple[str, str]]) -> dict:
     for file, _ in runs:
         returns += file in entered
         entered[file] = entered.get(file, 0) + 1
-    return {"functions": len(order), "stays": len(runs), "files": len(entered), "returns": returns,
-            "per_file": {f: {"stays": n, "functions": sorted({fn for file, fns in runs if file == f for fn in fns})}
-                         for f, n in sorted(entered.items(), key=lambda kv: -kv[1])},
-            "path": [f"{file}: {', '.join(fns)}" for file, fns in runs]}
+    return {
+        "functions": len(order),
+        "stays": len(runs),
+        "files": len(entered),
+        "returns": returns,
+        "per_file": {
+            f: {
+                "stays": n,
+                "functions": sorted({fn for file, fns in runs if file == f for fn in fns}),
+            }
+            for f, n in sorted(entered.items(), key=lambda kv: -kv[1])
+        },
+        "path": [f"{file}: {', '.join(fns)}" for file, fns in runs],
+    }
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 Figures from a shared, noisy machine are compared within one run (ratios against the
 `torch.mm` rate measured in the same run) and as medians of several repetitions.
 """
+
 from __future__ import annotations
 
 import json
@@ -14,42 +15,61 @@ import sys
 import time
 from pathlib import Path
 
-from s2s.core.files import atomic_write_text  # s2s first: its CPU runtime defaults precede torch
-
 import torch
+from s2s.core.files import (
+    atomic_write_text,  # s2s first: its CPU runtime defaults precede torch
+)
 
 RESULTS = Path(__file__).resolve().parent / "results"
 # The real corpora beside the project, in the layout `python -m s2s.data_recipes ... --dir DIR`
 # writes; benchmarks read them there (no download) and fall back on the presets' fetched copies.
-SHARED = Path(os.environ.get("S2S_SHARED_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data")
+SHARED = Path(
+    os.environ.get("S2S_SHARED_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data"
+)
 MULTI30K = SHARED / "multi30k"
 
 
 def corpus_overrides(preset: str) -> list[str]:
     """Overrides that point a preset's Multi30k and treebank-sample task sections (each member's,
     in a multi-task preset) at the shared copies, where there are some."""
-    from s2s.core.config import load_config
-    from s2s.core.registry import Registry
+    from s2s.core.setup.config import load_config
+    from s2s.core.setup.registry import Registry
 
     cfg = load_config(preset, registry=Registry.installed())
-    sections = {"task": cfg.task} if cfg.tasks is None else {f"tasks.{n}.task": m.task for n, m in cfg.tasks.items()}
+    sections = (
+        {"task": cfg.task}
+        if cfg.tasks is None
+        else {f"tasks.{n}.task": m.task for n, m in cfg.tasks.items()}
+    )
     out = []
     for prefix, task in sections.items():
         if task.name == "translation" and task.source == "multi30k" and MULTI30K.is_dir():
             out.append(f"{prefix}.data_dir={MULTI30K}")
-        if task.name == "parsing" and task.corpus == "nltk_sample" and (SHARED / "nltk_data").is_dir():
+        if (
+            task.name == "parsing"
+            and task.corpus == "nltk_sample"
+            and (SHARED / "nltk_data").is_dir()
+        ):
             out.append(f"{prefix}.nltk_data={SHARED / 'nltk_data'}")
     return out
 
 
 def machine() -> dict:
-    return {"python": sys.version.split()[0], "torch": torch.__version__, "platform": platform.platform(),
-            "processor": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
-            "torch_threads": torch.get_num_threads(), "load_avg_1m": os.getloadavg()[0],
-            "date": time.strftime("%Y-%m-%d %H:%M:%S")}
+    return {
+        "python": sys.version.split()[0],
+        "torch": torch.__version__,
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "cpus": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "load_avg_1m": os.getloadavg()[0],
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }
 
 
-def mm_rate(n: int = 1024, repeats: int = 5, seconds: float = 1.0, dtype: torch.dtype = torch.float32) -> float:
+def mm_rate(
+    n: int = 1024, repeats: int = 5, seconds: float = 1.0, dtype: torch.dtype = torch.float32
+) -> float:
     """Median torch.mm FLOP/s (2 n^3 per product) in `dtype` with the current thread count."""
     a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
     torch.mm(a, b)
@@ -59,17 +79,17 @@ def mm_rate(n: int = 1024, repeats: int = 5, seconds: float = 1.0, dtype: torch.
         while time.perf_counter() - t0 < seconds / repeats:
             torch.mm(a, b)
             count += 1
-        rates.append(2 * n ** 3 * count / (time.perf_counter() - t0))
+        rates.append(2 * n**3 * count / (time.perf_counter() - t0))
     return statistics.median(rates)
 
 
 def flop_formula() -> str:
-    """What the results' FLOPs count, for their JSON: s2s.core.model.Transformer.flops's docstring
+    """What the results' FLOPs count, for their JSON: s2s.core.nn.model.Transformer.flops's docstring
     on one line, its formula's lines as "expression (what it counts)" separated by semicolons."""
     import inspect
     import re
 
-    from s2s.core.model import Transformer
+    from s2s.core.nn.model import Transformer
 
     text = []
     for para in inspect.getdoc(Transformer.flops).split("\n\n"):
@@ -77,7 +97,7 @@ def flop_formula() -> str:
             rows = (re.split(r"\s{2,}", line.strip(), maxsplit=1) for line in para.splitlines())
             para = "; ".join(r[0] + "".join(f" ({c})" for c in r[1:]) for r in rows) + "."
         text.append(" ".join(para.split()))
-    return "s2s.core.model.Transformer.flops: " + " ".join(text)
+    return "s2s.core.nn.model.Transformer.flops: " + " ".join(text)
 
 
 def runtime_env() -> dict:
@@ -105,7 +125,10 @@ def table(rows: list[dict]) -> str:
     if not rows:
         return ""
     keys = list(rows[0])
-    cells = [[f"{r.get(k):.4g}" if isinstance(r.get(k), float) else str(r.get(k)) for k in keys] for r in rows]
+    cells = [
+        [f"{r.get(k):.4g}" if isinstance(r.get(k), float) else str(r.get(k)) for k in keys]
+        for r in rows
+    ]
     widths = [max(len(k), *(len(c[i]) for c in cells)) for i, k in enumerate(keys)]
     line = lambda vals: "  ".join(v.rjust(w) for v, w in zip(vals, widths))  # noqa: E731
     return "\n".join([line(keys)] + [line(c) for c in cells])

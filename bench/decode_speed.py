@@ -13,7 +13,7 @@ initialised model of the preset's size) on the first 1,000 lines of test_2016_fl
 the task's defaults (beam 4, alpha 0.6, at most source + 50 tokens, the exact stopping bound),
 the same with fairseq's stopping rule (decode.stop=beam) and greedy search; the test BLEU of
 each says what the faster ones cost. Then beam search in each `--precisions` setting (the model
-`s2s generate` searches with for decode.precision=bf16 / int8, s2s.core.precision.for_inference)
+`s2s generate` searches with for decode.precision=bf16 / int8, s2s.core.nn.precision.for_inference)
 with both stopping rules, interleaved with fp32 repeat by repeat: sentences/s, the speed ratio to
 fp32 with the same rule, test BLEU and its difference from fp32's.
 Parsing: the ptb_sample_parsing model (--parsing-run, else random) at beam 21, alpha 0.3, at
@@ -25,7 +25,7 @@ JSON says which kind of model was measured and gives mean output and reference l
 also times beam 21 with the tree constraint on and off on the same model
 (`constrained_vs_unconstrained`; target: constrained >= 0.8x the unconstrained rate).
 
-Rates are those of `s2s generate`'s path (s2s.core.inference.translate: sentences sorted by
+Rates are those of `s2s generate`'s path (s2s.core.decode.batched.decode_sources: sentences sorted by
 length, `--max-sentences` at a time, on CPU `--threads` batches at once, one thread each); the
 clock covers tokenising, search and turning ids back into text; medians of `--repeats` runs,
 the variants interleaved. Full recompute (the decoder re-run over the whole prefix at every step) is quadratic in the
@@ -48,6 +48,7 @@ interleaved, on the parsing test split (beam 21, the tree constraint: EVALB F1 a
 trees) and the translation sentences (beam 4: sacreBLEU), in each `--baseline-precisions`
 (decode.precision); the JSON gives sentences/s, the speed ratio to REV's fp32 and the score.
 """
+
 from __future__ import annotations
 
 import s2s.core  # noqa: E402,F401  before torch: the CPU runtime defaults (s2s.core.RUNTIME_ENV)
@@ -63,27 +64,38 @@ from pathlib import Path
 
 import torch
 
-from bench.common import MULTI30K, corpus_overrides, machine, mm_rate, peak_rss_mib, runtime_env, table, write
+from bench.common import (
+    MULTI30K,
+    corpus_overrides,
+    machine,
+    mm_rate,
+    peak_rss_mib,
+    runtime_env,
+    table,
+    write,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 
 
 def load(preset: str, run: str | None, cache_dir: str):
     """(task, model, decoding settings, description) for a run directory or an untrained model."""
-    from s2s.core import checkpoint
-    from s2s.core.inference import load_for_inference, run_dir_of
-    from s2s.core.config import load_config
-    from s2s.core.data import prepare
-    from s2s.core.members import decode_settings
-    from s2s.core.registry import Registry
-    from s2s.core.members import Member, build_task
-    from s2s.core.runlog import read_metrics
-    from s2s.core.idspace import join
-    from s2s.core.model import Transformer
+    from s2s.core.data.idspace import join
+    from s2s.core.data.members import Member, build_task, decode_settings
+    from s2s.core.data.prepared import prepare_data
+    from s2s.core.inference import load_for_inference
+    from s2s.core.nn.model import Transformer
+    from s2s.core.setup.config import load_config
+    from s2s.core.setup.registry import Registry
+    from s2s.core.training import checkpoint
+    from s2s.core.training.rundir import run_dir_of
+    from s2s.core.training.runlog import read_metrics
 
     registry = Registry.installed()
     if run:
-        cfg, member, model = load_for_inference(run, registry, ["run.device=cpu", "decode.precision=fp32"])
+        cfg, member, model = load_for_inference(
+            run, registry, ["run.device=cpu", "decode.precision=fp32"]
+        )
         task, path, run_dir = member.task, Path(run), run_dir_of(run)
         desc = {"model": "trained", "run": str(run)}
         if path.is_file():
@@ -94,41 +106,63 @@ def load(preset: str, run: str | None, cache_dir: str):
             records = read_metrics(run_dir)
             train = [r for r in records if r.get("kind") == "train"]
             if train:
-                desc.update(updates_logged=train[-1]["update"], train_nll=round(train[-1]["nll"], 3))
+                desc.update(
+                    updates_logged=train[-1]["update"], train_nll=round(train[-1]["nll"], 3)
+                )
             valid = [r for r in records if r.get("kind") in ("valid", "test")]
             if valid:
                 desc["last_evaluation"] = {k: v for k, v in valid[-1].items() if k != "elapsed"}
     else:
-        cfg = load_config(preset, [*corpus_overrides(preset), f"data.cache_dir={cache_dir}"], registry=registry)
+        cfg = load_config(
+            preset, [*corpus_overrides(preset), f"data.cache_dir={cache_dir}"], registry=registry
+        )
         task = build_task(cfg.task, registry)
-        prepare(task, cfg.data, quiet=True)  # the tokenizer (cached)
+        prepare_data(task, cfg.data, quiet=True)  # the tokenizer (cached)
         torch.manual_seed(cfg.run.seed)
         model = Transformer(cfg.model, *join([Member(task.name, task)])).eval()
         desc = {"model": "untrained (random initialisation): hypotheses run to the maximum length"}
-    desc.update(preset=preset, parameters=model.num_parameters(), layers=cfg.model.layers,
-                d_model=cfg.model.d_model, src_vocab=task.src_vocab_size, tgt_vocab=task.tgt_vocab_size)
+    desc.update(
+        preset=preset,
+        parameters=model.num_parameters(),
+        layers=cfg.model.layers,
+        d_model=cfg.model.d_model,
+        src_vocab=task.src_vocab_size,
+        tgt_vocab=task.tgt_vocab_size,
+    )
     return task, model, decode_settings(task, cfg.decode), desc
 
 
-def batches_of(task, sources: list[str], max_sentences: int) -> list[tuple[list[int], torch.Tensor]]:
+def batches_of(
+    task, sources: list[str], max_sentences: int
+) -> list[tuple[list[int], torch.Tensor]]:
     """(sentence numbers, padded source ids + EOS) per batch, sorted by length as `translate` does."""
-    from s2s.core.data import chunks
-    from s2s.core.inference import source_batch
+    from s2s.core.data.prepared import chunks
+    from s2s.core.decode.batched import source_batch
 
     ids = task.encode_source(sources)
     order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
-    return [(batch, source_batch([ids[i] for i in batch])) for batch in chunks(order, max_sentences)]
+    return [
+        (batch, source_batch([ids[i] for i in batch])) for batch in chunks(order, max_sentences)
+    ]
 
 
 def decode_batch(model, task, sources, batch, settings, incremental: bool) -> float:
     """Seconds to search one batch (with the settings' beam; 1 is greedy) and turn its
     hypotheses into text."""
-    from s2s.core.decoding import generate
+    from s2s.core.decode.search import search
 
     rows, src = batch
     t0 = time.perf_counter()
-    hyps = generate(model, src, beam=settings.beam, alpha=settings.alpha, max_len_a=settings.max_len_a,
-                    max_len_b=settings.max_len_b, incremental=incremental, stop=settings.stop)
+    hyps = search(
+        model,
+        src,
+        beam=settings.beam,
+        alpha=settings.alpha,
+        max_len_a=settings.max_len_a,
+        max_len_b=settings.max_len_b,
+        incremental=incremental,
+        stop=settings.stop,
+    )
     for i, h in zip(rows, hyps):
         task.postprocess(task.decode_target(h.tokens), sources[i])
     return time.perf_counter() - t0
@@ -140,7 +174,7 @@ def rates(model, task, sources, variants: dict, repeats: int, max_sentences: int
     the median of `repeats` runs, variants interleaved so that a change in the machine's load
     touches them alike. Also the rate had the process had its threads' cores to itself
     (sentences per CPU-second times threads), which a shared machine's load disturbs less."""
-    from s2s.core.inference import translate
+    from s2s.core.decode.batched import decode_sources
 
     runs = {name: [] for name in variants}
     outputs, rows = {}, {}
@@ -158,7 +192,9 @@ def rates(model, task, sources, variants: dict, repeats: int, max_sentences: int
             for name, settings in variants.items():
                 counter[0] = 0
                 t0, c0 = time.perf_counter(), time.process_time()
-                outputs[name] = translate(model, task, sources, settings, "cpu", max_sentences=max_sentences)
+                outputs[name] = decode_sources(
+                    model, task, sources, settings, "cpu", max_sentences=max_sentences
+                )
                 runs[name].append((time.perf_counter() - t0, time.process_time() - c0))
                 rows[name] = counter[0]
     finally:
@@ -168,15 +204,30 @@ def rates(model, task, sources, variants: dict, repeats: int, max_sentences: int
     for name, settings in variants.items():
         wall = statistics.median(w for w, _ in runs[name])
         cpu = statistics.median(c for _, c in runs[name])
-        result[name] = {"settings": vars(settings), "sentences": len(sources), "repeats": repeats,
-                        "seconds_median": round(wall, 2), "seconds_all": [round(w, 2) for w, _ in runs[name]],
-                        "sentences_per_s": round(len(sources) / wall, 2), "cpu_seconds_median": round(cpu, 2),
-                        "sentences_per_s_own_cores": round(len(sources) * torch.get_num_threads() / cpu, 2),
-                        "mean_output_tokens": round(sum(map(len, task.encode_target(outputs[name]))) / len(sources), 2),
-                        "decoder_rows_per_sentence": round(rows[name] / len(sources), 2)}
+        result[name] = {
+            "settings": vars(settings),
+            "sentences": len(sources),
+            "repeats": repeats,
+            "seconds_median": round(wall, 2),
+            "seconds_all": [round(w, 2) for w, _ in runs[name]],
+            "sentences_per_s": round(len(sources) / wall, 2),
+            "cpu_seconds_median": round(cpu, 2),
+            "sentences_per_s_own_cores": round(len(sources) * torch.get_num_threads() / cpu, 2),
+            "mean_output_tokens": round(
+                sum(map(len, task.encode_target(outputs[name]))) / len(sources), 2
+            ),
+            "decoder_rows_per_sentence": round(rows[name] / len(sources), 2),
+        }
         # matmul FLOPs of the search: per source token and per decoder row, attention left out
-        gflop = model.flops(src_tokens, rows[name], backward=False, attention=False) / len(sources) / 1e9
-        result[name].update(gflop_per_sentence=round(gflop, 4), model_gflops_per_s=round(gflop * len(sources) / wall, 1))
+        gflop = (
+            model.flops(src_tokens, rows[name], backward=False, attention=False)
+            / len(sources)
+            / 1e9
+        )
+        result[name].update(
+            gflop_per_sentence=round(gflop, 4),
+            model_gflops_per_s=round(gflop * len(sources) / wall, 1),
+        )
     return result, outputs
 
 
@@ -184,7 +235,7 @@ def constraint_speed(model, task, sources, settings, repeats: int, max_sentences
     """Parsing: sentences/s of `translate` with the tree constraint on and off (task setting
     `constrained`), same model and settings, interleaved, medians of `repeats` runs; with the
     repairs the unconstrained outputs needed (the constrained ones need none by construction)."""
-    from s2s.core.inference import hypotheses
+    from s2s.core.decode.batched import hypotheses
 
     runs, repaired, was = {True: [], False: []}, {}, task.cfg.constrained
     try:
@@ -192,19 +243,30 @@ def constraint_speed(model, task, sources, settings, repeats: int, max_sentences
             for on in (True, False):
                 task.cfg.constrained = on
                 t0 = time.perf_counter()  # search, ids to text, trees: what translate does
-                hyps = hypotheses(model, task, sources, settings, "cpu", max_sentences=max_sentences)
+                hyps = hypotheses(
+                    model, task, sources, settings, "cpu", max_sentences=max_sentences
+                )
                 repaired[on] = task.rebuild(hyps, sources)[1]
                 runs[on].append(time.perf_counter() - t0)
     finally:
         task.cfg.constrained = was
     rate = {on: len(sources) / statistics.median(r) for on, r in runs.items()}
-    return {"beam": settings.beam, "sentences": len(sources), "repeats": repeats,
-            "constrained_sentences_per_s": round(rate[True], 2), "unconstrained_sentences_per_s": round(rate[False], 2),
-            "ratio": round(rate[True] / rate[False], 3), "target_ratio": 0.8,
-            "repaired_constrained": repaired[True], "repaired_unconstrained": repaired[False]}
+    return {
+        "beam": settings.beam,
+        "sentences": len(sources),
+        "repeats": repeats,
+        "constrained_sentences_per_s": round(rate[True], 2),
+        "unconstrained_sentences_per_s": round(rate[False], 2),
+        "ratio": round(rate[True] / rate[False], 3),
+        "target_ratio": 0.8,
+        "repaired_constrained": repaired[True],
+        "repaired_unconstrained": repaired[False],
+    }
 
 
-def versus_full(model, task, sources, settings, subset: int, max_sentences: int, repeats: int) -> dict:
+def versus_full(
+    model, task, sources, settings, subset: int, max_sentences: int, repeats: int
+) -> dict:
     """Incremental against full recompute on every k-th sentence (by length), batch by batch,
     through `generate` with the process's threads; the median ratio of `repeats` rounds."""
     ids = task.encode_source(sources)
@@ -220,47 +282,72 @@ def versus_full(model, task, sources, settings, subset: int, max_sentences: int,
             inc += decode_batch(model, task, chosen, b, settings, incremental=True)
         runs.append((inc, full))
     inc, full = (statistics.median(r[i] for r in runs) for i in (0, 1))
-    return {"subset_sentences": len(chosen), "subset_every_kth_by_length": k, "repeats": repeats,
-            "incremental_s_median": round(inc, 2), "full_recompute_s_median": round(full, 2),
-            "speedup": round(statistics.median(f / i for i, f in runs), 2),
-            "speedups_all": [round(f / i, 2) for i, f in runs],
-            "full_recompute_sentences_per_s_subset": round(len(chosen) / full, 3)}
+    return {
+        "subset_sentences": len(chosen),
+        "subset_every_kth_by_length": k,
+        "repeats": repeats,
+        "incremental_s_median": round(inc, 2),
+        "full_recompute_s_median": round(full, 2),
+        "speedup": round(statistics.median(f / i for i, f in runs), 2),
+        "speedups_all": [round(f / i, 2) for i, f in runs],
+        "full_recompute_sentences_per_s_subset": round(len(chosen) / full, 3),
+    }
 
 
-def versus_ctranslate2(model, task, sources, refs, settings, threads: int, repeats: int, max_sentences: int,
-                       precisions=()) -> dict:
+def versus_ctranslate2(
+    model,
+    task,
+    sources,
+    refs,
+    settings,
+    threads: int,
+    repeats: int,
+    max_sentences: int,
+    precisions=(),
+) -> dict:
     """s2s (fp32 and each of `precisions`) against its CTranslate2 export (fp32, int8), greedy and
     at the task's beam: sentences/s (medians of `repeats` rounds, the variants interleaved within
     each round) and test BLEU."""
     import tempfile
 
     import ctranslate2
-
-    from s2s.core.inference import translate
-    from s2s.core.deployed import translate_ctranslate2
-    from s2s.core.export import to_ctranslate2
-    from s2s.core.precision import for_inference, resolve
+    from s2s.core.decode.batched import decode_sources
+    from s2s.core.inference.deployed import decode_ctranslate2
+    from s2s.core.inference.export import to_ctranslate2
+    from s2s.core.nn.precision import for_inference, resolve
 
     greedy = replace(settings, beam=1)
-    searched = {p: for_inference(model, resolve(p, torch.device("cpu"), "--precisions")) for p in precisions}
+    searched = {
+        p: for_inference(model, resolve(p, torch.device("cpu"), "--precisions")) for p in precisions
+    }
     with tempfile.TemporaryDirectory(prefix="s2s-ct2-") as tmp:
         translators = {}
         for q in ("float32", "int8"):
             to_ctranslate2(model, task, Path(tmp) / q, quantization=None if q == "float32" else q)
-            translators[q] = ctranslate2.Translator(str(Path(tmp) / q), device="cpu", inter_threads=1,
-                                                    intra_threads=threads)
+            translators[q] = ctranslate2.Translator(
+                str(Path(tmp) / q), device="cpu", inter_threads=1, intra_threads=threads
+            )
 
         def ct2(q, s):
-            ids = translate_ctranslate2(translators[q], task, sources, s, max_batch_size=max_sentences,
-                                        max_positions=model.max_positions)
+            ids = decode_ctranslate2(
+                translators[q],
+                task,
+                sources,
+                s,
+                max_batch_size=max_sentences,
+                max_positions=model.max_positions,
+            )
             return [task.postprocess(task.decode_target(h), src) for h, src in zip(ids, sources)]
 
         variants = {}
         for name, s in ((f"beam{settings.beam}", settings), ("greedy", greedy)):
-            variants[f"s2s_{name}"] = lambda s=s: translate(model, task, sources, s, "cpu", max_sentences=max_sentences)
+            variants[f"s2s_{name}"] = lambda s=s: decode_sources(
+                model, task, sources, s, "cpu", max_sentences=max_sentences
+            )
             for p, m in searched.items():  # s2s's other precisions, as decode.precision loads them
-                variants[f"s2s_{p}_{name}"] = lambda s=s, m=m: translate(m, task, sources, s, "cpu",
-                                                                           max_sentences=max_sentences)
+                variants[f"s2s_{p}_{name}"] = lambda s=s, m=m: decode_sources(
+                    m, task, sources, s, "cpu", max_sentences=max_sentences
+                )
             for q in translators:
                 variants[f"ct2_{q}_{name}"] = lambda q=q, s=s: ct2(q, s)
         runs = {name: [] for name in variants}
@@ -270,54 +357,90 @@ def versus_ctranslate2(model, task, sources, refs, settings, threads: int, repea
                 t0 = time.perf_counter()
                 outputs[name] = run()
                 runs[name].append(time.perf_counter() - t0)
-    result = {"translator": f"ctranslate2 {ctranslate2.__version__}, cpu, inter_threads 1, intra_threads {threads}",
-              "sentences": len(sources), "repeats": repeats}
+    result = {
+        "translator": f"ctranslate2 {ctranslate2.__version__}, cpu, inter_threads 1, intra_threads {threads}",
+        "sentences": len(sources),
+        "repeats": repeats,
+    }
     for name in variants:
         wall = statistics.median(runs[name])
-        result[name] = {"seconds_median": round(wall, 2), "seconds_all": [round(w, 2) for w in runs[name]],
-                        "sentences_per_s": round(len(sources) / wall, 2),
-                        "test_bleu": round(task.score(outputs[name], refs).value, 2)}
+        result[name] = {
+            "seconds_median": round(wall, 2),
+            "seconds_all": [round(w, 2) for w in runs[name]],
+            "sentences_per_s": round(len(sources) / wall, 2),
+            "test_bleu": round(task.score(outputs[name], refs).value, 2),
+        }
         if name.startswith("ct2_"):
             ours = f"s2s_{name.split('_', 2)[2]}"
-            best = max((r for r in result if r.startswith("s2s_") and r.endswith(name.split("_", 2)[2])),
-                       key=lambda r: result[r]["sentences_per_s"])
+            best = max(
+                (r for r in result if r.startswith("s2s_") and r.endswith(name.split("_", 2)[2])),
+                key=lambda r: result[r]["sentences_per_s"],
+            )
             result[name]["best_s2s"] = best
-            result[name]["best_s2s_vs_this"] = round(result[best]["sentences_per_s"] / result[name]["sentences_per_s"], 3)
-            result[name]["speedup_vs_s2s"] = round(result[name]["sentences_per_s"] / result[ours]["sentences_per_s"], 2)
-            result[name]["sentences_differing_from_s2s"] = sum(a != b for a, b in zip(outputs[name], outputs[ours]))
+            result[name]["best_s2s_vs_this"] = round(
+                result[best]["sentences_per_s"] / result[name]["sentences_per_s"], 3
+            )
+            result[name]["speedup_vs_s2s"] = round(
+                result[name]["sentences_per_s"] / result[ours]["sentences_per_s"], 2
+            )
+            result[name]["sentences_differing_from_s2s"] = sum(
+                a != b for a, b in zip(outputs[name], outputs[ours])
+            )
     return result
 
 
-def precision_rates(model, task, sources, refs, settings, precisions: list[str], repeats: int,
-                    max_sentences: int) -> dict:
-    """Search in each precision (s2s.core.precision.for_inference: the model `s2s generate` loads
+def precision_rates(
+    model, task, sources, refs, settings, precisions: list[str], repeats: int, max_sentences: int
+) -> dict:
+    """Search in each precision (s2s.core.nn.precision.for_inference: the model `s2s generate` loads
     with decode.precision) with both stopping rules, sentences/s and test BLEU, each against fp32:
     every repeat runs all of them in turn, so that fp32 is measured next to the others."""
-    from s2s.core.inference import translate
-    from s2s.core.precision import for_inference, resolve
+    from s2s.core.decode.batched import decode_sources
+    from s2s.core.nn.precision import for_inference, resolve
 
     chosen = {p: resolve(p, torch.device("cpu"), "--precisions") for p in ["fp32", *precisions]}
     models = {p: for_inference(model, chosen[p]) for p in dict.fromkeys(["fp32", *precisions])}
-    variants = {f"{p}_{stop}": (p, replace(settings, stop=stop)) for p in models for stop in ("bound", "beam")}
+    variants = {
+        f"{p}_{stop}": (p, replace(settings, stop=stop))
+        for p in models
+        for stop in ("bound", "beam")
+    }
     seconds, outputs = {name: [] for name in variants}, {}
     for _ in range(repeats):
         for name, (p, s) in variants.items():
             t0 = time.perf_counter()
-            outputs[name] = translate(models[p], task, sources, s, "cpu", max_sentences=max_sentences)
+            outputs[name] = decode_sources(
+                models[p], task, sources, s, "cpu", max_sentences=max_sentences
+            )
             seconds[name].append(time.perf_counter() - t0)
     result = {}
     for name, (p, s) in variants.items():
         wall = statistics.median(seconds[name])
-        result[name] = {"precision": p, "computed_in": chosen[p], "stop": str(s.stop), "sentences": len(sources),
-                        "seconds_all": [round(x, 2) for x in seconds[name]],
-                        "sentences_per_s": round(len(sources) / wall, 2),
-                        "test_score": round(task.score(outputs[name], refs).value, 2),
-                        "same_lines_as_fp32": round(sum(a == b for a, b in zip(outputs[name], outputs[f"fp32_{s.stop}"]))
-                                                    / len(sources), 4)}
-    for name, r in result.items():  # per-repeat speed ratios against fp32 with the same stopping rule
+        result[name] = {
+            "precision": p,
+            "computed_in": chosen[p],
+            "stop": str(s.stop),
+            "sentences": len(sources),
+            "seconds_all": [round(x, 2) for x in seconds[name]],
+            "sentences_per_s": round(len(sources) / wall, 2),
+            "test_score": round(task.score(outputs[name], refs).value, 2),
+            "same_lines_as_fp32": round(
+                sum(a == b for a, b in zip(outputs[name], outputs[f"fp32_{s.stop}"]))
+                / len(sources),
+                4,
+            ),
+        }
+    for (
+        name,
+        r,
+    ) in result.items():  # per-repeat speed ratios against fp32 with the same stopping rule
         ref = seconds[f"fp32_{r['stop']}"]
-        r["speed_vs_fp32_median"] = round(statistics.median(a / b for a, b in zip(ref, seconds[name])), 3)
-        r["test_score_vs_fp32"] = round(r["test_score"] - result[f"fp32_{r['stop']}"]["test_score"], 2)
+        r["speed_vs_fp32_median"] = round(
+            statistics.median(a / b for a, b in zip(ref, seconds[name])), 3
+        )
+        r["test_score_vs_fp32"] = round(
+            r["test_score"] - result[f"fp32_{r['stop']}"]["test_score"], 2
+        )
     return result
 
 
@@ -327,16 +450,27 @@ def worktree(rev: str, tmp: Path) -> Path:
     import subprocess
 
     tree = tmp / "tree"
-    subprocess.run(["git", "worktree", "add", "--detach", str(tree), rev], cwd=REPO, check=True, capture_output=True)
+    subprocess.run(
+        ["git", "worktree", "add", "--detach", str(tree), rev],
+        cwd=REPO,
+        check=True,
+        capture_output=True,
+    )
     pkg = tmp / "pkg" / "s2s"
     pkg.mkdir(parents=True)
-    for name, folder in (("core", "seq2seq_core"), ("plugins", "plugins"), ("data_recipes", "data_recipes"),
-                         ("tasks", "tasks")):
+    for name, folder in (
+        ("core", "seq2seq_core"),
+        ("plugins", "plugins"),
+        ("data_recipes", "data_recipes"),
+        ("tasks", "tasks"),
+    ):
         (pkg / name).symlink_to(tree / folder)
     return pkg.parent
 
 
-def versus_baseline(rev: str, jobs: dict, threads: int, repeats: int, precisions: list[str]) -> dict:
+def versus_baseline(
+    rev: str, jobs: dict, threads: int, repeats: int, precisions: list[str]
+) -> dict:
     """`s2s generate RUN_DIR` of this tree against commit `rev`'s, interleaved, medians of
     `repeats`; jobs: name -> (run directory, source lines, score function of the output lines,
     overrides for this tree only: settings the commit does not know)."""
@@ -344,8 +478,12 @@ def versus_baseline(rev: str, jobs: dict, threads: int, repeats: int, precisions
     import sys
     import tempfile
 
-    result = {"baseline": rev, "threads": threads, "repeats": repeats,
-              "clock": "s2s generate end to end, one process per run (start, load, search, write)"}
+    result = {
+        "baseline": rev,
+        "threads": threads,
+        "repeats": repeats,
+        "clock": "s2s generate end to end, one process per run (start, load, search, write)",
+    }
     with tempfile.TemporaryDirectory(prefix="s2s-base-") as tmp:
         trees = {"this": None, rev: worktree(rev, Path(tmp))}
         try:
@@ -354,40 +492,65 @@ def versus_baseline(rev: str, jobs: dict, threads: int, repeats: int, precisions
                 src.write_text("\n".join(sources) + "\n", encoding="utf-8")
                 variants = {(code, p): path for code, path in trees.items() for p in precisions}
                 seconds, outputs = {v: [] for v in variants}, {}
-                for r in range(repeats):  # ABBA: the load's drift over a round touches both trees alike
-                    for (code, p), path in (list if r % 2 == 0 else reversed)(list(variants.items())):
+                for r in range(
+                    repeats
+                ):  # ABBA: the load's drift over a round touches both trees alike
+                    for (code, p), path in (list if r % 2 == 0 else reversed)(
+                        list(variants.items())
+                    ):
                         head = "" if path is None else f"sys.path.insert(0, {str(path)!r}); "
-                        cmd = [sys.executable, "-c", f"import sys; {head}from s2s.core.cli import main; sys.exit(main())",
-                               "generate", "-q", run_dir, f"decode.precision={p}", "run.device=cpu", f"run.threads={threads}",
-                               *(own if path is None else [])]
+                        cmd = [
+                            sys.executable,
+                            "-c",
+                            f"import sys; {head}from s2s.core.apps.cli import main; sys.exit(main())",
+                            "generate",
+                            "-q",
+                            run_dir,
+                            f"decode.precision={p}",
+                            "run.device=cpu",
+                            f"run.threads={threads}",
+                            *(own if path is None else []),
+                        ]
                         t0 = time.perf_counter()
-                        out = subprocess.run(cmd, stdin=src.open("rb"), capture_output=True, text=True, check=True)
+                        out = subprocess.run(
+                            cmd, stdin=src.open("rb"), capture_output=True, text=True, check=True
+                        )
                         seconds[(code, p)].append(time.perf_counter() - t0)
                         outputs[(code, p)] = out.stdout.splitlines()
                 rows = result[name] = {"run": run_dir, "sentences": len(sources)}
-                ref = seconds[(rev, "fp32")] if (rev, "fp32") in seconds else seconds[next(iter(seconds))]
+                ref = (
+                    seconds[(rev, "fp32")]
+                    if (rev, "fp32") in seconds
+                    else seconds[next(iter(seconds))]
+                )
                 for (code, p), secs in seconds.items():
                     rows[f"{'this' if code == 'this' else 'baseline'}_{p}"] = {
                         "sentences_per_s": round(len(sources) / statistics.median(secs), 2),
                         "seconds_all": [round(x, 2) for x in secs],
-                        "speed_vs_baseline_fp32_median": round(statistics.median(a / b for a, b in zip(ref, secs)), 3),
-                        "score": round(score(outputs[(code, p)]), 2)}
+                        "speed_vs_baseline_fp32_median": round(
+                            statistics.median(a / b for a, b in zip(ref, secs)), 3
+                        ),
+                        "score": round(score(outputs[(code, p)]), 2),
+                    }
         finally:
-            subprocess.run(["git", "worktree", "remove", "--force", str(Path(tmp) / "tree")], cwd=REPO,
-                           capture_output=True)
+            subprocess.run(
+                ["git", "worktree", "remove", "--force", str(Path(tmp) / "tree")],
+                cwd=REPO,
+                capture_output=True,
+            )
     return result
 
 
 def parsing_job(run: str) -> tuple:
     """The parsing test split of run's preset: (run, sources, EVALB F1 of output trees)."""
-    from s2s.core.data import prepare
+    from s2s.core.data.members import data_config
+    from s2s.core.data.prepared import prepare_data
     from s2s.core.inference import load_for_inference
-    from s2s.core.members import data_config
-    from s2s.core.registry import Registry
+    from s2s.core.setup.registry import Registry
     from s2s.plugins.parsing.evalb import evalb
 
     cfg, member, _ = load_for_inference(run, Registry.installed(), ["run.device=cpu"])
-    sources, _ = prepare(member.task, data_config(cfg), quiet=True).texts("test")
+    sources, _ = prepare_data(member.task, data_config(cfg), quiet=True).texts("test")
     gold = list(member.task.references("test"))
     # the test split is tokenised already: this tree's raw-text tokenisation stays off, as in REV
     own = ["task.tokenize=false"] if "tokenize" in member.task.cfg else []
@@ -397,7 +560,7 @@ def parsing_job(run: str) -> tuple:
 def translation_job(run: str, n: int) -> tuple:
     """Multi30k's test_2016_flickr (first n lines): (run, sources, sacreBLEU of output lines)."""
     from s2s.core.inference import load_for_inference
-    from s2s.core.registry import Registry
+    from s2s.core.setup.registry import Registry
 
     _, member, _ = load_for_inference(run, Registry.installed(), ["run.device=cpu"])
     path = MULTI30K / "test_2016_flickr.en"
@@ -408,24 +571,55 @@ def translation_job(run: str, n: int) -> tuple:
 
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--run", help="a trained multi30k_en_de run directory (else an untrained model)")
-    ap.add_argument("--parsing-run", help="a trained ptb_sample_parsing run directory (else untrained)")
+    ap.add_argument(
+        "--run", help="a trained multi30k_en_de run directory (else an untrained model)"
+    )
+    ap.add_argument(
+        "--parsing-run", help="a trained ptb_sample_parsing run directory (else untrained)"
+    )
     ap.add_argument("--sentences", type=int, default=1000)
-    ap.add_argument("--parsing-sentences", type=int, help="default 1000, 128 for an untrained model")
-    ap.add_argument("--full-sentences", type=int,
-                    help="subset decoded with full recompute, beam 4: default 128, 16 for an untrained model")
-    ap.add_argument("--parsing-full-sentences", type=int, help="the same, beam 21: default 16, 2 untrained")
+    ap.add_argument(
+        "--parsing-sentences", type=int, help="default 1000, 128 for an untrained model"
+    )
+    ap.add_argument(
+        "--full-sentences",
+        type=int,
+        help="subset decoded with full recompute, beam 4: default 128, 16 for an untrained model",
+    )
+    ap.add_argument(
+        "--parsing-full-sentences", type=int, help="the same, beam 21: default 16, 2 untrained"
+    )
     ap.add_argument("--max-sentences", type=int, default=128, help="sentences decoded together")
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--repeats", type=int, default=3, help="runs of each measurement; medians are reported")
-    ap.add_argument("--skip", nargs="*", default=[], choices=["translation", "parsing", "full", "ctranslate2", "precision"])
-    ap.add_argument("--precisions", nargs="*", default=["bf16", "int8"], choices=["bf16", "int8"],
-                    help="translation, beam search in these decode.precision settings against fp32")
-    ap.add_argument("--baseline", metavar="REV", help="also time s2s generate of this tree against commit REV's")
-    ap.add_argument("--baseline-precisions", nargs="+", default=["fp32", "bf16"], choices=["fp32", "bf16", "int8"])
+    ap.add_argument(
+        "--repeats", type=int, default=3, help="runs of each measurement; medians are reported"
+    )
+    ap.add_argument(
+        "--skip",
+        nargs="*",
+        default=[],
+        choices=["translation", "parsing", "full", "ctranslate2", "precision"],
+    )
+    ap.add_argument(
+        "--precisions",
+        nargs="*",
+        default=["bf16", "int8"],
+        choices=["bf16", "int8"],
+        help="translation, beam search in these decode.precision settings against fp32",
+    )
+    ap.add_argument(
+        "--baseline", metavar="REV", help="also time s2s generate of this tree against commit REV's"
+    )
+    ap.add_argument(
+        "--baseline-precisions",
+        nargs="+",
+        default=["fp32", "bf16"],
+        choices=["fp32", "bf16", "int8"],
+    )
     ap.add_argument("--cache-dir", default=str(REPO / ".cache" / "s2s"))
     ap.add_argument("--name", default="decode_speed")
     args = ap.parse_args(argv)
+
     # an untrained model searches to the maximum length (full recompute: quadratically longer)
     def pick(value, trained, untrained, run):
         return value if value is not None else trained if run else untrained
@@ -434,10 +628,15 @@ def main(argv=None) -> dict:
     args.full_sentences = pick(args.full_sentences, 128, 16, args.run)
     args.parsing_full_sentences = pick(args.parsing_full_sentences, 16, 2, args.parsing_run)
     torch.set_num_threads(args.threads)
-    result = {"benchmark": "decoding speed (issue 6b)", "threads": args.threads, "max_sentences": args.max_sentences,
-              "runtime_env": runtime_env(), "load_avg_1m_start": machine()["load_avg_1m"],
-              "clock": "rates: translate() as s2s generate runs it (tokenise, search, ids to text; on CPU "
-                       "run.threads batches at once, one thread each); full recompute ratio: generate() per batch"}
+    result = {
+        "benchmark": "decoding speed (issue 6b)",
+        "threads": args.threads,
+        "max_sentences": args.max_sentences,
+        "runtime_env": runtime_env(),
+        "load_avg_1m_start": machine()["load_avg_1m"],
+        "clock": "rates: translate() as s2s generate runs it (tokenise, search, ids to text; on CPU "
+        "run.threads batches at once, one thread each); full recompute ratio: generate() per batch",
+    }
     mm = mm_rate()
     result["mm_rate_gflops"] = round(mm / 1e9, 1)
     rows, ct2_rows, precision_rows, baseline_rows = [], [], [], []
@@ -451,76 +650,150 @@ def main(argv=None) -> dict:
         section.update(measured)
         for r in measured.values():  # the search's matmul FLOPs at the machine's fp32 torch.mm rate
             r["mm_ceiling_sentences_per_s"] = round(mm / (r["gflop_per_sentence"] * 1e9), 1)
-            r["fraction_of_mm_ceiling"] = round(r["sentences_per_s"] / r["mm_ceiling_sentences_per_s"], 3)
+            r["fraction_of_mm_ceiling"] = round(
+                r["sentences_per_s"] / r["mm_ceiling_sentences_per_s"], 3
+            )
         if refs is not None:  # what the stopping rule costs in quality, if anything
             for name in variants:
                 section[name]["test_score"] = round(task.score(outputs[name], refs).value, 2)
         if full_subset and "full" not in args.skip:
-            section[f"{beam}_vs_full_recompute"] = v = versus_full(model, task, sources, settings, full_subset,
-                                                                   args.max_sentences, args.repeats)
+            section[f"{beam}_vs_full_recompute"] = v = versus_full(
+                model, task, sources, settings, full_subset, args.max_sentences, args.repeats
+            )
             section[beam]["full_recompute_sentences_per_s_extrapolated"] = round(
-                section[beam]["sentences_per_s"] / v["speedup"], 3)
+                section[beam]["sentences_per_s"] / v["speedup"], 3
+            )
         for name in variants:
             r = section[name]
-            rows.append({"task": section["task"], "search": name, "sent/s": r["sentences_per_s"],
-                         "own cores": r["sentences_per_s_own_cores"], "out tokens": r["mean_output_tokens"],
-                         "ref tokens": section["mean_reference_tokens"], "score": r.get("test_score"),
-                         "vs full": section.get(f"{name}_vs_full_recompute", {}).get("speedup"),
-                         "ceiling": r["mm_ceiling_sentences_per_s"],
-                         "model": section["model"]["model"][:9]})
+            rows.append(
+                {
+                    "task": section["task"],
+                    "search": name,
+                    "sent/s": r["sentences_per_s"],
+                    "own cores": r["sentences_per_s_own_cores"],
+                    "out tokens": r["mean_output_tokens"],
+                    "ref tokens": section["mean_reference_tokens"],
+                    "score": r.get("test_score"),
+                    "vs full": section.get(f"{name}_vs_full_recompute", {}).get("speedup"),
+                    "ceiling": r["mm_ceiling_sentences_per_s"],
+                    "model": section["model"]["model"][:9],
+                }
+            )
 
     if "translation" not in args.skip:
         task, model, settings, desc = load("multi30k_en_de", args.run, args.cache_dir)
         path = MULTI30K / "test_2016_flickr.en"
-        sources = path.read_text(encoding="utf-8").splitlines()[:args.sentences]
-        refs = path.with_suffix(".de").read_text(encoding="utf-8").splitlines()[:args.sentences]
-        decode_batch(model, task, sources[:4], batches_of(task, sources[:4], 4)[0], settings, True)  # warm-up
+        sources = path.read_text(encoding="utf-8").splitlines()[: args.sentences]
+        refs = path.with_suffix(".de").read_text(encoding="utf-8").splitlines()[: args.sentences]
+        decode_batch(
+            model, task, sources[:4], batches_of(task, sources[:4], 4)[0], settings, True
+        )  # warm-up
         t = result["translation"] = {
-            "task": "translation", "model": desc, "data": f"{path.name}, first {len(sources)} lines",
+            "task": "translation",
+            "model": desc,
+            "data": f"{path.name}, first {len(sources)} lines",
             "mean_reference_tokens": round(sum(map(len, task.encode_target(refs))) / len(refs), 2),
-            "score": "sacreBLEU against the references"}
+            "score": "sacreBLEU against the references",
+        }
         measure(t, task, model, settings, sources, args.full_sentences, refs)
         if "ctranslate2" not in args.skip and importlib.util.find_spec("ctranslate2") is not None:
-            t["versus_ctranslate2"] = v = versus_ctranslate2(model, task, sources, refs, settings, args.threads,
-                                                             args.repeats, args.max_sentences, args.precisions)
-            ct2_rows.extend({"search": name, "sent/s": r["sentences_per_s"], "bleu": r["test_bleu"],
-                             "vs s2s": r.get("speedup_vs_s2s"), "outputs differing": r.get("sentences_differing_from_s2s")}
-                            for name, r in v.items() if isinstance(r, dict))
+            t["versus_ctranslate2"] = v = versus_ctranslate2(
+                model,
+                task,
+                sources,
+                refs,
+                settings,
+                args.threads,
+                args.repeats,
+                args.max_sentences,
+                args.precisions,
+            )
+            ct2_rows.extend(
+                {
+                    "search": name,
+                    "sent/s": r["sentences_per_s"],
+                    "bleu": r["test_bleu"],
+                    "vs s2s": r.get("speedup_vs_s2s"),
+                    "outputs differing": r.get("sentences_differing_from_s2s"),
+                }
+                for name, r in v.items()
+                if isinstance(r, dict)
+            )
         if "precision" not in args.skip and args.precisions:
-            t["precisions"] = precision_rates(model, task, sources, refs, settings, args.precisions, args.repeats,
-                                              args.max_sentences)
-            precision_rows.extend({"task": "translation", "search": f"beam{settings.beam}_{name}", "sent/s": r["sentences_per_s"],
-                         "vs fp32": r["speed_vs_fp32_median"], "score": r["test_score"],
-                         "score vs fp32": r["test_score_vs_fp32"]} for name, r in t["precisions"].items())
+            t["precisions"] = precision_rates(
+                model,
+                task,
+                sources,
+                refs,
+                settings,
+                args.precisions,
+                args.repeats,
+                args.max_sentences,
+            )
+            precision_rows.extend(
+                {
+                    "task": "translation",
+                    "search": f"beam{settings.beam}_{name}",
+                    "sent/s": r["sentences_per_s"],
+                    "vs fp32": r["speed_vs_fp32_median"],
+                    "score": r["test_score"],
+                    "score vs fp32": r["test_score_vs_fp32"],
+                }
+                for name, r in t["precisions"].items()
+            )
     if "parsing" not in args.skip:
         task, model, settings, desc = load("ptb_sample_parsing", args.parsing_run, args.cache_dir)
-        pairs = list(islice((p for split in ("valid", "test", "train") for p in task.read_split(split)),
-                            args.parsing_sentences))
+        pairs = list(
+            islice(
+                (p for split in ("valid", "test", "train") for p in task.read_split(split)),
+                args.parsing_sentences,
+            )
+        )
         sources = [s for s, _ in pairs]
         p = result["parsing"] = {
-            "task": "parsing", "model": desc,
+            "task": "parsing",
+            "model": desc,
             "data": f"NLTK treebank sample: {len(sources)} sentences (dev, test, then training)",
-            "mean_reference_tokens": round(sum(map(len, task.encode_target([t for _, t in pairs]))) / len(pairs), 2)}
+            "mean_reference_tokens": round(
+                sum(map(len, task.encode_target([t for _, t in pairs]))) / len(pairs), 2
+            ),
+        }
         measure(p, task, model, settings, sources, args.parsing_full_sentences)
-        p["constrained_vs_unconstrained"] = c = constraint_speed(model, task, sources, settings, args.repeats,
-                                                                 args.max_sentences)
-        print(f"parsing beam {c['beam']}: constrained {c['constrained_sentences_per_s']} sent/s, unconstrained "
-              f"{c['unconstrained_sentences_per_s']} ({c['ratio']}x; target >= 0.8x)")
+        p["constrained_vs_unconstrained"] = c = constraint_speed(
+            model, task, sources, settings, args.repeats, args.max_sentences
+        )
+        print(
+            f"parsing beam {c['beam']}: constrained {c['constrained_sentences_per_s']} sent/s, unconstrained "
+            f"{c['unconstrained_sentences_per_s']} ({c['ratio']}x; target >= 0.8x)"
+        )
     if args.baseline:
         jobs = {}
         if args.parsing_run:
             jobs["parsing"] = parsing_job(args.parsing_run)
         if args.run:
             jobs["translation"] = translation_job(args.run, args.sentences)
-        result["versus_baseline"] = v = versus_baseline(args.baseline, jobs, args.threads, args.repeats,
-                                                        args.baseline_precisions)
+        result["versus_baseline"] = v = versus_baseline(
+            args.baseline, jobs, args.threads, args.repeats, args.baseline_precisions
+        )
         for name in jobs:
-            baseline_rows.extend({"task": name, "search": k, "sent/s": r["sentences_per_s"],
-                         "vs base fp32": r["speed_vs_baseline_fp32_median"], "score": r["score"]}
-                        for k, r in v[name].items() if isinstance(r, dict))
-    result["targets"] = {"beam4_sentences_per_s_trained": 150, "beam4_incremental_vs_full": 5,
-                         "beam21_incremental_vs_full": 10, "beam4_best_precision_sentences_per_s": 200,
-                         "beam4_precision_test_bleu_within_fp32": 0.2}
+            baseline_rows.extend(
+                {
+                    "task": name,
+                    "search": k,
+                    "sent/s": r["sentences_per_s"],
+                    "vs base fp32": r["speed_vs_baseline_fp32_median"],
+                    "score": r["score"],
+                }
+                for k, r in v[name].items()
+                if isinstance(r, dict)
+            )
+    result["targets"] = {
+        "beam4_sentences_per_s_trained": 150,
+        "beam4_incremental_vs_full": 5,
+        "beam21_incremental_vs_full": 10,
+        "beam4_best_precision_sentences_per_s": 200,
+        "beam4_precision_test_bleu_within_fp32": 0.2,
+    }
     result["mm_rate_gflops_end"] = round(mm_rate() / 1e9, 1)
     result["peak_rss_mib"] = round(peak_rss_mib(), 1)
     path = write(args.name, result)

@@ -7,6 +7,7 @@ before (dropout on), as `s2s train` wrote them to each run's metrics.jsonl.
 Each LABEL=RUN_DIR names one run; the JSON keeps each run's curve and the overrides it was
 trained with (its config.yaml), the table prints one row per update that every run validated.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -15,8 +16,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from s2s.core.training.runlog import read_metrics  # noqa: E402
+
 from bench.common import table, write  # noqa: E402
-from s2s.core.runlog import read_metrics  # noqa: E402
 
 LEFT_OUT = ("error_sentences", "skipped_sentences", "repaired")
 
@@ -29,14 +31,22 @@ def curve(run_dir: str) -> list[dict]:
             train_nll = r["nll"]
         elif r["kind"] == "valid":
             figures = {k: r[k] for k in ("f1_all", "bleu", "select", "accuracy") if k in r}
-            points.append({"update": r["update"], "dev_nll": round(r["nll"], 4), **figures,
-                           **{k: r[k] for k in LEFT_OUT if k in r},
-                           "train_nll": None if train_nll is None else round(train_nll, 4)})
+            points.append(
+                {
+                    "update": r["update"],
+                    "dev_nll": round(r["nll"], 4),
+                    **figures,
+                    **{k: r[k] for k in LEFT_OUT if k in r},
+                    "train_nll": None if train_nll is None else round(train_nll, 4),
+                }
+            )
     return points
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("runs", nargs="+", metavar="LABEL=RUN_DIR")
     ap.add_argument("--name", required=True, help="results file bench/results/NAME.json")
     args = ap.parse_args(argv)

@@ -14,6 +14,7 @@ environment (`pip install --no-deps --no-build-isolation .` with wheel, cython, 
 omegaconf 2.3.0, bitarray, scikit-learn) and point --fairseq-bin at its bin directory.
 `--log FILE` reads the figures from a finished fairseq-train log instead of training.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,11 +35,15 @@ BITS = math.log(2)  # nats per bit
 
 def write_pairs(directory: Path) -> None:
     from omegaconf import OmegaConf
-
     from s2s.plugins.parsing import ParsingConfig, ParsingTask
 
-    task = ParsingTask(OmegaConf.structured(ParsingConfig(corpus="nltk_sample", scheme="vinyals",
-                                                          nltk_data=str(SHARED / "nltk_data"))))
+    task = ParsingTask(
+        OmegaConf.structured(
+            ParsingConfig(
+                corpus="nltk_sample", scheme="vinyals", nltk_data=str(SHARED / "nltk_data")
+            )
+        )
+    )
     for split in ("train", "valid", "test"):
         pairs = list(task.read_split(split))
         (directory / f"{split}.src").write_text("".join(s + "\n" for s, _ in pairs))
@@ -46,18 +51,73 @@ def write_pairs(directory: Path) -> None:
 
 
 def commands(fairseq_bin: Path, directory: Path, updates: int) -> list[list[str]]:
-    preprocess = [str(fairseq_bin / "fairseq-preprocess"), "--source-lang", "src", "--target-lang", "tgt",
-                  *(f"--{s}pref={directory / s}" for s in ("train", "valid", "test")),
-                  "--destdir", str(directory / "bin"), "--workers", "1"]
-    train = [str(fairseq_bin / "fairseq-train"), str(directory / "bin"), "--arch", "transformer",
-             "--encoder-layers", "2", "--decoder-layers", "2", "--encoder-embed-dim", "256",
-             "--decoder-embed-dim", "256", "--encoder-ffn-embed-dim", "1024", "--decoder-ffn-embed-dim", "1024",
-             "--encoder-attention-heads", "4", "--decoder-attention-heads", "4", "--dropout", "0.3",
-             "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1", "--optimizer", "adam",
-             "--adam-betas", "(0.9,0.98)", "--lr", "1.6e-3", "--lr-scheduler", "inverse_sqrt",
-             "--warmup-updates", "400", "--max-tokens", "2048", "--max-update", str(updates),
-             "--log-interval", "100", "--log-format", "json", "--no-save", "--num-workers", "0", "--cpu",
-             "--seed", "1", "--validate-interval-updates", "500", "--skip-invalid-size-inputs-valid-test"]
+    preprocess = [
+        str(fairseq_bin / "fairseq-preprocess"),
+        "--source-lang",
+        "src",
+        "--target-lang",
+        "tgt",
+        *(f"--{s}pref={directory / s}" for s in ("train", "valid", "test")),
+        "--destdir",
+        str(directory / "bin"),
+        "--workers",
+        "1",
+    ]
+    train = [
+        str(fairseq_bin / "fairseq-train"),
+        str(directory / "bin"),
+        "--arch",
+        "transformer",
+        "--encoder-layers",
+        "2",
+        "--decoder-layers",
+        "2",
+        "--encoder-embed-dim",
+        "256",
+        "--decoder-embed-dim",
+        "256",
+        "--encoder-ffn-embed-dim",
+        "1024",
+        "--decoder-ffn-embed-dim",
+        "1024",
+        "--encoder-attention-heads",
+        "4",
+        "--decoder-attention-heads",
+        "4",
+        "--dropout",
+        "0.3",
+        "--criterion",
+        "label_smoothed_cross_entropy",
+        "--label-smoothing",
+        "0.1",
+        "--optimizer",
+        "adam",
+        "--adam-betas",
+        "(0.9,0.98)",
+        "--lr",
+        "1.6e-3",
+        "--lr-scheduler",
+        "inverse_sqrt",
+        "--warmup-updates",
+        "400",
+        "--max-tokens",
+        "2048",
+        "--max-update",
+        str(updates),
+        "--log-interval",
+        "100",
+        "--log-format",
+        "json",
+        "--no-save",
+        "--num-workers",
+        "0",
+        "--cpu",
+        "--seed",
+        "1",
+        "--validate-interval-updates",
+        "500",
+        "--skip-invalid-size-inputs-valid-test",
+    ]
     return [preprocess, train]
 
 
@@ -65,23 +125,41 @@ def figures(log: str) -> dict:
     """Train records (every 100 updates) and valid records, losses converted to nats."""
     train, valid = [], []
     for line in log.splitlines():
-        if not line.rstrip().endswith("}") or not any(f"| {k} |" in line for k in ("train_inner", "valid")):
+        if not line.rstrip().endswith("}") or not any(
+            f"| {k} |" in line for k in ("train_inner", "valid")
+        ):
             continue
-        r = json.loads(line[line.index("{"):])
+        r = json.loads(line[line.index("{") :])
         if "nll_loss" in r and "num_updates" in r:
-            train.append({"update": int(r["num_updates"]), "nll": round(float(r["nll_loss"]) * BITS, 4),
-                          "loss": round(float(r["loss"]) * BITS, 4), "sentences_per_batch": float(r["bsz"]),
-                          "target_tokens_per_batch": float(r["wpb"]), "updates_per_s": float(r["ups"])})
+            train.append(
+                {
+                    "update": int(r["num_updates"]),
+                    "nll": round(float(r["nll_loss"]) * BITS, 4),
+                    "loss": round(float(r["loss"]) * BITS, 4),
+                    "sentences_per_batch": float(r["bsz"]),
+                    "target_tokens_per_batch": float(r["wpb"]),
+                    "updates_per_s": float(r["ups"]),
+                }
+            )
         elif "valid_nll_loss" in r:
-            valid.append({"update": int(r["valid_num_updates"]), "dev_nll": round(float(r["valid_nll_loss"]) * BITS, 4)})
+            valid.append(
+                {
+                    "update": int(r["valid_num_updates"]),
+                    "dev_nll": round(float(r["valid_nll_loss"]) * BITS, 4),
+                }
+            )
     return {"train": train, "valid": valid}
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--fairseq-bin", type=Path, default=Path(sys.executable).parent)
     ap.add_argument("--updates", type=int, default=1000)
-    ap.add_argument("--log", type=Path, help="a finished fairseq-train log to read instead of training")
+    ap.add_argument(
+        "--log", type=Path, help="a finished fairseq-train log to read instead of training"
+    )
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         cmds = commands(args.fairseq_bin, Path(tmp), args.updates)
@@ -91,10 +169,20 @@ def main(argv=None) -> None:
             write_pairs(Path(tmp))
             env = {**os.environ, "OMP_NUM_THREADS": "2"}
             subprocess.run(cmds[0], check=True, capture_output=True, env=env)
-            log = subprocess.run(cmds[1], check=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                 env=env).stdout
-    result = {"benchmark": "fairseq on the ptb_sample_parsing pairs (vinyals), per update",
-              "commands": [" ".join(c).replace(tmp, "DIR") for c in cmds], "units": "nats per target token", **figures(log)}
+            log = subprocess.run(
+                cmds[1],
+                check=True,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                env=env,
+            ).stdout
+    result = {
+        "benchmark": "fairseq on the ptb_sample_parsing pairs (vinyals), per update",
+        "commands": [" ".join(c).replace(tmp, "DIR") for c in cmds],
+        "units": "nats per target token",
+        **figures(log),
+    }
     print(json.dumps(result["valid"]))
     print(write("fairseq_ptb_vinyals", result))
 

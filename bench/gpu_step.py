@@ -1,8 +1,8 @@
 """The GPU smoke check's measurements (bench/gpu_check.sh runs it): the base model's update
 through the engine's own path in bf16, fp16 and fp32 with TF32, the loss alone, syncs per step.
 
-What is timed is `s2s.core.train.Trainer.step` as `s2s train` takes it, with run.precision set
-(s2s.core.precision: bf16 casts the fp32 weights once per pass, fp16 is autocast with loss
+What is timed is `s2s.core.training.trainer.Trainer.step` as `s2s train` takes it, with run.precision set
+(s2s.core.nn.precision: bf16 casts the fp32 weights once per pass, fp16 is autocast with loss
 scaling, fp32 runs its products in TF32 from Ampere on): batches built ahead in pinned memory,
 forward, the chunked label-smoothed loss, backward, the finiteness check, fused Adam. Attention
 is held to the fused kernels (flash, memory-efficient, cuDNN): a fall-back to the math kernel
@@ -13,7 +13,7 @@ paper's ~25k source and ~25k target tokens (1,000 pairs of 25 + 25) with no padd
 
 Per precision: step time (median of `--steps`), tokens/s, model-FLOPs utilisation against the
 bf16 torch.mm rate of this card measured in the same run (8192^2 products; FLOPs from
-`s2s.core.model.Transformer.flops`), peak memory, and the host syncs per step counted with
+`s2s.core.nn.model.Transformer.flops`), peak memory, and the host syncs per step counted with
 torch.cuda.set_sync_debug_mode("warn"). The loss alone (25k rows, 37k vocabulary, bf16): its
 chunks, its CUDA kernel launches counted by torch.profiler, and its time. JSON with the
 machine's facts goes to bench/results/gpu_check.json (S2S_GPU_CHECK_RESULTS=DIR elsewhere).
@@ -21,7 +21,10 @@ machine's facts goes to bench/results/gpu_check.json (S2S_GPU_CHECK_RESULTS=DIR 
     python bench/gpu_step.py [--steps 10] [--precisions bf16 fp16 fp32]
     python bench/gpu_step.py --dry-run     # every step up to the CUDA calls, on CPU, tiny sizes
 """
+
 from __future__ import annotations
+
+import s2s.core  # noqa: E402,F401  before torch: the CPU runtime defaults (s2s.core.RUNTIME_ENV)
 
 import argparse
 import contextlib
@@ -38,9 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-import s2s.core  # noqa: E402,F401  before torch: the CPU runtime defaults (s2s.core.RUNTIME_ENV)
 import torch  # noqa: E402
-
 from s2s.core.files import atomic_write_text  # noqa: E402
 from s2s.core.task import Task, TaskConfig  # noqa: E402
 from s2s.core.vocab import SPECIALS, WordTokenizer  # noqa: E402
@@ -100,21 +101,30 @@ def bf16_mm_rate(device: torch.device, n: int = 8192, seconds: float = 2.0) -> f
         a @ b
     end.record()
     torch.cuda.synchronize()
-    return 2 * n ** 3 * reps / (start.elapsed_time(end) / 1000)
+    return 2 * n**3 * reps / (start.elapsed_time(end) / 1000)
 
 
 def build_trainer(args, tmp: str, run_precision: str):
     """The Trainer of a run on the synthetic task in `run_precision`, batches of `--tokens` a side."""
-    from s2s.core.config import load_config
-    from s2s.core.registry import Registry
-    from s2s.core.train import Trainer
+    from s2s.core.setup.config import load_config
+    from s2s.core.setup.registry import Registry
+    from s2s.core.training.trainer import Trainer
 
     registry = Registry.installed()
     registry.register(SyntheticTask, "bench/gpu_step.py")
-    overrides = [f"task.name={SyntheticTask.name}", f"task.vocab_size={args.vocab}",
-                 f"task.pairs={args.tokens // args.length}", f"task.length={args.length}",
-                 f"data.max_tokens={args.tokens}", f"data.cache_dir={tmp}/cache", f"run.dir={tmp}/run-{run_precision}",
-                 f"run.device={args.device}", f"run.precision={run_precision}", "run.quiet=true", "run.keep_last=1"]
+    overrides = [
+        f"task.name={SyntheticTask.name}",
+        f"task.vocab_size={args.vocab}",
+        f"task.pairs={args.tokens // args.length}",
+        f"task.length={args.length}",
+        f"data.max_tokens={args.tokens}",
+        f"data.cache_dir={tmp}/cache",
+        f"run.dir={tmp}/run-{run_precision}",
+        f"run.device={args.device}",
+        f"run.precision={run_precision}",
+        "run.quiet=true",
+        "run.keep_last=1",
+    ]
     overrides += [f"{k}={v}" for k, v in TINY.items()] if args.dry_run else []
     return Trainer(load_config(None, overrides, registry=registry), registry, quiet=True)
 
@@ -125,7 +135,9 @@ def fused_attention(device: torch.device):
         return contextlib.nullcontext()
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    return sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION])
+    return sdpa_kernel(
+        [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION]
+    )
 
 
 @contextlib.contextmanager
@@ -167,22 +179,36 @@ def time_steps(args, tmp: str, run_precision: str, sync) -> dict:
                 sync()
                 times.append(time.perf_counter() - t0)
                 if out is None:  # a non-finite loss or gradient: the update was skipped
-                    raise SystemExit(f"gpu_step: {run_precision}: non-finite loss or gradient, update skipped")
+                    raise SystemExit(
+                        f"gpu_step: {run_precision}: non-finite loss or gradient, update skipped"
+                    )
                 flops += trainer.model.flops(train.src_lens[idx], train.tgt_lens[idx])
                 tokens += int(train.tgt_lens[idx].sum())
                 src_tokens += int(train.src_lens[idx].sum())
         seconds, steps = statistics.median(times), args.steps
-        return {"precision": trainer.precision, "asked": run_precision, "path": "s2s.core.train.Trainer.step",
-                "parameters": trainer.n_params, "pairs": len(idx), "src_tokens": src_tokens // steps,
-                "tgt_tokens": tokens // steps, "step_s": round(seconds, 4), "step_s_all": [round(t, 4) for t in times],
-                "tgt_tokens_per_s": round(tokens / steps / seconds),
-                "src_tgt_tokens_per_s": round((src_tokens + tokens) / steps / seconds),
-                "model_tflop_per_step": round(flops / steps / 1e12, 4),
-                "achieved_tflop_s": round(flops / steps / seconds / 1e12, 2), "achieved_flop_s": flops / steps / seconds,
-                "syncs_per_step": None if syncs is None else len(syncs), "sync_calls": syncs,
-                "tf32": bool(torch.backends.cuda.matmul.allow_tf32) if device.type == "cuda" else None,
-                "peak_memory_gib": round(torch.cuda.max_memory_allocated(device) / 2**30, 2) if device.type == "cuda" else None,
-                "loss_per_token": round(float(out["loss_sum"] / out["ntokens"]), 3)}
+        return {
+            "precision": trainer.precision,
+            "asked": run_precision,
+            "path": "s2s.core.training.trainer.Trainer.step",
+            "parameters": trainer.n_params,
+            "pairs": len(idx),
+            "src_tokens": src_tokens // steps,
+            "tgt_tokens": tokens // steps,
+            "step_s": round(seconds, 4),
+            "step_s_all": [round(t, 4) for t in times],
+            "tgt_tokens_per_s": round(tokens / steps / seconds),
+            "src_tgt_tokens_per_s": round((src_tokens + tokens) / steps / seconds),
+            "model_tflop_per_step": round(flops / steps / 1e12, 4),
+            "achieved_tflop_s": round(flops / steps / seconds / 1e12, 2),
+            "achieved_flop_s": flops / steps / seconds,
+            "syncs_per_step": None if syncs is None else len(syncs),
+            "sync_calls": syncs,
+            "tf32": bool(torch.backends.cuda.matmul.allow_tf32) if device.type == "cuda" else None,
+            "peak_memory_gib": round(torch.cuda.max_memory_allocated(device) / 2**30, 2)
+            if device.type == "cuda"
+            else None,
+            "loss_per_token": round(float(out["loss_sum"] / out["ntokens"]), 3),
+        }
     finally:
         trainer.close()
 
@@ -190,7 +216,7 @@ def time_steps(args, tmp: str, run_precision: str, sync) -> dict:
 def loss_alone(args, sync) -> dict:
     """The chunked loss on a batch's decoder states, forward and backward, in bf16: its chunks,
     its CUDA kernel launches (torch.profiler) and its median time over 5 runs."""
-    from s2s.core.loss import chunk_rows, label_smoothed_loss
+    from s2s.core.nn.loss import chunk_rows, label_smoothed_loss
 
     device, d = torch.device(args.device), (64 if args.dry_run else 512)
     n, vocab = args.tokens, args.vocab
@@ -204,12 +230,16 @@ def loss_alone(args, sync) -> dict:
 
     run()
     sync()
-    activities = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    activities = [torch.profiler.ProfilerActivity.CPU] + (
+        [torch.profiler.ProfilerActivity.CUDA] if device.type == "cuda" else []
+    )
     with torch.profiler.profile(activities=activities) as prof:
         run()
         sync()
     events = prof.events()
-    launches = sum(1 for e in events if e.name in ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC"))
+    launches = sum(
+        1 for e in events if e.name in ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC")
+    )
     times = []
     for _ in range(5):
         t0 = time.perf_counter()
@@ -217,19 +247,37 @@ def loss_alone(args, sync) -> dict:
         sync()
         times.append(time.perf_counter() - t0)
     rows = chunk_rows(n, vocab, device)
-    return {"rows": n, "vocab": vocab, "d_model": d, "dtype": "bf16", "chunk_rows": rows, "chunks": -(-n // rows),
-            "kernel_launches": launches if device.type == "cuda" else None, "ops_recorded": len(events),
-            "seconds": round(statistics.median(times), 4), "measured": "the loss alone (fwd + bwd), in isolation"}
+    return {
+        "rows": n,
+        "vocab": vocab,
+        "d_model": d,
+        "dtype": "bf16",
+        "chunk_rows": rows,
+        "chunks": -(-n // rows),
+        "kernel_launches": launches if device.type == "cuda" else None,
+        "ops_recorded": len(events),
+        "seconds": round(statistics.median(times), 4),
+        "measured": "the loss alone (fwd + bwd), in isolation",
+    }
 
 
 def machine(device: torch.device) -> dict:
-    facts = {"python": sys.version.split()[0], "torch": torch.__version__, "cuda": torch.version.cuda,
-             "platform": platform.platform(), "cpus": os.cpu_count(), "load_average": os.getloadavg(),
-             "date": time.strftime("%Y-%m-%d %H:%M:%S")}
+    facts = {
+        "python": sys.version.split()[0],
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "load_average": os.getloadavg(),
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
-        facts.update(device=props.name, capability=f"{props.major}.{props.minor}",
-                     memory_gib=round(props.total_memory / 2**30, 1))
+        facts.update(
+            device=props.name,
+            capability=f"{props.major}.{props.minor}",
+            memory_gib=round(props.total_memory / 2**30, 1),
+        )
     return facts
 
 
@@ -237,16 +285,32 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--warmup-steps", type=int, default=3)
-    p.add_argument("--precisions", nargs="+", default=["bf16", "fp16", "fp32"], choices=["bf16", "fp16", "fp32"])
+    p.add_argument(
+        "--precisions",
+        nargs="+",
+        default=["bf16", "fp16", "fp32"],
+        choices=["bf16", "fp16", "fp32"],
+    )
     p.add_argument("--vocab", type=int, default=37000)
     p.add_argument("--tokens", type=int, default=25000, help="source (and target) tokens per batch")
     p.add_argument("--length", type=int, default=25, help="tokens per sentence, EOS included")
     p.add_argument("--device", default="cuda")
-    p.add_argument("--dry-run", action="store_true", help="on CPU: a 1-layer d_model 64 model, 1,000 words, "
-                   "400-token batches, 2 steps, every step up to the CUDA calls")
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="on CPU: a 1-layer d_model 64 model, 1,000 words, "
+        "400-token batches, 2 steps, every step up to the CUDA calls",
+    )
     args = p.parse_args()
     if args.dry_run:
-        args.device, args.steps, args.warmup_steps, args.vocab, args.tokens, args.length = "cpu", 2, 1, 1000, 400, 10
+        args.device, args.steps, args.warmup_steps, args.vocab, args.tokens, args.length = (
+            "cpu",
+            2,
+            1,
+            1000,
+            400,
+            10,
+        )
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         print("gpu_step: no CUDA device", file=sys.stderr)
@@ -254,8 +318,10 @@ def main() -> int:
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
 
     loss = loss_alone(args, sync)
-    print(f"loss alone: {loss['rows']} rows x {loss['vocab']} words in {loss['chunks']} chunk(s) of "
-          f"{loss['chunk_rows']} rows, {loss['kernel_launches']} kernel launches, {1000 * loss['seconds']:.1f} ms")
+    print(
+        f"loss alone: {loss['rows']} rows x {loss['vocab']} words in {loss['chunks']} chunk(s) of "
+        f"{loss['chunk_rows']} rows, {loss['kernel_launches']} kernel launches, {1000 * loss['seconds']:.1f} ms"
+    )
     steps = []
     with tempfile.TemporaryDirectory(prefix="s2s-gpu-step-") as tmp:
         for run_precision in args.precisions:
@@ -265,15 +331,26 @@ def main() -> int:
     rate = bf16_mm_rate(device)
     for r in steps:
         r["mfu_vs_measured_bf16_mm"] = round(r["achieved_flop_s"] / rate, 4)
-        print(f"{r['asked']:>4} ({r['precision']}, Trainer.step): {r['pairs']} pairs = {r['src_tokens']} + "
-              f"{r['tgt_tokens']} tokens, step {1000 * r['step_s']:.1f} ms, {r['tgt_tokens_per_s']:,} target tokens/s, "
-              f"{r['achieved_tflop_s']} TFLOP/s, MFU {100 * r['mfu_vs_measured_bf16_mm']:.1f}% of the bf16 mm rate, "
-              f"syncs/step {r['syncs_per_step']}, peak {r['peak_memory_gib']} GiB")
-    result = {"command": "bash bench/gpu_check.sh" + (" --dry-run" if args.dry_run else ""), "dry_run": args.dry_run,
-              "machine": machine(device), "model": "tiny" if args.dry_run else "base", "vocab": args.vocab,
-              "bf16_mm_tflop_s": round(rate / 1e12, 2), "flop_count": "s2s.core.model.Transformer.flops",
-              "loss": loss, "steps": steps}
-    where = Path(os.environ.get("S2S_GPU_CHECK_RESULTS") or Path(__file__).resolve().parent / "results")
+        print(
+            f"{r['asked']:>4} ({r['precision']}, Trainer.step): {r['pairs']} pairs = {r['src_tokens']} + "
+            f"{r['tgt_tokens']} tokens, step {1000 * r['step_s']:.1f} ms, {r['tgt_tokens_per_s']:,} target tokens/s, "
+            f"{r['achieved_tflop_s']} TFLOP/s, MFU {100 * r['mfu_vs_measured_bf16_mm']:.1f}% of the bf16 mm rate, "
+            f"syncs/step {r['syncs_per_step']}, peak {r['peak_memory_gib']} GiB"
+        )
+    result = {
+        "command": "bash bench/gpu_check.sh" + (" --dry-run" if args.dry_run else ""),
+        "dry_run": args.dry_run,
+        "machine": machine(device),
+        "model": "tiny" if args.dry_run else "base",
+        "vocab": args.vocab,
+        "bf16_mm_tflop_s": round(rate / 1e12, 2),
+        "flop_count": "s2s.core.nn.model.Transformer.flops",
+        "loss": loss,
+        "steps": steps,
+    }
+    where = Path(
+        os.environ.get("S2S_GPU_CHECK_RESULTS") or Path(__file__).resolve().parent / "results"
+    )
     out = where / ("gpu_check_dry_run.json" if args.dry_run else "gpu_check.json")
     where.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out, json.dumps(result, indent=1) + "\n")

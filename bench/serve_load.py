@@ -16,6 +16,7 @@ against decoding the whole set in one go. Medians of `--rounds` rounds; the JSON
 and the machine's facts, the load average among them (the machine is shared: figures taken on a
 busy one are noisy; rerun on a quiet one).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,16 +31,19 @@ import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.common import RESULTS, machine  # noqa: E402  s2s first: its CPU runtime defaults precede torch
-
 import torch  # noqa: E402
-
 from s2s.core.files import atomic_write_text  # noqa: E402
+
+from bench.common import RESULTS, machine  # noqa: E402  s2s first: its CPU runtime defaults precede torch
 
 
 def post(url: str, body: dict, timeout: float = 120) -> tuple[int, dict]:
-    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
-                                     headers={"Content-Type": "application/json"})
+    request = urllib.request.Request(
+        url,
+        data=json.dumps(body).encode(),
+        method="POST",
+        headers={"Content-Type": "application/json"},
+    )
     try:
         with urllib.request.urlopen(request, timeout=timeout) as r:
             return r.status, json.loads(r.read())
@@ -57,8 +61,22 @@ def free_port() -> int:
 
 def start(run: Path, threads: int) -> tuple[subprocess.Popen, str]:
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "s2s.core.cli", "serve", str(run), "--port", str(port),
-                             "--threads", str(threads), "-q"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "s2s.core.apps.cli",
+            "serve",
+            str(run),
+            "--port",
+            str(port),
+            "--threads",
+            str(threads),
+            "-q",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     url = f"http://127.0.0.1:{port}"
     deadline = time.time() + 120
     while time.time() < deadline:
@@ -101,16 +119,26 @@ def load_round(url: str, requests: list[list[list[str]]], expected: dict) -> dic
     wall = time.perf_counter() - t0
     sentences = sum(len(text) for mine in requests for text in mine)
     ms = sorted(1000 * x for x in latencies)
-    return {"sentences": sentences, "requests": len(ms), "seconds": round(wall, 3),
-            "sentences_per_s": round(sentences / wall, 1), "latency_ms_p50": round(statistics.median(ms), 1),
-            "latency_ms_p95": round(ms[min(len(ms) - 1, int(0.95 * len(ms)))], 1), "errors": errors[0],
-            "mean_requests_a_batch": round(statistics.mean(batched), 2) if batched else 0.0,
-            **{f"{key}_p50": round(statistics.median(v), 1) if v else 0.0 for key, v in parts.items()}}
+    return {
+        "sentences": sentences,
+        "requests": len(ms),
+        "seconds": round(wall, 3),
+        "sentences_per_s": round(sentences / wall, 1),
+        "latency_ms_p50": round(statistics.median(ms), 1),
+        "latency_ms_p95": round(ms[min(len(ms) - 1, int(0.95 * len(ms)))], 1),
+        "errors": errors[0],
+        "mean_requests_a_batch": round(statistics.mean(batched), 2) if batched else 0.0,
+        **{f"{key}_p50": round(statistics.median(v), 1) if v else 0.0 for key, v in parts.items()},
+    }
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--run", default="runs/demo", help="a trained demo run (trained with `s2s train demo` if absent)")
+    p.add_argument(
+        "--run",
+        default="runs/demo",
+        help="a trained demo run (trained with `s2s train demo` if absent)",
+    )
     p.add_argument("--clients", type=int, default=8)
     p.add_argument("--requests", type=int, default=50, help="requests a client sends")
     p.add_argument("--sentences", type=int, default=1, help="sentences a request")
@@ -119,18 +147,24 @@ def main() -> None:
     p.add_argument("--name", default="serve_load")
     args = p.parse_args()
 
-    from s2s.core.data import prepare
+    from s2s.core.data.prepared import prepare_data
     from s2s.core.inference import load_run
 
     run = Path(args.run)
     if not (run / "result.json").is_file():
-        subprocess.run([sys.executable, "-m", "s2s.core.cli", "train", "demo", f"run.dir={run}", "-q"], check=True)
+        subprocess.run(
+            [sys.executable, "-m", "s2s.core.apps.cli", "train", "demo", f"run.dir={run}", "-q"],
+            check=True,
+        )
     offline = load_run(run, ["run.device=cpu"])
-    pool = prepare(offline.task, offline.cfg.data, quiet=True).texts("test")[0]
+    pool = prepare_data(offline.task, offline.cfg.data, quiet=True).texts("test")[0]
     n = args.clients * args.requests * args.sentences
     lines = [pool[i % len(pool)] for i in range(n)]
     it = iter(lines)
-    requests = [[[next(it) for _ in range(args.sentences)] for _ in range(args.requests)] for _ in range(args.clients)]
+    requests = [
+        [[next(it) for _ in range(args.sentences)] for _ in range(args.requests)]
+        for _ in range(args.clients)
+    ]
 
     torch.set_num_threads(args.threads)
     proc, url = start(run, args.threads)
@@ -148,7 +182,9 @@ def main() -> None:
             seconds = time.perf_counter() - t0
             served["offline_sentences_per_s"] = round(len(lines) / seconds, 1)
             served["offline_equal"] = outputs == [expected[s] for s in lines]
-            served["served_vs_offline"] = round(served["sentences_per_s"] / served["offline_sentences_per_s"], 3)
+            served["served_vs_offline"] = round(
+                served["sentences_per_s"] / served["offline_sentences_per_s"], 3
+            )
             rounds.append(served)
             print(json.dumps(served), flush=True)
     finally:
@@ -161,16 +197,33 @@ def main() -> None:
     result = {
         "command": "python bench/serve_load.py " + " ".join(sys.argv[1:]),
         "what": f"s2s serve on {run} ({args.threads} threads): {args.clients} clients x {args.requests} requests "
-                f"of {args.sentences} held-out demo sentence(s), POST /generate over HTTP on 127.0.0.1; offline: "
-                "the same sentences through inference.load_run(...).generate in one process, no HTTP",
-        "median": {k: median(k) for k in ("sentences_per_s", "latency_ms_p50", "latency_ms_p95",
-                                          "mean_requests_a_batch", "queued_ms_p50", "decode_ms_p50", "offline_sentences_per_s", "served_vs_offline")},
-        "errors": sum(r["errors"] for r in rounds), "offline_equal": all(r["offline_equal"] for r in rounds),
-        "rounds": rounds, "machine": machine(),
+        f"of {args.sentences} held-out demo sentence(s), POST /generate over HTTP on 127.0.0.1; offline: "
+        "the same sentences through inference.load_run(...).generate in one process, no HTTP",
+        "median": {
+            k: median(k)
+            for k in (
+                "sentences_per_s",
+                "latency_ms_p50",
+                "latency_ms_p95",
+                "mean_requests_a_batch",
+                "queued_ms_p50",
+                "decode_ms_p50",
+                "offline_sentences_per_s",
+                "served_vs_offline",
+            )
+        },
+        "errors": sum(r["errors"] for r in rounds),
+        "offline_equal": all(r["offline_equal"] for r in rounds),
+        "rounds": rounds,
+        "machine": machine(),
     }
     RESULTS.mkdir(exist_ok=True)
     atomic_write_text(RESULTS / f"{args.name}.json", json.dumps(result, indent=1) + "\n")
-    print(json.dumps(result["median"]), f"errors {result['errors']}", f"-> bench/results/{args.name}.json")
+    print(
+        json.dumps(result["median"]),
+        f"errors {result['errors']}",
+        f"-> bench/results/{args.name}.json",
+    )
 
 
 if __name__ == "__main__":

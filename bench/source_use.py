@@ -11,6 +11,7 @@ model that reads its source scores worse with shuffled sources; equal figures me
 writes as a language model whatever the input (what post-norm multi-task runs did, issue 23;
 docs/multitask.md). Writes bench/results/NAME.json (default source_use) with the machine's facts.
 """
+
 from __future__ import annotations
 
 import s2s.core  # noqa: F401  before torch: the CPU runtime defaults (s2s.core.RUNTIME_ENV)
@@ -19,16 +20,17 @@ import argparse
 import sys
 from pathlib import Path
 
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
+from s2s.core.inference import load_for_inference  # noqa: E402
+from s2s.core.setup.config import load_config  # noqa: E402
+from s2s.core.setup.registry import Registry  # noqa: E402
+from s2s.core.training.trainer import train  # noqa: E402
+from s2s.core.vocab import BOS, EOS, PAD  # noqa: E402
 
 from bench.common import corpus_overrides, machine, write  # noqa: E402
-from s2s.core.config import load_config  # noqa: E402
-from s2s.core.inference import load_for_inference  # noqa: E402
-from s2s.core.registry import Registry  # noqa: E402
-from s2s.core.train import train  # noqa: E402
-from s2s.core.vocab import BOS, EOS, PAD  # noqa: E402
 
 PAIRS = 64
 
@@ -52,29 +54,62 @@ def nll_true_and_shuffled(run_dir: str, reg, member: str) -> dict:
     n = float(tgt_out.ne(PAD).sum())
     with torch.no_grad():
         true, other = (float(model(s, tgt_in, tgt_out, 0.0)[1]) / n for s in (src, shuffled))
-    return {"true_sources": round(true, 3), "shuffled_sources": round(other, 3), "gap": round(other - true, 3)}
+    return {
+        "true_sources": round(true, 3),
+        "shuffled_sources": round(other, 3),
+        "gap": round(other - true, 3),
+    }
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--preset", default="multi30k_en_de_fr")
     p.add_argument("--member", default="de", help="the member scored")
     p.add_argument("--updates", type=int, default=300)
-    p.add_argument("--variant", nargs="+", action="append", required=True, metavar=("NAME", "KEY=VALUE"),
-                   help="a name and the settings of one variant (repeat for each)")
+    p.add_argument(
+        "--variant",
+        nargs="+",
+        action="append",
+        required=True,
+        metavar=("NAME", "KEY=VALUE"),
+        help="a name and the settings of one variant (repeat for each)",
+    )
     p.add_argument("--dir", default="runs/source_use")
     p.add_argument("--name", default="source_use")
     args = p.parse_args()
     reg = Registry.installed()
-    result = {"command": " ".join(["python", *sys.argv]), "machine": machine(), "preset": args.preset,
-              "member": args.member, "updates": args.updates, "pairs": PAIRS, "variants": {}}
+    result = {
+        "command": " ".join(["python", *sys.argv]),
+        "machine": machine(),
+        "preset": args.preset,
+        "member": args.member,
+        "updates": args.updates,
+        "pairs": PAIRS,
+        "variants": {},
+    }
     for name, *settings in args.variant:
         run_dir = f"{args.dir}/{name}"  # run again, the same command re-scores what it trained
-        cfg = load_config(args.preset, [*corpus_overrides(args.preset), f"run.dir={run_dir}", "run.quiet=true",
-                                        f"optim.max_updates={args.updates}", "run.valid_interval=1000000",
-                                        "run.valid_max_sentences=8", "run.average_last=0", *settings], registry=reg)
+        cfg = load_config(
+            args.preset,
+            [
+                *corpus_overrides(args.preset),
+                f"run.dir={run_dir}",
+                "run.quiet=true",
+                f"optim.max_updates={args.updates}",
+                "run.valid_interval=1000000",
+                "run.valid_max_sentences=8",
+                "run.average_last=0",
+                *settings,
+            ],
+            registry=reg,
+        )
         train(cfg, reg, quiet=True)
-        result["variants"][name] = {"settings": settings, **nll_true_and_shuffled(run_dir, reg, args.member)}
+        result["variants"][name] = {
+            "settings": settings,
+            **nll_true_and_shuffled(run_dir, reg, args.member),
+        }
         print(name, result["variants"][name], flush=True)
         write(args.name, result)
 

@@ -19,6 +19,7 @@ row's parameters, updates, dev perplexity per target token (the final model's, o
 sacreBLEU (of the model tested, selected on val), test sacreBLEU and tokenised BLEU
 (test_2016_flickr), and prints a Markdown table with the paper's direction for each row.
 """
+
 from __future__ import annotations
 
 import s2s.core  # noqa: F401  before torch: the CPU runtime defaults (s2s.core.RUNTIME_ENV)
@@ -29,15 +30,16 @@ import shlex
 import sys
 from pathlib import Path
 
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
+from s2s.core.apps import sweep  # noqa: E402
+from s2s.core.errors import ConfigError  # noqa: E402
+from s2s.core.setup.config import load_config  # noqa: E402
+from s2s.core.setup.registry import Registry  # noqa: E402
 
 from bench.common import corpus_overrides, write  # noqa: E402
-from s2s.core import sweep  # noqa: E402
-from s2s.core.config import load_config  # noqa: E402
-from s2s.core.errors import ConfigError  # noqa: E402
-from s2s.core.registry import Registry  # noqa: E402
 
 PRESET = "multi30k_en_de"
 BASE = ["model.heads=8", "run.threads=2"]  # the preset with the paper's 8 heads: d_k = 256 / 8 = 32
@@ -46,12 +48,37 @@ BASE = ["model.heads=8", "run.threads=2"]  # the preset with the paper's 8 heads
 ROWS = [
     ("base", "base", [], "reference: PPL 4.92, BLEU 25.8"),
     ("A1", "(A)", ["model.heads=1"], "worse: 1 head 0.9 BLEU below the best (24.9), PPL 5.29"),
-    ("A4", "(A)", ["model.heads=4"], "slightly worse: 25.5 BLEU, PPL 5.00; too many heads (32) also worse: 25.4"),
+    (
+        "A4",
+        "(A)",
+        ["model.heads=4"],
+        "slightly worse: 25.5 BLEU, PPL 5.00; too many heads (32) also worse: 25.4",
+    ),
     ("B", "(B)", ["model.d_k=16"], "worse: smaller d_k hurts (d_k 16: 25.1 BLEU, PPL 5.16)"),
-    ("C-small", "(C)", ["model.d_model=128", "model.d_ff=512"], "worse: bigger is better (d_model 256: 24.5 BLEU, PPL 5.75)"),
-    ("C-large", "(C)", ["model.layers=4"], "better: bigger is better (N 8: PPL 4.88; d_model 1024: 26.0 BLEU, PPL 4.66)"),
-    ("D-dropout0", "(D)", ["model.dropout=0"], "worse: dropout helps (P_drop 0: 24.6 BLEU, PPL 5.77)"),
-    ("D-ls0", "(D)", ["optim.label_smoothing=0"], "lower PPL (4.67) but lower BLEU (25.3): smoothing hurts PPL, helps BLEU"),
+    (
+        "C-small",
+        "(C)",
+        ["model.d_model=128", "model.d_ff=512"],
+        "worse: bigger is better (d_model 256: 24.5 BLEU, PPL 5.75)",
+    ),
+    (
+        "C-large",
+        "(C)",
+        ["model.layers=4"],
+        "better: bigger is better (N 8: PPL 4.88; d_model 1024: 26.0 BLEU, PPL 4.66)",
+    ),
+    (
+        "D-dropout0",
+        "(D)",
+        ["model.dropout=0"],
+        "worse: dropout helps (P_drop 0: 24.6 BLEU, PPL 5.77)",
+    ),
+    (
+        "D-ls0",
+        "(D)",
+        ["optim.label_smoothing=0"],
+        "lower PPL (4.67) but lower BLEU (25.3): smoothing hurts PPL, helps BLEU",
+    ),
     ("E-learned", "(E)", ["model.positions=learned"], "about equal: learned 25.7 BLEU, PPL 4.92"),
 ]
 
@@ -72,46 +99,113 @@ def available(rows: list, common: list[str], registry) -> tuple[list, list]:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--minutes", type=float, default=6.0, help="training minutes per variant (run.max_minutes)")
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument(
+        "--minutes", type=float, default=6.0, help="training minutes per variant (run.max_minutes)"
+    )
     p.add_argument("--dir", default="runs/table3", help="the sweep's folder (resumable)")
     p.add_argument("--only", nargs="+", choices=[r[0] for r in ROWS], help="these rows only")
     p.add_argument("--name", default="table3", help="results file bench/results/NAME.json")
-    p.add_argument("overrides", nargs="*", help="common overrides, for every row (e.g. a smaller data set)")
+    p.add_argument(
+        "overrides", nargs="*", help="common overrides, for every row (e.g. a smaller data set)"
+    )
     args = p.parse_intermixed_args()
     torch.set_num_threads(2)
     registry = Registry.installed()
     common = [*corpus_overrides(PRESET), *BASE, *args.overrides]
-    rows, skipped = available([r for r in ROWS if not args.only or r[0] in args.only], common, registry)
-    plan = sweep.Sweep(PRESET, [sweep.Variant(name, overrides) for name, _, overrides, _ in rows],
-                       {"minutes": args.minutes}, Path(args.dir), common)
+    rows, skipped = available(
+        [r for r in ROWS if not args.only or r[0] in args.only], common, registry
+    )
+    plan = sweep.Sweep(
+        PRESET,
+        [sweep.Variant(name, overrides) for name, _, overrides, _ in rows],
+        {"minutes": args.minutes},
+        Path(args.dir),
+        common,
+    )
     results = sweep.run(plan, registry, quiet=True)
     out = []
     for (name, group, overrides, paper), row in zip(rows, results["rows"]):
         test = json.loads((Path(row["run_dir"]) / "result.json").read_text()).get("test", {})
-        out.append({"row": name, "group": group, "changes": " ".join(overrides) or "-", "params": row["params"],
-                    "updates": row["updates"], "dev_ppl": row["dev_ppl"], "dev_bleu": row["dev_metric"],
-                    "test_bleu": test.get("bleu"), "test_bleu_tok": test.get("bleu_tok"),
-                    "checkpoint": row["checkpoint"], "paper": paper})
+        out.append(
+            {
+                "row": name,
+                "group": group,
+                "changes": " ".join(overrides) or "-",
+                "params": row["params"],
+                "updates": row["updates"],
+                "dev_ppl": row["dev_ppl"],
+                "dev_bleu": row["dev_metric"],
+                "test_bleu": test.get("bleu"),
+                "test_bleu_tok": test.get("bleu_tok"),
+                "checkpoint": row["checkpoint"],
+                "paper": paper,
+            }
+        )
     table = markdown(out)
-    path = write(args.name, {"command": shlex.join(["python", "bench/table3.py", *sys.argv[1:]]), "preset": PRESET,
-                             "common_overrides": common, "budget": {"minutes_per_variant": args.minutes},
-                             "sweep_dir": args.dir, "rows": out, "skipped": skipped, "table": table})
+    path = write(
+        args.name,
+        {
+            "command": shlex.join(["python", "bench/table3.py", *sys.argv[1:]]),
+            "preset": PRESET,
+            "common_overrides": common,
+            "budget": {"minutes_per_variant": args.minutes},
+            "sweep_dir": args.dir,
+            "rows": out,
+            "skipped": skipped,
+            "table": table,
+        },
+    )
     print(table)
     print(f"wrote {path} (the sweep's own table and plots: {args.dir}/results.md, sweep_*.png)")
 
 
 def markdown(rows: list[dict]) -> str:
     def cell(v, digits=2):
-        return "-" if v is None else f"{v:,}" if isinstance(v, int) else f"{v:.{digits}f}" if isinstance(v, float) else str(v)
+        return (
+            "-"
+            if v is None
+            else f"{v:,}"
+            if isinstance(v, int)
+            else f"{v:.{digits}f}"
+            if isinstance(v, float)
+            else str(v)
+        )
 
-    head = ["", "row", "changes", "params", "updates", "dev PPL", "dev BLEU", "test BLEU", "test BLEU (tok)",
-            "the paper (Table 3)"]
+    head = [
+        "",
+        "row",
+        "changes",
+        "params",
+        "updates",
+        "dev PPL",
+        "dev BLEU",
+        "test BLEU",
+        "test BLEU (tok)",
+        "the paper (Table 3)",
+    ]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
-        lines.append("| " + " | ".join([r["group"], r["row"], f"`{r['changes']}`" if r["changes"] != "-" else "-",
-                                         cell(r["params"]), cell(r["updates"]), cell(r["dev_ppl"]), cell(r["dev_bleu"]),
-                                         cell(r["test_bleu"]), cell(r["test_bleu_tok"]), r["paper"]]) + " |")
+        lines.append(
+            "| "
+            + " | ".join(
+                [
+                    r["group"],
+                    r["row"],
+                    f"`{r['changes']}`" if r["changes"] != "-" else "-",
+                    cell(r["params"]),
+                    cell(r["updates"]),
+                    cell(r["dev_ppl"]),
+                    cell(r["dev_bleu"]),
+                    cell(r["test_bleu"]),
+                    cell(r["test_bleu_tok"]),
+                    r["paper"],
+                ]
+            )
+            + " |"
+        )
     return "\n".join(lines) + "\n"
 
 

@@ -16,6 +16,7 @@ own default, before s2s set it to 1), `fp32`. The figure is a diagnosis of the p
 not a headline: the race (`python -m bench.train_throughput --peers fairseq ...`) is the end
 to end comparison, peak RSS included.
 """
+
 from __future__ import annotations
 
 import s2s.core  # noqa: E402,F401  before torch: the CPU runtime defaults (s2s.core.RUNTIME_ENV)
@@ -34,14 +35,30 @@ from pathlib import Path
 from bench.common import MULTI30K, runtime_env, table, write
 
 REPO = Path(__file__).resolve().parent.parent
-VARIANTS = {"defaults": ("bf16", {}), "ideep_cache_1024": ("bf16", {"LRU_CACHE_CAPACITY": "1024"}),
-            "fp32": ("fp32", {})}
+VARIANTS = {
+    "defaults": ("bf16", {}),
+    "ideep_cache_1024": ("bf16", {"LRU_CACHE_CAPACITY": "1024"}),
+    "fp32": ("fp32", {}),
+}
 RACE = ["task.vocab_size=10000", "data.max_tokens=4096"]
 
 
 class _MallInfo2(ctypes.Structure):
-    _fields_ = [(n, ctypes.c_size_t) for n in
-                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+    _fields_ = [
+        (n, ctypes.c_size_t)
+        for n in (
+            "arena",
+            "ordblks",
+            "smblks",
+            "hblks",
+            "hblkhd",
+            "usmblks",
+            "fsmblks",
+            "uordblks",
+            "fordblks",
+            "keepcost",
+        )
+    ]
 
 
 def heap_mib() -> dict:
@@ -49,28 +66,48 @@ def heap_mib() -> dict:
     libc = ctypes.CDLL("libc.so.6")
     libc.mallinfo2.restype = _MallInfo2
     m, mib = libc.mallinfo2(), 1 << 20
-    return {"in_use_mib": round(m.uordblks / mib), "free_in_heap_mib": round(m.fordblks / mib),
-            "mmapped_mib": round(m.hblkhd / mib)}
+    return {
+        "in_use_mib": round(m.uordblks / mib),
+        "free_in_heap_mib": round(m.fordblks / mib),
+        "mmapped_mib": round(m.hblkhd / mib),
+    }
 
 
 def rss_mib() -> dict:
     with open("/proc/self/status") as f:
-        return {line.split(":")[0]: int(line.split()[1]) // 1024 for line in f if line.startswith(("VmRSS", "VmHWM"))}
+        return {
+            line.split(":")[0]: int(line.split()[1]) // 1024
+            for line in f
+            if line.startswith(("VmRSS", "VmHWM"))
+        }
 
 
 def child(precision: str, updates: int, every: int, run_dir: str, overrides: list[str]) -> None:
     """Take `updates` updates of the race's trainer; print its heap trace as JSON."""
-    from s2s.core.config import load_config
-    from s2s.core.data import epoch_batches
-    from s2s.core.registry import Registry
-    from s2s.core.train import Trainer
+    from s2s.core.data.prepared import epoch_batches
+    from s2s.core.setup.config import load_config
+    from s2s.core.setup.registry import Registry
+    from s2s.core.training.trainer import Trainer
 
     registry = Registry.installed()
-    cfg = load_config("multi30k_en_de", [*RACE, f"task.data_dir={MULTI30K}", "run.threads=2", "run.device=cpu",
-                                         "run.quiet=true", f"run.precision={precision}", f"run.dir={run_dir}",
-                                         *overrides], registry=registry)
+    cfg = load_config(
+        "multi30k_en_de",
+        [
+            *RACE,
+            f"task.data_dir={MULTI30K}",
+            "run.threads=2",
+            "run.device=cpu",
+            "run.quiet=true",
+            f"run.precision={precision}",
+            f"run.dir={run_dir}",
+            *overrides,
+        ],
+        registry=registry,
+    )
     trainer = Trainer(cfg, registry, quiet=True)
-    batches = epoch_batches(trainer.members[0].data.splits["train"], cfg.data.max_tokens, cfg.run.seed, 0)
+    batches = epoch_batches(
+        trainer.members[0].data.splits["train"], cfg.data.max_tokens, cfg.run.seed, 0
+    )
     trace, t20 = [], None
     for i in range(updates):
         if i == 20:
@@ -78,18 +115,49 @@ def child(precision: str, updates: int, every: int, run_dir: str, overrides: lis
         trainer.step([batches[i]])
         if (i + 1) % every == 0 or i + 1 == updates:
             rss = rss_mib()
-            trace.append({"update": i + 1, "rss_mib": rss["VmRSS"], "peak_rss_mib": rss["VmHWM"], **heap_mib()})
+            trace.append(
+                {
+                    "update": i + 1,
+                    "rss_mib": rss["VmRSS"],
+                    "peak_rss_mib": rss["VmHWM"],
+                    **heap_mib(),
+                }
+            )
     seconds = (time.perf_counter() - t20) / (updates - 20) if t20 else None
-    print(json.dumps({"peak_rss_mib": rss_mib()["VmHWM"], "s_per_update_after_20": seconds, "trace": trace}))
+    print(
+        json.dumps(
+            {"peak_rss_mib": rss_mib()["VmHWM"], "s_per_update_after_20": seconds, "trace": trace}
+        )
+    )
 
 
 def run_child(name: str, args) -> dict:
     precision, env = VARIANTS[name]
     with tempfile.TemporaryDirectory(prefix="s2s-heap-") as tmp:
-        out = subprocess.run([sys.executable, "-m", "bench.train_heap", "--child", precision, str(args.updates),
-                              str(args.every), tmp, *args.set], cwd=REPO, check=True, capture_output=True, text=True,
-                             env={**os.environ, **env, "PYTHONPATH": str(REPO)})
-    return {"variant": name, "precision": precision, "env": env, **json.loads(out.stdout.strip().splitlines()[-1])}
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "bench.train_heap",
+                "--child",
+                precision,
+                str(args.updates),
+                str(args.every),
+                tmp,
+                *args.set,
+            ],
+            cwd=REPO,
+            check=True,
+            capture_output=True,
+            text=True,
+            env={**os.environ, **env, "PYTHONPATH": str(REPO)},
+        )
+    return {
+        "variant": name,
+        "precision": precision,
+        "env": env,
+        **json.loads(out.stdout.strip().splitlines()[-1]),
+    }
 
 
 def main(argv=None) -> dict:
@@ -98,7 +166,9 @@ def main(argv=None) -> dict:
     ap.add_argument("--every", type=int, default=20, help="read the heap every N updates")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
-    ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="config overrides for every run")
+    ap.add_argument(
+        "--set", nargs="*", default=[], metavar="KEY=VALUE", help="config overrides for every run"
+    )
     ap.add_argument("--name", default="train_heap")
     ap.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args, rest = ap.parse_known_args(argv)
@@ -113,13 +183,27 @@ def main(argv=None) -> dict:
     for name in args.variants:
         mine = [r for r in runs if r["variant"] == name]
         last = [r["trace"][-1] for r in mine]
-        summary.append({"variant": name, "peak_rss_mib": statistics.median(r["peak_rss_mib"] for r in mine),
-                        "s_per_update": round(statistics.median(r["s_per_update_after_20"] for r in mine), 3),
-                        "in_use_mib": statistics.median(x["in_use_mib"] for x in last),
-                        "free_in_heap_mib": statistics.median(x["free_in_heap_mib"] for x in last)})
-    result = {"benchmark": "bf16 training's heap under runtime settings (issue 27; a diagnosis, not a headline)",
-              "runtime_env": runtime_env(), "preset": "multi30k_en_de", "overrides": RACE + args.set,
-              "updates": args.updates, "rounds": args.rounds, "summary": summary, "runs": runs}
+        summary.append(
+            {
+                "variant": name,
+                "peak_rss_mib": statistics.median(r["peak_rss_mib"] for r in mine),
+                "s_per_update": round(
+                    statistics.median(r["s_per_update_after_20"] for r in mine), 3
+                ),
+                "in_use_mib": statistics.median(x["in_use_mib"] for x in last),
+                "free_in_heap_mib": statistics.median(x["free_in_heap_mib"] for x in last),
+            }
+        )
+    result = {
+        "benchmark": "bf16 training's heap under runtime settings (issue 27; a diagnosis, not a headline)",
+        "runtime_env": runtime_env(),
+        "preset": "multi30k_en_de",
+        "overrides": RACE + args.set,
+        "updates": args.updates,
+        "rounds": args.rounds,
+        "summary": summary,
+        "runs": runs,
+    }
     path = write(args.name, result)
     print(table(summary))
     print(f"wrote {path}")

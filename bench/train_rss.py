@@ -11,14 +11,14 @@ target, then source tokens: the worst case of any update, so that runs compare);
 the figure. The corpus lives on disk, so the
 peak should not depend on its size beyond the per-pair lengths (8 bytes a pair).
 """
-from __future__ import annotations
 
-import os
+from __future__ import annotations
 
 import s2s.core  # noqa: E402,F401  before torch: the CPU runtime defaults (s2s.core.RUNTIME_ENV)
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -26,23 +26,34 @@ import time
 from pathlib import Path
 
 from bench.common import runtime_env, table, write
-from bench.prepare_speed import make_corpus, run_child as run_prepare
+from bench.prepare_speed import make_corpus
+from bench.prepare_speed import run_child as run_prepare
 
 REPO = Path(__file__).resolve().parent.parent
 
 
 def child(data_dir: str, cache_dir: str, run_dir: str, updates: int, threads: int) -> None:
     """Build the trainer on the prepared corpus and take `updates` updates; print RSS as JSON."""
+    from s2s.core.data.prepared import epoch_batches
+    from s2s.core.setup.config import load_config
+    from s2s.core.setup.registry import Registry
+    from s2s.core.training.trainer import Trainer
+
     from bench.common import peak_rss_mib
-    from s2s.core.config import load_config
-    from s2s.core.data import epoch_batches
-    from s2s.core.registry import Registry
-    from s2s.core.train import Trainer
 
     registry = Registry.installed()
-    cfg = load_config("multi30k_en_de", [
-        f"task.data_dir={data_dir}", f"data.cache_dir={cache_dir}", f"run.dir={run_dir}",
-        f"run.threads={threads}", "run.quiet=true", "run.device=cpu"], registry=registry)
+    cfg = load_config(
+        "multi30k_en_de",
+        [
+            f"task.data_dir={data_dir}",
+            f"data.cache_dir={cache_dir}",
+            f"run.dir={run_dir}",
+            f"run.threads={threads}",
+            "run.quiet=true",
+            "run.device=cpu",
+        ],
+        registry=registry,
+    )
     rss_imports = peak_rss_mib()
     trainer = Trainer(cfg, registry, quiet=True)
     rss_built = peak_rss_mib()
@@ -56,14 +67,29 @@ def child(data_dir: str, cache_dir: str, run_dir: str, updates: int, threads: in
     t0 = time.perf_counter()
     for i in largest:
         trainer.step([batches[i]])
-    print(json.dumps({"pairs": len(train), "updates": updates,
-                      "s_per_update": (time.perf_counter() - t0) / updates, "rss_after_imports_mib": rss_imports,
-                      "rss_after_trainer_mib": rss_built, "peak_rss_mib": peak_rss_mib()}))
+    print(
+        json.dumps(
+            {
+                "pairs": len(train),
+                "updates": updates,
+                "s_per_update": (time.perf_counter() - t0) / updates,
+                "rss_after_imports_mib": rss_imports,
+                "rss_after_trainer_mib": rss_built,
+                "peak_rss_mib": peak_rss_mib(),
+            }
+        )
+    )
 
 
 def run_child(*args) -> dict:
-    out = subprocess.run([sys.executable, "-m", "bench.train_rss", "--child", *map(str, args)], cwd=REPO,
-                         check=True, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    out = subprocess.run(
+        [sys.executable, "-m", "bench.train_rss", "--child", *map(str, args)],
+        cwd=REPO,
+        check=True,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -90,19 +116,37 @@ def main(argv=None) -> dict:
             for f in data_dir.glob("train.*"):  # the text is no longer needed
                 f.unlink()
             r = run_child(data_dir, cache_dir, Path(tmp) / f"run{size}", args.updates, args.threads)
-            rows.append({"corpus_pairs": size, **{k: round(v, 3) if isinstance(v, float) else v
-                                                  for k, v in r.items()}})
+            rows.append(
+                {
+                    "corpus_pairs": size,
+                    **{k: round(v, 3) if isinstance(v, float) else v for k, v in r.items()},
+                }
+            )
     base = rows[0]["peak_rss_mib"]
     for r in rows:
         r["peak_vs_smallest"] = round(r["peak_rss_mib"] / base, 4)
-    result = {"benchmark": "training peak RSS vs corpus size (issue 6d)", "runtime_env": runtime_env(),
-              "preset": "multi30k_en_de",
-              "target": "peak RSS with 1M pairs within 10% of 100k", "runs": rows,
-              "within_10_percent": all(r["peak_vs_smallest"] <= 1.10 for r in rows)}
+    result = {
+        "benchmark": "training peak RSS vs corpus size (issue 6d)",
+        "runtime_env": runtime_env(),
+        "preset": "multi30k_en_de",
+        "target": "peak RSS with 1M pairs within 10% of 100k",
+        "runs": rows,
+        "within_10_percent": all(r["peak_vs_smallest"] <= 1.10 for r in rows),
+    }
     path = write(args.name, result)
-    print(table([{"pairs": r["corpus_pairs"], "peak RSS MiB": r["peak_rss_mib"],
-                  "after trainer MiB": r["rss_after_trainer_mib"], "vs smallest": r["peak_vs_smallest"]}
-                 for r in rows]))
+    print(
+        table(
+            [
+                {
+                    "pairs": r["corpus_pairs"],
+                    "peak RSS MiB": r["peak_rss_mib"],
+                    "after trainer MiB": r["rss_after_trainer_mib"],
+                    "vs smallest": r["peak_vs_smallest"],
+                }
+                for r in rows
+            ]
+        )
+    )
     print(f"wrote {path}")
     return result
 

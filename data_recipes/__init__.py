@@ -8,6 +8,7 @@ downloaded once into the user's data cache (`data_home`) and read from there aft
 `python -m s2s.data_recipes multi30k treebank --dir DIR` writes (DIR/multi30k,
 DIR/nltk_data): with it set, the recipes read them there and never download.
 """
+
 from __future__ import annotations
 
 import os

@@ -13,6 +13,7 @@ when any failed, and a folder that a failed fetch created and left empty is remo
 `split` cuts one parallel corpus (two aligned files named after their languages) into
 DIR/{train,valid,test}.{lang}, the files the `own_translation` preset reads (data_recipes.split).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -49,9 +50,17 @@ def fetch(names: list[str], directory: Path | None) -> int:
     """Fetch each corpus in `names`, going on past one that fails; 2 when any failed, else 0."""
     failed = []
     for name in dict.fromkeys(names):
-        target = (directory / ("multi30k" if name == "multi30k" else "nltk_data")) if directory else None
+        target = (
+            (directory / ("multi30k" if name == "multi30k" else "nltk_data")) if directory else None
+        )
         # the folders a fetch may create (nltk's own download folder aside)
-        new = _created(target) if target else _created(multi30k.default_dir()) if name == "multi30k" and not shared_data() else []
+        new = (
+            _created(target)
+            if target
+            else _created(multi30k.default_dir())
+            if name == "multi30k" and not shared_data()
+            else []
+        )
         try:
             where = multi30k.fetch(target) if name == "multi30k" else treebank.fetch_sample(target)
         except DataError as e:
@@ -61,17 +70,29 @@ def fetch(names: list[str], directory: Path | None) -> int:
             continue
         print(f"{name}: {where}")
     if failed:
-        print(f"failed: {', '.join(failed)} ({len(failed)} of {len(dict.fromkeys(names))})", file=sys.stderr)
+        print(
+            f"failed: {', '.join(failed)} ({len(failed)} of {len(dict.fromkeys(names))})",
+            file=sys.stderr,
+        )
     return 2 if failed else 0
 
 
 def split(argv) -> int:
-    p = argparse.ArgumentParser(prog="python -m s2s.data_recipes split",
-                                description="Cut a parallel corpus into DIR/{train,valid,test}.{lang} "
-                                            "(valid and test lines drawn at random with a fixed seed).")
-    p.add_argument("source", type=Path, help="the source side, named after its language (corpus.en)")
+    p = argparse.ArgumentParser(
+        prog="python -m s2s.data_recipes split",
+        description="Cut a parallel corpus into DIR/{train,valid,test}.{lang} "
+        "(valid and test lines drawn at random with a fixed seed).",
+    )
+    p.add_argument(
+        "source", type=Path, help="the source side, named after its language (corpus.en)"
+    )
     p.add_argument("target", type=Path, help="the target side, line by line aligned (corpus.de)")
-    p.add_argument("--dir", type=Path, required=True, help="the folder to write (files there are never written over)")
+    p.add_argument(
+        "--dir",
+        type=Path,
+        required=True,
+        help="the folder to write (files there are never written over)",
+    )
     p.add_argument("--valid", type=int, default=500, help="lines of the dev set (default 500)")
     p.add_argument("--test", type=int, default=500, help="lines of the test set (default 500)")
     p.add_argument("--seed", type=int, default=1, help="which lines are held out (default 1)")
@@ -91,8 +112,11 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["split"]:
         return split(argv[1:])
-    p = argparse.ArgumentParser(prog="python -m s2s.data_recipes", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m s2s.data_recipes",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("corpora", nargs="+", choices=("multi30k", "treebank"))
     p.add_argument("--dir", type=Path, help="put them under DIR/multi30k and DIR/nltk_data instead")
     args = p.parse_args(argv)

@@ -10,6 +10,7 @@ Two clocks bound a download: `TIMEOUT_S` for each wait on the socket, and an ove
 for the whole file (`deadline_s`, else $S2S_DOWNLOAD_DEADLINE seconds, else `DEADLINE_S`),
 checked at every read, so that a mirror trickling a byte now and then cannot hold a run forever.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -63,8 +64,10 @@ class _Deadlined(io.RawIOBase):
         return True
 
     def _late(self) -> DataError:
-        return DataError(f"{self.url}: not downloaded within {self.seconds:g} s (the server sends too "
-                         f"slowly; {DEADLINE_ENV} sets the deadline in seconds)")
+        return DataError(
+            f"{self.url}: not downloaded within {self.seconds:g} s (the server sends too "
+            f"slowly; {DEADLINE_ENV} sets the deadline in seconds)"
+        )
 
     def readinto(self, buffer) -> int:
         """Fill `buffer` (gzip reads its header in exact sizes) from what arrives, piece by piece,
@@ -84,13 +87,18 @@ class _Deadlined(io.RawIOBase):
                 raise
             if not data:
                 break
-            view[filled:filled + len(data)] = data
+            view[filled : filled + len(data)] = data
             filled += len(data)
         return filled
 
 
-def fetch_gzip(url: str, dest: Path, sha256: str | None = None, lines: int | None = None,
-               deadline_s: float | None = None) -> Path:
+def fetch_gzip(
+    url: str,
+    dest: Path,
+    sha256: str | None = None,
+    lines: int | None = None,
+    deadline_s: float | None = None,
+) -> Path:
     """Download gzipped `url`, decompressed, to `dest`, checking the text's sha256 and/or line
     count; the whole download must end within `deadline_seconds(deadline_s)`."""
     dest = Path(dest)
@@ -100,8 +108,10 @@ def fetch_gzip(url: str, dest: Path, sha256: str | None = None, lines: int | Non
     until = time.monotonic() + seconds
     with replacing(dest, "wb") as out:  # any error below leaves no file behind
         try:
-            with urllib.request.urlopen(url, timeout=min(TIMEOUT_S, seconds)) as response, \
-                    gzip.GzipFile(fileobj=_Deadlined(response, url, seconds, until)) as text:
+            with (
+                urllib.request.urlopen(url, timeout=min(TIMEOUT_S, seconds)) as response,
+                gzip.GzipFile(fileobj=_Deadlined(response, url, seconds, until)) as text,
+            ):
                 while chunk := text.read(_CHUNK):
                     digest.update(chunk)
                     count += chunk.count(b"\n")
@@ -115,8 +125,10 @@ def fetch_gzip(url: str, dest: Path, sha256: str | None = None, lines: int | Non
         except (OSError, http.client.HTTPException) as e:
             raise DataError(f"{url}: download failed ({type(e).__name__}: {e})") from None
         if sha256 is not None and digest.hexdigest() != sha256:
-            raise DataError(f"{url}: checksum mismatch: sha256 of the text is {digest.hexdigest()}, "
-                            f"expected {sha256}")
+            raise DataError(
+                f"{url}: checksum mismatch: sha256 of the text is {digest.hexdigest()}, "
+                f"expected {sha256}"
+            )
         if lines is not None and count != lines:
             raise DataError(f"{url}: {count} lines, expected {lines}")
     return dest

@@ -18,6 +18,7 @@ count), not trusted for its name: a file damaged or cut short since it was fetch
 (path, size, mtime), so a run hashes each file once (about 6 MB for train.{en,de,fr}). A copy
 named by `task.data_dir` is the user's own and is read as it is.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -36,8 +37,13 @@ log = logging.getLogger(__name__)
 BASE_URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw"
 LANGS = ("en", "de", "fr")
 #: split -> lines (every language of a split has as many)
-SPLITS = {"train": 29_000, "val": 1_014, "test_2016_flickr": 1_000,
-          "test_2017_flickr": 1_000, "test_2017_mscoco": 461}
+SPLITS = {
+    "train": 29_000,
+    "val": 1_014,
+    "test_2016_flickr": 1_000,
+    "test_2017_flickr": 1_000,
+    "test_2017_mscoco": 461,
+}
 #: sha256 of the decompressed text, where known (see the module docstring)
 SHA256 = {
     ("train", "en"): "460a15fbd157e34a7a9957ee388c1ca247fe47af3ef25fb50442af6c274e0fc6",
@@ -52,13 +58,21 @@ SHA256 = {
 }
 #: size in bytes of the decompressed text, where its sha256 is pinned
 SIZES = {
-    ("train", "en"): 1_801_238, ("train", "de"): 2_110_398, ("train", "fr"): 2_111_303,
-    ("val", "en"): 63_297, ("val", "de"): 75_981, ("val", "fr"): 73_924,
-    ("test_2016_flickr", "en"): 62_076, ("test_2016_flickr", "de"): 70_649, ("test_2016_flickr", "fr"): 72_261,
+    ("train", "en"): 1_801_238,
+    ("train", "de"): 2_110_398,
+    ("train", "fr"): 2_111_303,
+    ("val", "en"): 63_297,
+    ("val", "de"): 75_981,
+    ("val", "fr"): 73_924,
+    ("test_2016_flickr", "en"): 62_076,
+    ("test_2016_flickr", "de"): 70_649,
+    ("test_2016_flickr", "fr"): 72_261,
 }
 FETCH_COMMAND = "python -m s2s.data_recipes multi30k"
 _CHUNK = 1 << 20
-_VERIFIED: dict[str, tuple[int, int]] = {}  # resolved path -> (size, mtime_ns) found good in this process
+_VERIFIED: dict[
+    str, tuple[int, int]
+] = {}  # resolved path -> (size, mtime_ns) found good in this process
 
 
 def base_url() -> str:
@@ -69,12 +83,21 @@ def default_dir() -> Path:
     return data_home() / "multi30k"
 
 
-def fetch(directory: str | Path | None = None, splits: Iterable[str] = SPLITS,
-          langs: Iterable[str] = LANGS) -> Path:
+def fetch(
+    directory: str | Path | None = None,
+    splits: Iterable[str] = SPLITS,
+    langs: Iterable[str] = LANGS,
+) -> Path:
     """The folder holding `{split}.{lang}` for every split and language asked for, downloading
     (and verifying) the files that are not there yet; returns the folder."""
     shared = shared_data() if not directory else None
-    directory = Path(directory).expanduser() if directory else shared / "multi30k" if shared else default_dir()
+    directory = (
+        Path(directory).expanduser()
+        if directory
+        else shared / "multi30k"
+        if shared
+        else default_dir()
+    )
     for split in splits:
         if split not in SPLITS:
             raise DataError(f"Multi30k has no split {split!r}; it has {', '.join(SPLITS)}")
@@ -86,17 +109,21 @@ def fetch(directory: str | Path | None = None, splits: Iterable[str] = SPLITS,
                 verify(dest, split, lang)
                 continue
             if shared:
-                raise DataError(f"{dest} does not exist: {SHARED_ENV}={shared} names the folder holding the corpora "
-                                f"(nothing is downloaded while it is set); fetch them there with `{FETCH_COMMAND} "
-                                f"--dir {shared}`, or unset {SHARED_ENV}")
+                raise DataError(
+                    f"{dest} does not exist: {SHARED_ENV}={shared} names the folder holding the corpora "
+                    f"(nothing is downloaded while it is set); fetch them there with `{FETCH_COMMAND} "
+                    f"--dir {shared}`, or unset {SHARED_ENV}"
+                )
             url = f"{base_url()}/{split}.{lang}.gz"
             log.info("downloading %s to %s", url, dest)
             try:
                 fetch_gzip(url, dest, SHA256.get((split, lang)), SPLITS[split])
             except DataError as e:
-                raise DataError(f"Multi30k {split}.{lang} is not in {directory} and could not be fetched: "
-                                f"{e}; run `{FETCH_COMMAND}` where there is network access, or set "
-                                f"task.data_dir to a folder holding {split}.{lang}") from None
+                raise DataError(
+                    f"Multi30k {split}.{lang} is not in {directory} and could not be fetched: "
+                    f"{e}; run `{FETCH_COMMAND}` where there is network access, or set "
+                    f"task.data_dir to a folder holding {split}.{lang}"
+                ) from None
             _remember(dest)
     return directory
 
@@ -110,8 +137,10 @@ def verify(path: Path, split: str, lang: str) -> None:
         return
     problem = _problem(path, split, lang, stat.st_size)
     if problem:
-        raise DataError(f"{path}: damaged or truncated Multi30k file ({problem}); delete it and run again "
-                        f"to fetch it anew (or `{FETCH_COMMAND}`), or set task.data_dir to a good copy")
+        raise DataError(
+            f"{path}: damaged or truncated Multi30k file ({problem}); delete it and run again "
+            f"to fetch it anew (or `{FETCH_COMMAND}`), or set task.data_dir to a good copy"
+        )
     _remember(path, stat)
 
 

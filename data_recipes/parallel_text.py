@@ -6,6 +6,7 @@ two files are compared before the first pair is yielded, so a misaligned corpus 
 work is done. Surrounding whitespace is stripped; pairs with an empty side are dropped and
 counted (or kept, when `drop_empty` is off).
 """
+
 from __future__ import annotations
 
 import logging
@@ -43,7 +44,9 @@ def count_lines(path: Path) -> int:
     return lines + (last != b"\n")
 
 
-def read_parallel(src: str | Path, tgt: str | Path, drop_empty: bool = True) -> Iterator[tuple[str, str]]:
+def read_parallel(
+    src: str | Path, tgt: str | Path, drop_empty: bool = True
+) -> Iterator[tuple[str, str]]:
     """Yield the (source, target) pairs of two aligned files, lazily.
 
     Raises `DataError` at once when a file is missing or the line counts differ (naming both
@@ -62,7 +65,9 @@ def aligned_lines(src: Path, tgt: Path) -> int:
             raise DataError(f"file {path} does not exist")
     n_src, n_tgt = count_lines(src), count_lines(tgt)
     if n_src != n_tgt:
-        raise DataError(f"parallel files differ in length: {src} has {n_src} lines, {tgt} has {n_tgt}")
+        raise DataError(
+            f"parallel files differ in length: {src} has {n_src} lines, {tgt} has {n_tgt}"
+        )
     return n_src
 
 
@@ -78,8 +83,10 @@ def _pairs(src: Path, tgt: Path, drop_empty: bool) -> Iterator[tuple[str, str]]:
         log.warning("%s / %s: dropped %d pairs with an empty side", src, tgt, dropped)
 
 
-def read_split(data_dir: str | Path, prefix: str, src_lang: str, tgt_lang: str,
-               drop_empty: bool = True) -> Iterator[tuple[str, str]]:
+def read_split(
+    data_dir: str | Path, prefix: str, src_lang: str, tgt_lang: str, drop_empty: bool = True
+) -> Iterator[tuple[str, str]]:
     """The pairs of `{data_dir}/{prefix}.{src_lang}` and `.{tgt_lang}` (either may be gzipped)."""
-    return read_parallel(find_file(data_dir, prefix, src_lang), find_file(data_dir, prefix, tgt_lang),
-                         drop_empty)
+    return read_parallel(
+        find_file(data_dir, prefix, src_lang), find_file(data_dir, prefix, tgt_lang), drop_empty
+    )

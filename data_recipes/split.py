@@ -8,6 +8,7 @@ gives held-out sets like the rest; each split keeps the corpus order. The files 
 never held whole; the line counts of the two files are compared before anything is written, and
 files already in `--dir` are never written over.
 """
+
 from __future__ import annotations
 
 import random
@@ -28,24 +29,38 @@ def language(path: Path) -> str:
     name = path.name[:-3] if path.name.endswith(".gz") else path.name
     lang = Path(name).suffix.lstrip(".")
     if not lang:
-        raise DataError(f"{path}: name the file after its language, e.g. corpus.en (the suffix is the language code)")
+        raise DataError(
+            f"{path}: name the file after its language, e.g. corpus.en (the suffix is the language code)"
+        )
     return lang
 
 
-def split_corpus(source: str | Path, target: str | Path, directory: str | Path, valid: int = 500,
-                 test: int = 500, seed: int = 1) -> dict[str, int]:
+def split_corpus(
+    source: str | Path,
+    target: str | Path,
+    directory: str | Path,
+    valid: int = 500,
+    test: int = 500,
+    seed: int = 1,
+) -> dict[str, int]:
     """Write DIRECTORY/{train,valid,test}.{src,tgt}; returns the lines of each split."""
     source, target, directory = Path(source), Path(target), Path(directory)
     langs = language(source), language(target)
     if langs[0] == langs[1]:
-        raise DataError(f"{source} and {target} both end in .{langs[0]}: name each file after its language")
+        raise DataError(
+            f"{source} and {target} both end in .{langs[0]}: name each file after its language"
+        )
     n = aligned_lines(source, target)
     if valid < 0 or test < 0 or valid + test >= n:
-        raise DataError(f"{source} has {n} lines: too few for {valid} valid and {test} test lines and some to train on")
+        raise DataError(
+            f"{source} has {n} lines: too few for {valid} valid and {test} test lines and some to train on"
+        )
     outputs = {(split, lang): directory / f"{split}.{lang}" for split in SPLITS for lang in langs}
     taken = [str(p) for p in outputs.values() if p.exists()]
     if taken:
-        raise DataError(f"{taken[0]} exists already: split into an empty folder (nothing is written over)")
+        raise DataError(
+            f"{taken[0]} exists already: split into an empty folder (nothing is written over)"
+        )
     held = random.Random(seed).sample(range(n), valid + test)
     which = dict.fromkeys(held[:valid], "valid") | dict.fromkeys(held[valid:], "test")
     counts = dict.fromkeys(SPLITS, 0)

@@ -22,6 +22,7 @@ remove empty elements (-NONE-) and the phrases they leave empty; strip function 
 co-indices (NP-SBJ-1 -> NP, PP-LOC=2 -> PP; labels starting with "-" such as -LRB- are kept);
 give every tree the root bracket EVALB expects (`TOP`, which EVALB ignores).
 """
+
 from __future__ import annotations
 
 import io
@@ -32,7 +33,6 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from nltk.tree import Tree
-
 from s2s.core import files, textio
 from s2s.core.errors import DataError
 
@@ -140,8 +140,14 @@ def split_trees(lines: Iterable[str]) -> Iterator[tuple[int, tuple | _Malformed]
     depth, start = 0, 0
     for lineno, line in enumerate(lines, 1):
         if depth and line.startswith("("):
-            yield start, _Malformed(start, f"tree opened on line {start} is not closed "
-                                           f"before the next tree on line {lineno}")
+            yield (
+                start,
+                _Malformed(
+                    start,
+                    f"tree opened on line {start} is not closed "
+                    f"before the next tree on line {lineno}",
+                ),
+            )
             tokens, depth = [], 0
         for tok in _TOKEN.findall(line):
             if depth == 0:
@@ -163,11 +169,18 @@ def split_trees(lines: Iterable[str]) -> Iterator[tuple[int, tuple | _Malformed]
                     except _Malformed as e:
                         yield e.line, e
     if depth:
-        yield start, _Malformed(start, f"tree opened on line {start} is never closed "
-                                       f"({depth} closing bracket(s) missing)")
+        yield (
+            start,
+            _Malformed(
+                start,
+                f"tree opened on line {start} is never closed ({depth} closing bracket(s) missing)",
+            ),
+        )
 
 
-def _read(lines: Iterable[str], name: str, skip_malformed: bool, stats: ReadStats) -> Iterator[tuple]:
+def _read(
+    lines: Iterable[str], name: str, skip_malformed: bool, stats: ReadStats
+) -> Iterator[tuple]:
     found = bad = 0
     for line, item in split_trees(lines):
         if isinstance(item, _Malformed):
@@ -186,8 +199,9 @@ def _read(lines: Iterable[str], name: str, skip_malformed: bool, stats: ReadStat
         stats.note(message)
 
 
-def read_trees(lines: Iterable[str], name: str, skip_malformed: bool = False,
-               stats: ReadStats | None = None) -> Iterator[Tree]:
+def read_trees(
+    lines: Iterable[str], name: str, skip_malformed: bool = False, stats: ReadStats | None = None
+) -> Iterator[Tree]:
     """The trees of one file (`lines` its text, `name` for messages), raw as written."""
     stats = stats if stats is not None else ReadStats()
     return map(_to_nltk, _read(lines, name, skip_malformed, stats))
@@ -242,8 +256,13 @@ def preprocess(tree: Tree, prep: Preprocessing = Preprocessing()) -> Tree | None
     return None if out is None else _to_nltk(out)
 
 
-def _trees(lines: Iterable[str], name: str, prep: Preprocessing | None, skip_malformed: bool,
-           stats: ReadStats) -> Iterator[Tree]:
+def _trees(
+    lines: Iterable[str],
+    name: str,
+    prep: Preprocessing | None,
+    skip_malformed: bool,
+    stats: ReadStats,
+) -> Iterator[Tree]:
     for tree in _read(lines, name, skip_malformed, stats):
         if prep is not None:
             tree = _preprocess(tree, prep)
@@ -271,18 +290,31 @@ def sections(spec: str) -> list[str]:
 def wsj_dir(root: str | Path) -> Path:
     """The directory holding sections 00..24: <root>/parsed/mrg/wsj, or root itself."""
     if not str(root):
-        raise DataError("no WSJ treebank given: set task.wsj_root to your LDC99T42 copy "
-                        "(the directory holding parsed/mrg/wsj/00 .. 24)")
+        raise DataError(
+            "no WSJ treebank given: set task.wsj_root to your LDC99T42 copy "
+            "(the directory holding parsed/mrg/wsj/00 .. 24)"
+        )
     root = Path(root).expanduser()
-    for candidate in (root / "parsed" / "mrg" / "wsj", root / "treebank_3" / "parsed" / "mrg" / "wsj", root):
+    for candidate in (
+        root / "parsed" / "mrg" / "wsj",
+        root / "treebank_3" / "parsed" / "mrg" / "wsj",
+        root,
+    ):
         if (candidate / "00").is_dir() or any(candidate.glob("[0-2][0-9]")):
             return candidate
-    raise DataError(f"{root}: no WSJ sections found; expected {root}/parsed/mrg/wsj/00 .. 24 "
-                    "with .mrg files (LDC99T42 layout)")
+    raise DataError(
+        f"{root}: no WSJ sections found; expected {root}/parsed/mrg/wsj/00 .. 24 "
+        "with .mrg files (LDC99T42 layout)"
+    )
 
 
-def wsj_trees(root: str | Path, section_spec: str, prep: Preprocessing | None = Preprocessing(),
-              skip_malformed: bool = False, stats: ReadStats | None = None) -> Iterator[Tree]:
+def wsj_trees(
+    root: str | Path,
+    section_spec: str,
+    prep: Preprocessing | None = Preprocessing(),
+    skip_malformed: bool = False,
+    stats: ReadStats | None = None,
+) -> Iterator[Tree]:
     """Trees of the given WSJ sections (e.g. '02-21'), file by file in section order."""
     from nltk.corpus.reader import BracketParseCorpusReader
 
@@ -333,11 +365,18 @@ def fetch_sample(download_dir: str | Path | None = None) -> Path:
     downloader = Downloader(server_index_url=os.environ.get("S2S_NLTK_INDEX_URL") or None)
     directory = str(Path(download_dir).expanduser()) if download_dir else downloader.download_dir
     try:  # nltk prints its errors too; the DataError below carries them
-        ok = downloader.download("treebank", download_dir=directory, quiet=True, raise_on_error=True,
-                                 print_error_to=io.StringIO())
+        ok = downloader.download(
+            "treebank",
+            download_dir=directory,
+            quiet=True,
+            raise_on_error=True,
+            print_error_to=io.StringIO(),
+        )
     except Exception as e:  # offline, a refused or broken index or archive: nltk raises many kinds
-        raise DataError(f"nltk.download('treebank') into {directory} failed: "
-                        f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+        raise DataError(
+            f"nltk.download('treebank') into {directory} failed: "
+            f"{str(e).splitlines()[0] if str(e) else type(e).__name__}"
+        ) from None
     if not ok:
         raise DataError(f"nltk.download('treebank') into {directory} failed")
     return Path(directory)
@@ -365,9 +404,11 @@ def sample_reader(nltk_data: str | Path | None = None):
         try:
             root = nltk.data.find(SAMPLE_RESOURCE, paths=[directory])
         except LookupError:
-            raise DataError(f"{directory}: the NLTK Penn Treebank sample (corpora/treebank.zip) is not "
-                            "there; set task.nltk_data to the directory holding corpora/treebank.zip, or "
-                            f"leave it empty to fetch it (`{FETCH_COMMAND}`)") from None
+            raise DataError(
+                f"{directory}: the NLTK Penn Treebank sample (corpora/treebank.zip) is not "
+                "there; set task.nltk_data to the directory holding corpora/treebank.zip, or "
+                f"leave it empty to fetch it (`{FETCH_COMMAND}`)"
+            ) from None
     else:
         try:
             root = nltk.data.find(SAMPLE_RESOURCE)
@@ -376,22 +417,30 @@ def sample_reader(nltk_data: str | Path | None = None):
                 _allow(fetch_sample())
                 root = nltk.data.find(SAMPLE_RESOURCE)
             except (DataError, LookupError) as e:
-                raise DataError(f"the NLTK Penn Treebank sample is not in nltk_data and could not be "
-                                f"fetched ({e}); run `{FETCH_COMMAND}` where there is network access, "
-                                "or set task.nltk_data to a directory holding corpora/treebank.zip") from None
+                raise DataError(
+                    f"the NLTK Penn Treebank sample is not in nltk_data and could not be "
+                    f"fetched ({e}); run `{FETCH_COMMAND}` where there is network access, "
+                    "or set task.nltk_data to a directory holding corpora/treebank.zip"
+                ) from None
     return BracketParseCorpusReader(root, r"wsj_.*\.mrg", tagset="wsj", encoding="ascii")
 
 
 def sample_files(split: str) -> list[str]:
     if split not in SAMPLE_SPLIT:
-        raise DataError(f"unknown split {split!r} of the NLTK sample; known: {', '.join(SAMPLE_SPLIT)}")
+        raise DataError(
+            f"unknown split {split!r} of the NLTK sample; known: {', '.join(SAMPLE_SPLIT)}"
+        )
     lo, hi = SAMPLE_SPLIT[split]
     return [f"wsj_{i:04d}.mrg" for i in range(lo, hi + 1)]
 
 
-def sample_trees(nltk_data: str | Path | None, split: str,
-                 prep: Preprocessing | None = Preprocessing(), skip_malformed: bool = False,
-                 stats: ReadStats | None = None) -> Iterator[Tree]:
+def sample_trees(
+    nltk_data: str | Path | None,
+    split: str,
+    prep: Preprocessing | None = Preprocessing(),
+    skip_malformed: bool = False,
+    stats: ReadStats | None = None,
+) -> Iterator[Tree]:
     """Trees of one split of the NLTK sample (see SAMPLE_SPLIT), in file order."""
     stats = stats if stats is not None else ReadStats()
     reader = sample_reader(nltk_data)
@@ -406,8 +455,12 @@ def sample_trees(nltk_data: str | Path | None, split: str,
         yield from _trees(textio.split_lines(text), name, prep, skip_malformed, stats)
 
 
-def line_trees(path: str | Path, prep: Preprocessing | None = Preprocessing(),
-               skip_malformed: bool = False, stats: ReadStats | None = None) -> Iterator[Tree]:
+def line_trees(
+    path: str | Path,
+    prep: Preprocessing | None = Preprocessing(),
+    skip_malformed: bool = False,
+    stats: ReadStats | None = None,
+) -> Iterator[Tree]:
     """Trees of a file with one bracketed tree per line (blank lines are ignored)."""
     stats = stats if stats is not None else ReadStats()
     path = Path(path).expanduser()

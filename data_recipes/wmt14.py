@@ -11,6 +11,7 @@ optionally under a `de-en`/`fr-en` subfolder.
 Rows are read in batches from memory-mapped arrow (or streamed from parquet), never collected
 into Python lists.
 """
+
 from __future__ import annotations
 
 import logging
@@ -48,18 +49,30 @@ def _local(root: Path, config: str, split: str):
             return saved[split]
         if (base / split / "state.json").is_file():
             return datasets.load_from_disk(str(base / split))
-        files = sorted(base.glob(f"{split}-*.parquet")) + sorted(base.glob(f"{split}.parquet")) \
+        files = (
+            sorted(base.glob(f"{split}-*.parquet"))
+            + sorted(base.glob(f"{split}.parquet"))
             + sorted(base.glob(f"{split}/*.parquet"))
+        )
         if files:
-            return datasets.load_dataset("parquet", data_files={split: [str(f) for f in files]},
-                                         split=split, streaming=True)
-    raise DataError(f"WMT14 local copy {root}: no split {split!r} found (looked for dataset_dict.json, "
-                    f"{split}/state.json, {split}-*.parquet, {split}.parquet, {split}/*.parquet in "
-                    f"{root / config} and {root})")
+            return datasets.load_dataset(
+                "parquet", data_files={split: [str(f) for f in files]}, split=split, streaming=True
+            )
+    raise DataError(
+        f"WMT14 local copy {root}: no split {split!r} found (looked for dataset_dict.json, "
+        f"{split}/state.json, {split}-*.parquet, {split}.parquet, {split}/*.parquet in "
+        f"{root / config} and {root})"
+    )
 
 
-def load(split: str, src_lang: str, tgt_lang: str, hub_name: str = HUB_NAME, config: str = "",
-         local_dir: str = ""):
+def load(
+    split: str,
+    src_lang: str,
+    tgt_lang: str,
+    hub_name: str = HUB_NAME,
+    config: str = "",
+    local_dir: str = "",
+):
     """The `datasets` object (memory-mapped or streaming) for one of our splits."""
     if split not in SPLITS:
         raise DataError(f"WMT14 has no split {split!r}; it has {', '.join(SPLITS)}")
@@ -71,13 +84,22 @@ def load(split: str, src_lang: str, tgt_lang: str, hub_name: str = HUB_NAME, con
     try:
         return datasets.load_dataset(hub_name, config, split=SPLITS[split])
     except Exception as e:  # offline, unknown name, ...: say what was asked for and how to avoid it
-        raise DataError(f"cannot load {hub_name!r} config {config!r} split {SPLITS[split]!r} through "
-                        f"`datasets` ({type(e).__name__}: {e}); set task.local_dir to read a local copy "
-                        f"in the same schema") from e
+        raise DataError(
+            f"cannot load {hub_name!r} config {config!r} split {SPLITS[split]!r} through "
+            f"`datasets` ({type(e).__name__}: {e}); set task.local_dir to read a local copy "
+            f"in the same schema"
+        ) from e
 
 
-def read_split(split: str, src_lang: str, tgt_lang: str, hub_name: str = HUB_NAME, config: str = "",
-               local_dir: str = "", drop_empty: bool = True) -> Iterator[tuple[str, str]]:
+def read_split(
+    split: str,
+    src_lang: str,
+    tgt_lang: str,
+    hub_name: str = HUB_NAME,
+    config: str = "",
+    local_dir: str = "",
+    drop_empty: bool = True,
+) -> Iterator[tuple[str, str]]:
     """Yield the (source, target) pairs of `split`, stripped; pairs with an empty side are dropped
     and counted when `drop_empty` is set."""
     ds = load(split, src_lang, tgt_lang, hub_name, config, local_dir)
@@ -85,14 +107,22 @@ def read_split(split: str, src_lang: str, tgt_lang: str, hub_name: str = HUB_NAM
     return _pairs(ds, f"{where} [{SPLITS[split]}]", src_lang, tgt_lang, drop_empty)
 
 
-def _pairs(ds, where: str, src_lang: str, tgt_lang: str, drop_empty: bool) -> Iterator[tuple[str, str]]:
+def _pairs(
+    ds, where: str, src_lang: str, tgt_lang: str, drop_empty: bool
+) -> Iterator[tuple[str, str]]:
     row = dropped = 0
     for batch in ds.iter(batch_size=_BATCH):
         if "translation" not in batch:
-            raise DataError(f"{where}: rows have no 'translation' column (columns: {', '.join(batch)})")
+            raise DataError(
+                f"{where}: rows have no 'translation' column (columns: {', '.join(batch)})"
+            )
         for pair in batch["translation"]:
             row += 1
-            missing = [lang for lang in (src_lang, tgt_lang) if not isinstance(pair, dict) or lang not in pair]
+            missing = [
+                lang
+                for lang in (src_lang, tgt_lang)
+                if not isinstance(pair, dict) or lang not in pair
+            ]
             if missing:
                 lacks = " and ".join(map(repr, missing))
                 raise DataError(f"{where}, row {row}: translation {pair!r} lacks {lacks}")

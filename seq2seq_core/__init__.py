@@ -22,14 +22,31 @@ command, the tests and the benchmarks import s2s first:
   cache above still spares the compilation.
 The figures of each: docs/training-at-scale.md, "CPU runtime defaults".
 """
+
 import os as _os
 
-RUNTIME_ENV = {"GOMP_SPINCOUNT": "1000", "ONEDNN_PRIMITIVE_CACHE_CAPACITY": "64", "LRU_CACHE_CAPACITY": "1"}
+RUNTIME_ENV = {
+    "GOMP_SPINCOUNT": "1000",
+    "ONEDNN_PRIMITIVE_CACHE_CAPACITY": "64",
+    "LRU_CACHE_CAPACITY": "1",
+}
 for _name, _value in RUNTIME_ENV.items():
     _os.environ.setdefault(_name, _value)
 
 from .task import DataError, DecodeDefaults, Score, Task, TaskConfig
 from .vocab import BOS, EOS, PAD, SPECIALS, UNK
 
-__all__ = ["RUNTIME_ENV", "Task", "TaskConfig", "DecodeDefaults", "Score", "DataError", "SPECIALS", "PAD", "BOS", "EOS", "UNK"]
+__all__ = [
+    "RUNTIME_ENV",
+    "Task",
+    "TaskConfig",
+    "DecodeDefaults",
+    "Score",
+    "DataError",
+    "SPECIALS",
+    "PAD",
+    "BOS",
+    "EOS",
+    "UNK",
+]
 __version__ = "0.1.0"

@@ -15,6 +15,7 @@ may check relations between its own fields in a static method `check_relations(s
 that raises `ConfigError` (e.g. translation's vocab_size against its tokenizer's smallest size).
 `validate` runs all of it over a loaded config, after it has been merged.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -99,20 +100,28 @@ def check_section(where: str, cls, section) -> None:
         relations(section, where)
 
 
-def validate(cfg, sections: Iterable[tuple[str, type, Any]]) -> None:
+def check_sections(cfg, sections: Iterable[tuple[str, type, Any]]) -> None:
     """No NaN or infinity anywhere in `cfg`, then every (key prefix, dataclass, section) of
     `sections`: its declared ranges and its relations (`check_section`)."""
     try:
         _finite("", OmegaConf.to_container(cfg, resolve=True))
     except OmegaConfBaseException as e:  # an interpolation that does not resolve
         key = getattr(e, "full_key", None) or "?"
-        raise ConfigError(f"bad value for '{key}': {str(getattr(e, 'msg', e)).splitlines()[0]}") from None
+        raise ConfigError(
+            f"bad value for '{key}': {str(getattr(e, 'msg', e)).splitlines()[0]}"
+        ) from None
     for where, cls, section in sections:
         check_section(where, cls, section)
 
 
 def _finite(prefix: str, node) -> None:
-    items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+    items = (
+        node.items()
+        if isinstance(node, dict)
+        else enumerate(node)
+        if isinstance(node, list)
+        else ()
+    )
     for key, value in items:
         dotted = f"{prefix}.{key}" if prefix else str(key)
         if isinstance(value, float) and not math.isfinite(value):

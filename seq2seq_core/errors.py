@@ -49,13 +49,19 @@ def plugin_error(task, method: str, what: str) -> PluginError:
 
     cls = type(getattr(task, "task", task))
     where = getattr(sys.modules.get(cls.__module__), "__file__", None) or cls.__module__
-    return PluginError(f"task {getattr(cls, 'name', '?')!r} ({cls.__qualname__} in {where}): its {method} {what}")
+    return PluginError(
+        f"task {getattr(cls, 'name', '?')!r} ({cls.__qualname__} in {where}): its {method} {what}"
+    )
 
 
 #: what sets memory use, by command: named when memory runs out
-MEMORY_SETTINGS = {"train": "data.max_tokens (or the model's size)", "quickstart": "data.max_tokens",
-                   "prepare": "data.max_tokens", "generate": "decode.max_sentences or --beam",
-                   "average": "the number of checkpoints averaged"}
+MEMORY_SETTINGS = {
+    "train": "data.max_tokens (or the model's size)",
+    "quickstart": "data.max_tokens",
+    "prepare": "data.max_tokens",
+    "generate": "decode.max_sentences or --beam",
+    "average": "the number of checkpoints averaged",
+}
 
 
 def explain(e: BaseException, command: str) -> tuple[str, int]:
@@ -67,7 +73,10 @@ def explain(e: BaseException, command: str) -> tuple[str, int]:
     if isinstance(e, S2SError):
         return first(e), 2
     if isinstance(e, MemoryError) or type(e).__name__ == "OutOfMemoryError":
-        return f"out of memory ({first(e)[:100]}): lower {MEMORY_SETTINGS.get(command, 'the batch size')}", 2
+        return (
+            f"out of memory ({first(e)[:100]}): lower {MEMORY_SETTINGS.get(command, 'the batch size')}",
+            2,
+        )
     if isinstance(e, OSError):
         return (f"{e.filename}: {e.strerror or first(e)}" if e.filename else first(e)), 2
     return f"internal error: {type(e).__name__}: {first(e)} (run with -v for the traceback)", 1

@@ -8,6 +8,7 @@ disk leaves the old file or the new one, never half of one.
 numpy, nltk; Python's audit hook sees them all), so the prepared-data cache fingerprints the
 files a task's data came from without the task having to list them.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -71,7 +72,9 @@ def _on_open(event: str, args: tuple) -> None:
     if event != "open" or not _recorders:
         return
     path, _mode, flags = args
-    if isinstance(path, int) or (flags or 0) & _WRITING:  # a file descriptor, or a file being written
+    if (
+        isinstance(path, int) or (flags or 0) & _WRITING
+    ):  # a file descriptor, or a file being written
         return
     for seen in _recorders:
         seen.add(os.fsdecode(path))
@@ -89,7 +92,9 @@ def recording(exclude: Iterable[Path] = ()) -> Iterator[set]:
     when the block ends): Python's own files (modules, the standard library, installed
     packages) and anything under `exclude` left out."""
     if not hasattr(_on_open, "installed"):
-        sys.addaudithook(_on_open)  # for the life of the process; it returns at once when nothing records
+        sys.addaudithook(
+            _on_open
+        )  # for the life of the process; it returns at once when nothing records
         _on_open.installed = True
     seen: set = set()
     found: set = set()
@@ -98,12 +103,23 @@ def recording(exclude: Iterable[Path] = ()) -> Iterator[set]:
         yield found
     finally:
         _recorders.remove(seen)
-        skip = [Path(p).resolve() for p in (*exclude, sys.prefix, sys.base_prefix, sys.exec_prefix,
-                                             *sysconfig.get_paths().values())]
+        skip = [
+            Path(p).resolve()
+            for p in (
+                *exclude,
+                sys.prefix,
+                sys.base_prefix,
+                sys.exec_prefix,
+                *sysconfig.get_paths().values(),
+            )
+        ]
         for name in seen:
             path = Path(name).resolve()
-            if path.is_file() and path.suffix not in (".py", ".pyc", ".so") and \
-                    not any(path.is_relative_to(s) for s in skip):
+            if (
+                path.is_file()
+                and path.suffix not in (".py", ".pyc", ".so")
+                and not any(path.is_relative_to(s) for s in skip)
+            ):
                 found.add(str(path))
 
 
@@ -147,7 +163,9 @@ def remove_stale_temporaries(folder: str | Path) -> list[Path]:
             else:
                 path.unlink()
             removed.append(path)
-            logging.getLogger("s2s").info("removed %s, left by process %d, which is gone", path, pid)
+            logging.getLogger("s2s").info(
+                "removed %s, left by process %d, which is gone", path, pid
+            )
         except OSError as e:
             logging.getLogger("s2s").warning("cannot remove the stale temporary %s: %s", path, e)
     return removed
@@ -181,7 +199,11 @@ def no_such_run(path: str | Path, what: str = "run directory") -> UsageError:
 
     path = Path(path)
     parent = path.parent if str(path.parent) else Path(".")
-    runs = [p.name for p in parent.iterdir() if (p / "config.yaml").is_file()] if parent.is_dir() else []
+    runs = (
+        [p.name for p in parent.iterdir() if (p / "config.yaml").is_file()]
+        if parent.is_dir()
+        else []
+    )
     near = difflib.get_close_matches(path.name, runs, n=1)
     hint = f" (did you mean {parent / near[0]}?)" if near else ""
     return UsageError(f"{path}: no such {what}{hint}")

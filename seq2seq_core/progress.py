@@ -1,5 +1,6 @@
 """Progress bars on a terminal only: in a log file a bar is hundreds of carriage-return frames,
 so there the periodic log lines (`run.log_interval`) are all that is written."""
+
 from __future__ import annotations
 
 import sys

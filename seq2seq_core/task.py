@@ -20,13 +20,16 @@ Every vocabulary reserves the ids in `SPECIALS` (see `s2s.core.vocab`): 0 <pad>,
 2 </s>, 3 <unk>. Tokenizers trained with the `tokenizers` library get them by listing
 `SPECIALS` first among their special tokens.
 """
+
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
+import numbers
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Iterator, Sequence
 
-from .errors import DataError
+from .errors import DataError, plugin_error
 from .vocab import Shareable, Vocabulary, WordTokenizer
 
 if TYPE_CHECKING:
@@ -62,7 +65,11 @@ class Score:
         return {self.name: self.value, **self.figures, "signature": self.signature}
 
     def __str__(self) -> str:
-        return f"{self.name} {self.value:.2f} ({self.signature})" if self.signature else f"{self.name} {self.value:.2f}"
+        return (
+            f"{self.name} {self.value:.2f} ({self.signature})"
+            if self.signature
+            else f"{self.name} {self.value:.2f}"
+        )
 
     @classmethod
     def from_dict(cls, record: dict) -> "Score":
@@ -75,7 +82,10 @@ class Score:
     def lines(self) -> list[str]:
         """Every figure for a person, one a line: the primary with its signature first."""
         width = max(len(k) for k in (self.name, *self.figures))
-        lines = [f"{self.name:<{width}}  {self.value:.2f}" + (f"  ({self.signature})" if self.signature else "")]
+        lines = [
+            f"{self.name:<{width}}  {self.value:.2f}"
+            + (f"  ({self.signature})" if self.signature else "")
+        ]
         for key, value in self.figures.items():
             lines.append(f"{key:<{width}}  {value}")
         return lines
@@ -181,7 +191,9 @@ class Task:
         src, tgt = (directory / name for name in self.vocab_files)
         for path in (src, tgt):
             if not path.is_file():
-                raise DataError(f"{path} does not exist, nor {shared}: the vocabulary of task {self.name!r}")
+                raise DataError(
+                    f"{path} does not exist, nor {shared}: the vocabulary of task {self.name!r}"
+                )
         self.src_vocab, self.tgt_vocab = self.Vocab.load(src), self.Vocab.load(tgt)
 
     @property
@@ -209,16 +221,20 @@ class Task:
         the vocabularies' `to_tokenizers()`."""
         src, tgt = self._vocab("src"), self._vocab("tgt")
         if not hasattr(src, "to_tokenizers") or not hasattr(tgt, "to_tokenizers"):
-            raise NotImplementedError(f"task {self.name!r} does not give its tokenizers "
-                                      f"({type(src).__name__} has no to_tokenizers())")
+            raise NotImplementedError(
+                f"task {self.name!r} does not give its tokenizers "
+                f"({type(src).__name__} has no to_tokenizers())"
+            )
         first = src.to_tokenizers()
         return (first, first) if src is tgt else (first, tgt.to_tokenizers())
 
     def _vocab(self, side: str) -> Vocabulary:
         vocab = self.src_vocab if side == "src" else self.tgt_vocab
         if vocab is None:
-            raise RuntimeError(f"task {self.name!r}: the vocabulary is neither built nor loaded "
-                               "(build_vocab / load_vocab first)")
+            raise RuntimeError(
+                f"task {self.name!r}: the vocabulary is neither built nor loaded "
+                "(build_vocab / load_vocab first)"
+            )
         return vocab
 
     # -- ids <-> text -----------------------------------------------------------------------
@@ -256,8 +272,12 @@ class Task:
         return None
 
     # -- evaluation -------------------------------------------------------------------------
-    def score(self, hypotheses: Sequence[str], references: Sequence[str],
-              sources: Sequence[str] | None = None) -> Score:
+    def score(
+        self,
+        hypotheses: Sequence[str],
+        references: Sequence[str],
+        sources: Sequence[str] | None = None,
+    ) -> Score:
         """Score hypotheses against references (same number of lines).
 
         Validation and test pass the decoded hypotheses before `postprocess`, with `sources`:
@@ -265,3 +285,27 @@ class Task:
         `s2s score` passes output lines (with `sources` when given `--src`), so such a task
         tells the two apart (parsing: a token sequence from a bracketed tree)."""
         raise NotImplementedError
+
+
+def checked_score(task, result) -> Score:
+    """`result`, what `task.score` returned, if it is a Score whose value is a finite number
+    (as a float); else a PluginError naming the plugin and `score`. The engine calls it where
+    it receives a score: `s2s score`, validation and test."""
+    if not isinstance(result, Score):
+        raise plugin_error(
+            task, "score", f"returned {type(result).__name__}, not a s2s.core.task.Score"
+        )
+    value = result.value
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise plugin_error(
+            task,
+            "score",
+            f"returned a Score whose value is {type(value).__name__} {value!r:.40}, not a number",
+        )
+    if not math.isfinite(value):
+        raise plugin_error(task, "score", f"returned a Score whose value is {value} (not finite)")
+    if not isinstance(result.name, str) or not result.name or not isinstance(result.figures, dict):
+        raise plugin_error(
+            task, "score", "returned a Score without a name (str) or whose figures are not a dict"
+        )
+    return result if type(value) is float else replace(result, value=float(value))

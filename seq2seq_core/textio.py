@@ -7,6 +7,7 @@ b"\\n", a trailing "\\r" (Windows line ends) is stripped, and each line is decod
 invalid UTF-8 is reported with its file and line. A UTF-8 byte-order mark at the start is dropped.
 Files ending in `.gz` are decompressed; a corrupt one is a `DataError` naming the file.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import BinaryIO, Iterator
 
 from .errors import DataError
+
 
 def open_binary(path: str | Path) -> BinaryIO:
     """`path` opened for reading bytes (decompressed when it ends in .gz); errors name the path."""
@@ -67,6 +69,3 @@ def split_lines(text: str) -> list[str]:
     if lines and lines[-1] == "":
         lines.pop()
     return [line[:-1] if line.endswith("\r") else line for line in lines]
-
-
-

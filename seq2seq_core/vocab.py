@@ -7,12 +7,13 @@ must give these ids to the tokens in `SPECIALS` (list them first when training w
 and `s2s.core.task.Task` does the rest with them. `WordTokenizer` serves tasks whose text is
 already split into tokens (the demo, linearised trees).
 """
+
 from __future__ import annotations
 
 import json
 from collections import Counter
-from pathlib import Path
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable, Iterable, Protocol, Sequence, runtime_checkable
 
 from .errors import DataError
@@ -55,7 +56,9 @@ class Shareable:
     tokenizer: str  # e.g. "bpe", "wordpiece", "word": only equal kinds share
     languages: frozenset  # the languages this side's vocabulary writes, e.g. {"en", "de"}
     size: int  # the vocabulary size the task asks for
-    train: Callable[[Iterable[Sequence[str]], int], "Vocabulary"] = field(compare=False)  # (batches, size)
+    train: Callable[[Iterable[Sequence[str]], int], "Vocabulary"] = field(
+        compare=False
+    )  # (batches, size)
     load: Callable[[Path], "Vocabulary"] = field(compare=False)
 
 
@@ -69,7 +72,9 @@ class WordTokenizer:
     @classmethod
     def train(cls, lines: Iterable[str], max_size: int | None = None, min_count: int = 1):
         counts = Counter(tok for line in lines for tok in line.split())
-        ranked = sorted((t for t, c in counts.items() if c >= min_count), key=lambda t: (-counts[t], t))
+        ranked = sorted(
+            (t for t, c in counts.items() if c >= min_count), key=lambda t: (-counts[t], t)
+        )
         if max_size is not None:
             ranked = ranked[: max(0, max_size - len(SPECIALS))]
         return cls(ranked)
@@ -103,7 +108,9 @@ class WordTokenizer:
         except FileNotFoundError:
             raise DataError(f"vocabulary file {path} does not exist") from None
         except (OSError, ValueError) as e:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
-            raise DataError(f"{path}: not a readable vocabulary file ({str(e).splitlines()[0]})") from None
+            raise DataError(
+                f"{path}: not a readable vocabulary file ({str(e).splitlines()[0]})"
+            ) from None
         if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens):
             raise DataError(f"{path}: not a vocabulary file (a JSON list of tokens)")
         return cls(tokens)

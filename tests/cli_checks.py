@@ -1,11 +1,12 @@
 """What the command-line fault tests share: a snapshot of what is on disk, a CLI call, and the
 check of a clean one-line failure that changed nothing."""
+
 from __future__ import annotations
 
 import hashlib
 from pathlib import Path
 
-from s2s.core.cli import main
+from s2s.core.apps.cli import main
 
 
 def snapshot(*paths: Path) -> dict:
@@ -17,7 +18,9 @@ def snapshot(*paths: Path) -> dict:
         elif root.is_dir():
             out[str(root)] = "folder"
             for p in sorted(root.rglob("*")):
-                out[str(p)] = hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "folder"
+                out[str(p)] = (
+                    hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "folder"
+                )
         else:
             out[str(root)] = "missing"
     return out

@@ -5,19 +5,22 @@ the layout `python -m s2s.data_recipes multi30k treebank --dir DIR` writes; test
 location explicitly (`task.data_dir=...`), so they never download. A test whose corpus is not
 there is skipped through `corpus`, and the run ends with one line saying how to get them.
 """
+
 from __future__ import annotations
+
+import s2s.core  # noqa: E402,F401  before torch: the CPU runtime defaults (s2s.core.RUNTIME_ENV)
 
 import os
 from pathlib import Path
-
-import s2s.core  # noqa: E402,F401  before torch: the CPU runtime defaults (s2s.core.RUNTIME_ENV)
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
 torch.set_num_threads(1)  # tiny models: one thread beats two on a shared 2-core machine
 
-SHARED = Path(os.environ.get("S2S_SHARED_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data")
+SHARED = Path(
+    os.environ.get("S2S_SHARED_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data"
+)
 MULTI30K = SHARED / "multi30k"
 NLTK_DATA = SHARED / "nltk_data"
 _NO_CORPUS = "real corpus not found: "
@@ -37,8 +40,10 @@ def corpus(path: Path) -> Path:
 
 #: what to do about a skip's cause, by the reason's text before its first colon
 _REMEDIES = {
-    _NO_CORPUS.rstrip(": "): f"in {SHARED}; get them with `python -m s2s.data_recipes multi30k treebank "
-                             "--dir DIR` and set S2S_SHARED_DATA=DIR",
+    _NO_CORPUS.rstrip(
+        ": "
+    ): f"in {SHARED}; get them with `python -m s2s.data_recipes multi30k treebank "
+    "--dir DIR` and set S2S_SHARED_DATA=DIR",
     "needs a CUDA device": "the -m gpu tests; `bash bench/gpu_check.sh` runs them on a GPU machine",
     "no chromium / chromedriver installed": "the page's browser tests; .ci/run installs Debian's",
     "placeholder the parser cannot take": "documented commands with a placeholder (FILE, DIR): nothing to parse",
@@ -74,7 +79,7 @@ def one_thread():
 
 @pytest.fixture
 def registry():
-    from s2s.core.registry import Registry
+    from s2s.core.setup.registry import Registry
 
     return Registry.installed()
 
@@ -82,25 +87,49 @@ def registry():
 @pytest.fixture
 def tiny(tmp_path):
     """Overrides that make any preset tiny and keep its files under tmp_path."""
+
     def make(*extra: str) -> list[str]:
-        return ["model.layers=1", "model.d_model=32", "model.d_ff=64", "model.heads=2",
-                f"run.dir={tmp_path / 'run'}", f"data.cache_dir={tmp_path / 'cache'}",
-                "run.log_interval=5", "run.quiet=true", "run.threads=1", *extra]
+        return [
+            "model.layers=1",
+            "model.d_model=32",
+            "model.d_ff=64",
+            "model.heads=2",
+            f"run.dir={tmp_path / 'run'}",
+            f"data.cache_dir={tmp_path / 'cache'}",
+            "run.log_interval=5",
+            "run.quiet=true",
+            "run.threads=1",
+            *extra,
+        ]
+
     return make
 
 
 def tiny_run(tmp: Path, preset: str, *extra: str) -> Path:
     """A preset trained as a 2-layer, d_model 32 model in tmp (its run and cache folders there),
     on one thread; `extra` overrides the rest. Returns the run directory."""
-    from s2s.core.config import load_config
-    from s2s.core.registry import Registry
-    from s2s.core.train import train
+    from s2s.core.setup.config import load_config
+    from s2s.core.setup.registry import Registry
+    from s2s.core.training.trainer import train
 
     registry = Registry.installed()
-    cfg = load_config(preset, ["model.layers=2", "model.d_model=32", "model.d_ff=64", "model.heads=2",
-                               "run.log_interval=5", "run.quiet=true", "run.threads=1", "run.device=cpu",
-                               f"run.dir={tmp / 'run'}", f"data.cache_dir={tmp / 'cache'}", *extra],
-                      registry=registry)
+    cfg = load_config(
+        preset,
+        [
+            "model.layers=2",
+            "model.d_model=32",
+            "model.d_ff=64",
+            "model.heads=2",
+            "run.log_interval=5",
+            "run.quiet=true",
+            "run.threads=1",
+            "run.device=cpu",
+            f"run.dir={tmp / 'run'}",
+            f"data.cache_dir={tmp / 'cache'}",
+            *extra,
+        ],
+        registry=registry,
+    )
     train(cfg, registry, quiet=True)
     return Path(cfg.run.dir)
 
@@ -108,8 +137,8 @@ def tiny_run(tmp: Path, preset: str, *extra: str) -> Path:
 def task_keys(preset: str, *settings: str) -> list[str]:
     """Overrides `KEY=VALUE` of the task section: `task.KEY=VALUE` for a single-task preset,
     `tasks.MEMBER.task.KEY=VALUE` for every member of a multi-task one."""
-    from s2s.core.config import load_config
-    from s2s.core.registry import Registry
+    from s2s.core.setup.config import load_config
+    from s2s.core.setup.registry import Registry
 
     cfg = load_config(preset, registry=Registry.installed())
     prefixes = ["task."] if cfg.tasks is None else [f"tasks.{m}.task." for m in cfg.tasks]

@@ -1,10 +1,11 @@
 """Bad input and faults through the real command line, as a new user meets them.
 
-Every case runs `python -m s2s.core.cli ...` in a subprocess and asserts: the exit code (2 for
+Every case runs `python -m s2s.core.apps.cli ...` in a subprocess and asserts: the exit code (2 for
 a known failure), a one-line message that names the file, line or key at fault, no traceback,
 and that nothing already on disk changed (every file under the paths involved hashes the same
 before and after). One tiny demo run and one tiny translation corpus are made once per module.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -17,31 +18,66 @@ import sys
 from pathlib import Path
 
 import pytest
+from s2s.core.apps.cli import main
 
-from s2s.core.cli import main
-
-TINY = ["model.layers=1", "model.d_model=32", "model.d_ff=64", "model.heads=2", "run.quiet=true",
-        "run.threads=1", "run.log_interval=1"]
-DEMO = ["task.train_size=200", "task.valid_size=10", "task.test_size=10", "optim.max_updates=2",
-        "run.valid_interval=2", "run.save_interval=1"]
-EN = ["a man rides a horse .", "two dogs play in the snow .", "a woman reads a book .",
-      "children run on the beach .", "a cat sleeps on the sofa .", "the boy kicks a ball ."]
-DE = ["ein mann reitet ein pferd .", "zwei hunde spielen im schnee .", "eine frau liest ein buch .",
-      "kinder rennen am strand .", "eine katze schläft auf dem sofa .", "der junge tritt einen ball ."]
+TINY = [
+    "model.layers=1",
+    "model.d_model=32",
+    "model.d_ff=64",
+    "model.heads=2",
+    "run.quiet=true",
+    "run.threads=1",
+    "run.log_interval=1",
+]
+DEMO = [
+    "task.train_size=200",
+    "task.valid_size=10",
+    "task.test_size=10",
+    "optim.max_updates=2",
+    "run.valid_interval=2",
+    "run.save_interval=1",
+]
+EN = [
+    "a man rides a horse .",
+    "two dogs play in the snow .",
+    "a woman reads a book .",
+    "children run on the beach .",
+    "a cat sleeps on the sofa .",
+    "the boy kicks a ball .",
+]
+DE = [
+    "ein mann reitet ein pferd .",
+    "zwei hunde spielen im schnee .",
+    "eine frau liest ein buch .",
+    "kinder rennen am strand .",
+    "eine katze schläft auf dem sofa .",
+    "der junge tritt einen ball .",
+]
 
 
 def s2s(*args: str, cwd: Path, stdin: bytes | None = None) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
-    return subprocess.run([sys.executable, "-m", "s2s.core.cli", *args], cwd=cwd, input=stdin,
-                          capture_output=True, timeout=300, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "s2s.core.apps.cli", *args],
+        cwd=cwd,
+        input=stdin,
+        capture_output=True,
+        timeout=300,
+        env=env,
+    )
 
 
 def snapshot(*paths: Path) -> dict:
     """sha256 of every file under `paths` (a missing path is recorded as missing)."""
     out = {}
     for root in map(Path, paths):
-        files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file()) \
-            if root.is_dir() else []
+        files = (
+            [root]
+            if root.is_file()
+            else sorted(p for p in root.rglob("*") if p.is_file())
+            if root.is_dir()
+            else []
+        )
         if not files:
             out[str(root)] = "missing" if not root.exists() else "empty"
         for f in files:
@@ -78,11 +114,19 @@ def world(tmp_path_factory):
 
 def translation_preset(world, name: str, corpus: Path, **task) -> Path:
     """A preset YAML for the translation task on `corpus` (with `task` fields overridden)."""
-    section = {"name": "translation", "source": "text", "data_dir": str(corpus), "vocab_size": 300, **task}
+    section = {
+        "name": "translation",
+        "source": "text",
+        "data_dir": str(corpus),
+        "vocab_size": 300,
+        **task,
+    }
     lines = ["task:"] + [f"  {k}: {json.dumps(v)}" for k, v in section.items()]
-    lines += ["model: {layers: 1, d_model: 32, d_ff: 64, heads: 2}",
-              f"data: {{cache_dir: {json.dumps(str(world['root'] / ('cache_' + name)))}}}",
-              f"run: {{dir: {json.dumps(str(world['root'] / ('run_' + name)))}, threads: 1, quiet: true}}"]
+    lines += [
+        "model: {layers: 1, d_model: 32, d_ff: 64, heads: 2}",
+        f"data: {{cache_dir: {json.dumps(str(world['root'] / ('cache_' + name)))}}}",
+        f"run: {{dir: {json.dumps(str(world['root'] / ('run_' + name)))}, threads: 1, quiet: true}}",
+    ]
     path = world["root"] / f"{name}.yaml"
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path
@@ -130,13 +174,25 @@ CONFIG_CASES = [
 def test_bad_setting(world, override, needle):
     run = world["root"] / "never"
     before = snapshot(world["run"], world["cache"], run)
-    result = s2s("train", "demo", *TINY, f"run.dir={run}", f"data.cache_dir={world['cache']}", override,
-                 cwd=world["root"])
+    result = s2s(
+        "train",
+        "demo",
+        *TINY,
+        f"run.dir={run}",
+        f"data.cache_dir={world['cache']}",
+        override,
+        cwd=world["root"],
+    )
     fails(result, before, needle)
 
 
 def test_unknown_preset(world):
-    fails(s2s("train", "demoo", cwd=world["root"]), snapshot(world["root"] / "runs"), "'demoo'", "'demo'")
+    fails(
+        s2s("train", "demoo", cwd=world["root"]),
+        snapshot(world["root"] / "runs"),
+        "'demoo'",
+        "'demo'",
+    )
 
 
 @pytest.mark.slow
@@ -148,12 +204,20 @@ def test_broken_preset_yaml(world):
 
 @pytest.mark.slow
 def test_unknown_task(world):
-    fails(s2s("train", "demo", "task.name=nosuch", cwd=world["root"]), snapshot(world["run"]), "'nosuch'")
+    fails(
+        s2s("train", "demo", "task.name=nosuch", cwd=world["root"]),
+        snapshot(world["run"]),
+        "'nosuch'",
+    )
 
 
 @pytest.mark.slow
 def test_override_without_value(world):
-    fails(s2s("train", "demo", "model.layers", cwd=world["root"]), snapshot(world["run"]), "model.layers")
+    fails(
+        s2s("train", "demo", "model.layers", cwd=world["root"]),
+        snapshot(world["run"]),
+        "model.layers",
+    )
 
 
 # -- data ------------------------------------------------------------------------------------
@@ -161,7 +225,11 @@ def _prepare_fails(world, name: str, corpus: Path, *needles: str, **task):
     preset = translation_preset(world, name, corpus, **task)
     before = snapshot(corpus, preset, world["root"] / f"cache_{name}")
     message = fails(s2s("prepare", str(preset), cwd=world["root"]), before, *needles)
-    leftovers = list((world["root"] / f"cache_{name}").glob(".*")) if (world["root"] / f"cache_{name}").is_dir() else []
+    leftovers = (
+        list((world["root"] / f"cache_{name}").glob(".*"))
+        if (world["root"] / f"cache_{name}").is_dir()
+        else []
+    )
     assert not leftovers, leftovers  # no temporary folder left behind
     return message
 
@@ -230,17 +298,26 @@ def _tree_preset(world, name: str, train: Path) -> Path:
     path.write_text(
         f"task: {{name: parsing, corpus: lines, train_file: {json.dumps(str(train))}, "
         f"valid_file: {json.dumps(str(good))}, test_file: {json.dumps(str(good))}}}\n"
-        f"data: {{cache_dir: {json.dumps(str(world['root'] / ('cache_' + name)))}}}\n", encoding="utf-8")
+        f"data: {{cache_dir: {json.dumps(str(world['root'] / ('cache_' + name)))}}}\n",
+        encoding="utf-8",
+    )
     return path
 
 
 @pytest.mark.slow
 def test_malformed_tree(world):
     trees = world["root"] / "bad_trees.txt"
-    trees.write_text("(TOP (S (NP (DT a) (NN cat))))\n(TOP (S (NP (DT a) (NN cat)))\n(TOP (X y))\n",
-                     encoding="utf-8")
+    trees.write_text(
+        "(TOP (S (NP (DT a) (NN cat))))\n(TOP (S (NP (DT a) (NN cat)))\n(TOP (X y))\n",
+        encoding="utf-8",
+    )
     preset = _tree_preset(world, "trees", trees)
-    fails(s2s("prepare", str(preset), cwd=world["root"]), snapshot(trees, preset), str(trees), "line 2")
+    fails(
+        s2s("prepare", str(preset), cwd=world["root"]),
+        snapshot(trees, preset),
+        str(trees),
+        "line 2",
+    )
 
 
 @pytest.mark.slow
@@ -248,7 +325,13 @@ def test_tree_file_invalid_utf8(world):
     trees = world["root"] / "bad_bytes_trees.txt"
     trees.write_bytes(b"(TOP (S (NP (DT a) (NN cat))))\n(TOP (S (NP (DT \xc3\x28) (NN cat))))\n")
     preset = _tree_preset(world, "treebytes", trees)
-    fails(s2s("prepare", str(preset), cwd=world["root"]), snapshot(trees, preset), str(trees), "line 2", "UTF-8")
+    fails(
+        s2s("prepare", str(preset), cwd=world["root"]),
+        snapshot(trees, preset),
+        str(trees),
+        "line 2",
+        "UTF-8",
+    )
 
 
 @pytest.mark.slow
@@ -261,8 +344,17 @@ def test_tree_file_missing(world):
 def test_dev_sentence_longer_than_positions(world):
     run = world["root"] / "run_positions"
     cache = world["root"] / "cache_positions"
-    result = s2s("train", "demo", *TINY, *DEMO, "model.max_positions=6", "data.max_len=6", f"run.dir={run}",
-                 f"data.cache_dir={cache}", cwd=world["root"])
+    result = s2s(
+        "train",
+        "demo",
+        *TINY,
+        *DEMO,
+        "model.max_positions=6",
+        "data.max_len=6",
+        f"run.dir={run}",
+        f"data.cache_dir={cache}",
+        cwd=world["root"],
+    )
     fails(result, {}, "valid split", "line", "model.max_positions=6")
     assert not list(run.glob("checkpoints/*.pt")), "it failed before training"
 
@@ -279,15 +371,30 @@ def test_cache_dir_is_a_file(world):
 def test_run_dir_is_a_file(world):
     blocker = world["root"] / "a_file_run"
     blocker.write_text("not a folder\n")
-    result = s2s("train", "demo", *TINY, *DEMO, f"run.dir={blocker / 'run'}",
-                 f"data.cache_dir={world['cache']}", cwd=world["root"])
+    result = s2s(
+        "train",
+        "demo",
+        *TINY,
+        *DEMO,
+        f"run.dir={blocker / 'run'}",
+        f"data.cache_dir={world['cache']}",
+        cwd=world["root"],
+    )
     fails(result, snapshot(blocker, world["cache"]), str(blocker))
 
 
 @pytest.mark.slow
 def test_resume_with_another_model(world):
-    result = s2s("train", "demo", *TINY, *DEMO, "model.d_model=64", f"run.dir={world['run']}",
-                 f"data.cache_dir={world['cache']}", cwd=world["root"])
+    result = s2s(
+        "train",
+        "demo",
+        *TINY,
+        *DEMO,
+        "model.d_model=64",
+        f"run.dir={world['run']}",
+        f"data.cache_dir={world['cache']}",
+        cwd=world["root"],
+    )
     fails(result, snapshot(world["run"], world["cache"]), "checkpoint", str(world["run"]))
 
 
@@ -296,8 +403,12 @@ def test_resume_with_another_model(world):
 def test_plugin_file_import_error(world):
     plugin = world["root"] / "broken_plugin.py"
     plugin.write_text("import no_such_module_anywhere\n")
-    fails(s2s("tasks", "--plugin", str(plugin), cwd=world["root"]), snapshot(plugin), str(plugin),
-          "no_such_module_anywhere")
+    fails(
+        s2s("tasks", "--plugin", str(plugin), cwd=world["root"]),
+        snapshot(plugin),
+        str(plugin),
+        "no_such_module_anywhere",
+    )
 
 
 @pytest.mark.slow
@@ -309,7 +420,11 @@ def test_plugin_file_syntax_error(world):
 
 @pytest.mark.slow
 def test_plugin_module_missing(world):
-    fails(s2s("tasks", "--plugin", "no_such_pkg.tasks:MyTask", cwd=world["root"]), {}, "no_such_pkg.tasks")
+    fails(
+        s2s("tasks", "--plugin", "no_such_pkg.tasks:MyTask", cwd=world["root"]),
+        {},
+        "no_such_pkg.tasks",
+    )
 
 
 @pytest.mark.slow
@@ -331,36 +446,79 @@ def src(world):
 
 @pytest.mark.slow
 def test_generate_not_a_run_dir(world, src):
-    fails(s2s("generate", str(world["corpus"]), "--input", str(src), cwd=world["root"]),
-          snapshot(world["corpus"], src), str(world["corpus"]), "config.yaml")
+    fails(
+        s2s("generate", str(world["corpus"]), "--input", str(src), cwd=world["root"]),
+        snapshot(world["corpus"], src),
+        str(world["corpus"]),
+        "config.yaml",
+    )
 
 
 @pytest.mark.slow
 def test_generate_missing_input(world):
-    fails(s2s("generate", str(world["run"]), "--input", "nope.txt", cwd=world["root"]),
-          snapshot(world["run"]), "nope.txt")
+    fails(
+        s2s("generate", str(world["run"]), "--input", "nope.txt", cwd=world["root"]),
+        snapshot(world["run"]),
+        "nope.txt",
+    )
 
 
 @pytest.mark.slow
 def test_generate_output_folder_missing(world, src):
     out = world["root"] / "no_folder" / "out.txt"
-    fails(s2s("generate", str(world["run"]), "--input", str(src), "--output", str(out), cwd=world["root"]),
-          snapshot(world["run"], src, out.parent), str(out.parent))
+    fails(
+        s2s(
+            "generate",
+            str(world["run"]),
+            "--input",
+            str(src),
+            "--output",
+            str(out),
+            cwd=world["root"],
+        ),
+        snapshot(world["run"], src, out.parent),
+        str(out.parent),
+    )
 
 
 @pytest.mark.slow
 def test_generate_output_is_a_directory(world, src):
-    fails(s2s("generate", str(world["run"]), "--input", str(src), "--output", str(world["corpus"]),
-              cwd=world["root"]), snapshot(world["run"], src, world["corpus"]), str(world["corpus"]))
+    fails(
+        s2s(
+            "generate",
+            str(world["run"]),
+            "--input",
+            str(src),
+            "--output",
+            str(world["corpus"]),
+            cwd=world["root"],
+        ),
+        snapshot(world["run"], src, world["corpus"]),
+        str(world["corpus"]),
+    )
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full (a disk that is always full)")
+@pytest.mark.skipif(
+    not Path("/dev/full").exists(), reason="needs /dev/full (a disk that is always full)"
+)
 def test_generate_disk_full(world, src):
     import stat
 
-    fails(s2s("generate", str(world["run"]), "--input", str(src), "--output", "/dev/full", cwd=world["root"]),
-          snapshot(world["run"], src), "cannot write /dev/full", "No space left")
+    fails(
+        s2s(
+            "generate",
+            str(world["run"]),
+            "--input",
+            str(src),
+            "--output",
+            "/dev/full",
+            cwd=world["root"],
+        ),
+        snapshot(world["run"], src),
+        "cannot write /dev/full",
+        "No space left",
+    )
     assert stat.S_ISCHR(os.stat("/dev/full").st_mode)  # written to, not replaced
 
 
@@ -369,26 +527,51 @@ def test_generate_empty_input(world):
     empty = world["root"] / "empty_src.txt"
     empty.write_bytes(b"")
     out = world["root"] / "empty_src.out"
-    result = s2s("generate", str(world["run"]), "--input", str(empty), "--output", str(out), cwd=world["root"])
+    result = s2s(
+        "generate",
+        str(world["run"]),
+        "--input",
+        str(empty),
+        "--output",
+        str(out),
+        cwd=world["root"],
+    )
     assert result.returncode == 0 and "Traceback" not in result.stderr.decode()
     assert out.read_bytes() == b""
 
 
 def test_generate_bad_beam(world, src):
-    fails(s2s("generate", str(world["run"]), "--input", str(src), "--beam", "0", cwd=world["root"]),
-          snapshot(world["run"], src), "decode.beam")
+    fails(
+        s2s("generate", str(world["run"]), "--input", str(src), "--beam", "0", cwd=world["root"]),
+        snapshot(world["run"], src),
+        "decode.beam",
+    )
 
 
 @pytest.mark.slow
 def test_generate_bad_max_len_a(world, src):
-    fails(s2s("generate", str(world["run"]), "--input", str(src), "--max-len-a", "-1", cwd=world["root"]),
-          snapshot(world["run"], src), "decode.max_len_a")
+    fails(
+        s2s(
+            "generate",
+            str(world["run"]),
+            "--input",
+            str(src),
+            "--max-len-a",
+            "-1",
+            cwd=world["root"],
+        ),
+        snapshot(world["run"], src),
+        "decode.max_len_a",
+    )
 
 
 @pytest.mark.slow
 def test_generate_unknown_override(world, src):
-    fails(s2s("generate", str(world["run"]), "decode.beem=2", "--input", str(src), cwd=world["root"]),
-          snapshot(world["run"], src), "decode.beam")
+    fails(
+        s2s("generate", str(world["run"]), "decode.beem=2", "--input", str(src), cwd=world["root"]),
+        snapshot(world["run"], src),
+        "decode.beam",
+    )
 
 
 @pytest.mark.slow
@@ -396,8 +579,11 @@ def test_generate_damaged_vocabulary(world, src):
     run = world["root"] / "run_badvocab"
     shutil.copytree(world["run"], run)
     (run / "vocab.json").write_bytes(b'["<pad>", "<s>", \x00\xff')
-    fails(s2s("generate", str(run), "--input", str(src), cwd=world["root"]), snapshot(run, src),
-          str(run / "vocab.json"))
+    fails(
+        s2s("generate", str(run), "--input", str(src), cwd=world["root"]),
+        snapshot(run, src),
+        str(run / "vocab.json"),
+    )
 
 
 @pytest.mark.slow
@@ -406,16 +592,23 @@ def test_generate_damaged_checkpoint_file(world, src):
     shutil.copytree(world["run"], run)
     ckpt = sorted((run / "checkpoints").glob("*.pt"))[-1]
     data = bytearray(ckpt.read_bytes())
-    data[len(data) // 2: len(data) // 2 + 64] = bytes(64)
+    data[len(data) // 2 : len(data) // 2 + 64] = bytes(64)
     ckpt.write_bytes(bytes(data))
-    fails(s2s("generate", str(ckpt), "--input", str(src), cwd=world["root"]), snapshot(run, src), str(ckpt))
+    fails(
+        s2s("generate", str(ckpt), "--input", str(src), cwd=world["root"]),
+        snapshot(run, src),
+        str(ckpt),
+    )
 
 
 @pytest.mark.slow
 def test_generate_checkpoint_not_a_checkpoint(world, src):
     bogus = world["run"] / "config.yaml"
-    fails(s2s("generate", str(bogus), "--input", str(src), cwd=world["root"]), snapshot(world["run"], src),
-          str(bogus))
+    fails(
+        s2s("generate", str(bogus), "--input", str(src), cwd=world["root"]),
+        snapshot(world["run"], src),
+        str(bogus),
+    )
 
 
 # -- score -------------------------------------------------------------------------------------
@@ -424,15 +617,24 @@ def test_score_line_counts_differ(world):
     ref, hyp = world["root"] / "ref3.txt", world["root"] / "hyp2.txt"
     ref.write_text("a\nb\nc\n")
     hyp.write_text("a\nb\n")
-    fails(s2s("score", "translation", "--ref", str(ref), "--hyp", str(hyp), cwd=world["root"]),
-          snapshot(ref, hyp), str(hyp), str(ref))
+    fails(
+        s2s("score", "translation", "--ref", str(ref), "--hyp", str(hyp), cwd=world["root"]),
+        snapshot(ref, hyp),
+        str(hyp),
+        str(ref),
+    )
 
 
 def test_score_missing_file(world):
     ref = world["root"] / "ref3.txt"
     ref.write_text("a\nb\nc\n")
-    fails(s2s("score", "translation", "--ref", str(ref), "--hyp", "missing_hyp.txt", cwd=world["root"]),
-          snapshot(ref), "missing_hyp.txt")
+    fails(
+        s2s(
+            "score", "translation", "--ref", str(ref), "--hyp", "missing_hyp.txt", cwd=world["root"]
+        ),
+        snapshot(ref),
+        "missing_hyp.txt",
+    )
 
 
 @pytest.mark.slow
@@ -440,21 +642,32 @@ def test_score_invalid_utf8(world):
     ref, hyp = world["root"] / "ref_u.txt", world["root"] / "hyp_u.txt"
     ref.write_text("a b\nc d\n")
     hyp.write_bytes(b"a b\nc \xe9 d\n")
-    fails(s2s("score", "translation", "--ref", str(ref), "--hyp", str(hyp), cwd=world["root"]),
-          snapshot(ref, hyp), str(hyp), "line 2")
+    fails(
+        s2s("score", "translation", "--ref", str(ref), "--hyp", str(hyp), cwd=world["root"]),
+        snapshot(ref, hyp),
+        str(hyp),
+        "line 2",
+    )
 
 
 @pytest.mark.slow
 def test_score_unknown_task(world):
     ref = world["root"] / "ref3.txt"
     ref.write_text("a\nb\nc\n")
-    fails(s2s("score", "translatoin", "--ref", str(ref), "--hyp", str(ref), cwd=world["root"]),
-          snapshot(ref), "'translatoin'")
+    fails(
+        s2s("score", "translatoin", "--ref", str(ref), "--hyp", str(ref), cwd=world["root"]),
+        snapshot(ref),
+        "'translatoin'",
+    )
 
 
 # -- average -----------------------------------------------------------------------------------
 def test_average_last_zero(world):
-    fails(s2s("average", str(world["run"]), "--last", "0", cwd=world["root"]), snapshot(world["run"]), "--last 0")
+    fails(
+        s2s("average", str(world["run"]), "--last", "0", cwd=world["root"]),
+        snapshot(world["run"]),
+        "--last 0",
+    )
 
 
 @pytest.mark.slow
@@ -465,8 +678,11 @@ def test_average_missing_checkpoint(world):
 @pytest.mark.slow
 def test_average_output_folder_missing(world):
     out = world["root"] / "no_folder" / "avg.pt"
-    fails(s2s("average", str(world["run"]), "--last", "2", "--output", str(out), cwd=world["root"]),
-          snapshot(world["run"], out.parent), str(out.parent))
+    fails(
+        s2s("average", str(world["run"]), "--last", "2", "--output", str(out), cwd=world["root"]),
+        snapshot(world["run"], out.parent),
+        str(out.parent),
+    )
 
 
 @pytest.mark.slow
@@ -478,18 +694,32 @@ def test_average_run_without_checkpoints(world):
 
 @pytest.mark.slow
 def test_plot_not_a_run_dir(world):
-    fails(s2s("plot", str(world["corpus"]), cwd=world["root"]), snapshot(world["corpus"]), "metrics.jsonl")
+    fails(
+        s2s("plot", str(world["corpus"]), cwd=world["root"]),
+        snapshot(world["corpus"]),
+        "metrics.jsonl",
+    )
 
 
 # -- faults that are repaired, and lines that must not shift ---------------------------------
 @pytest.mark.slow
 def test_generate_one_line_out_per_line_in(world):
     src = world["root"] / "odd_lines.txt"
-    src.write_bytes("the dog sees a cat\r\nbad \xff line\n".encode("latin-1") +
-                    "a cat\u2028runs\x0bfast\n\nlast".encode("utf-8"))
+    src.write_bytes(
+        "the dog sees a cat\r\nbad \xff line\n".encode("latin-1")
+        + "a cat\u2028runs\x0bfast\n\nlast".encode("utf-8")
+    )
     out = world["root"] / "odd_lines.out"
-    result = s2s("generate", str(world["run"]), "--input", str(src), "--output", str(out), "-q",
-                 cwd=world["root"])
+    result = s2s(
+        "generate",
+        str(world["run"]),
+        "--input",
+        str(src),
+        "--output",
+        str(out),
+        "-q",
+        cwd=world["root"],
+    )
     err = result.stderr.decode()
     assert result.returncode == 0 and "Traceback" not in err, err
     lines = out.read_text(encoding="utf-8").split("\n")
@@ -503,7 +733,9 @@ def test_score_line_separators_inside_sentences(world):
     text = "a man\u2028rides a horse .\ntwo dogs\x1cplay .\r\nthe end .\n"
     ref.write_text(text, encoding="utf-8")
     hyp.write_text(text, encoding="utf-8")
-    result = s2s("score", "translation", "--ref", str(ref), "--hyp", str(hyp), "--json", cwd=world["root"])
+    result = s2s(
+        "score", "translation", "--ref", str(ref), "--hyp", str(hyp), "--json", cwd=world["root"]
+    )
     assert result.returncode == 0, result.stderr.decode()
     score = json.loads(result.stdout)
     assert score["bleu"] == 100.0 and score["sentences"] == 3
@@ -514,7 +746,9 @@ def test_damaged_and_stale_cache_are_rebuilt(world):
     corpus = corpus_copy(world, "stale")
     preset = translation_preset(world, "stale", corpus)
     assert s2s("prepare", str(preset), cwd=world["root"]).returncode == 0
-    cache = next(p for p in (world["root"] / "cache_stale").iterdir() if p.is_dir())  # beside its .lock file
+    cache = next(
+        p for p in (world["root"] / "cache_stale").iterdir() if p.is_dir()
+    )  # beside its .lock file
     (cache / "valid.src.bin").write_bytes(b"\x00" * 8)  # damaged
     result = s2s("prepare", str(preset), cwd=world["root"])
     assert result.returncode == 0 and "valid.src.bin is damaged" in result.stderr.decode()
@@ -533,14 +767,23 @@ def test_damaged_and_stale_cache_are_rebuilt(world):
 @pytest.mark.slow
 def test_unforeseen_error_is_one_line_and_v_shows_the_traceback(world):
     plugin = world["root"] / "boom_plugin.py"
-    plugin.write_text("from s2s.core.task import Task\n\n\nclass Boom(Task):\n    name = 'boom'\n\n"
-                      "    def read_split(self, split):\n        return iter([('a', 'b')])\n\n"
-                      "    def build_vocab(self, pairs):\n        return 1 / 0\n")
+    plugin.write_text(
+        "from s2s.core.task import Task\n\n\nclass Boom(Task):\n    name = 'boom'\n\n"
+        "    def read_split(self, split):\n        return iter([('a', 'b')])\n\n"
+        "    def build_vocab(self, pairs):\n        return 1 / 0\n"
+    )
     preset = world["root"] / "boom.yaml"
-    preset.write_text(f"task: {{name: boom}}\ndata: {{cache_dir: {json.dumps(str(world['root'] / 'cache_boom'))}}}\n")
+    preset.write_text(
+        f"task: {{name: boom}}\ndata: {{cache_dir: {json.dumps(str(world['root'] / 'cache_boom'))}}}\n"
+    )
     before = snapshot(plugin, preset)
-    message = fails(s2s("prepare", str(preset), "--plugin", str(plugin), cwd=world["root"]), before,
-                    "internal error: ZeroDivisionError", "-v", code=1)
+    message = fails(
+        s2s("prepare", str(preset), "--plugin", str(plugin), cwd=world["root"]),
+        before,
+        "internal error: ZeroDivisionError",
+        "-v",
+        code=1,
+    )
     assert message.startswith("s2s prepare: error: internal error")
     verbose = s2s("prepare", str(preset), "--plugin", str(plugin), "-v", cwd=world["root"])
     assert verbose.returncode == 1 and "Traceback" in verbose.stderr.decode()
@@ -549,8 +792,10 @@ def test_unforeseen_error_is_one_line_and_v_shows_the_traceback(world):
 def test_out_of_memory_names_the_setting():
     from s2s.core.errors import explain
 
-    assert explain(MemoryError(), "train") == ("out of memory (MemoryError): lower data.max_tokens "
-                                               "(or the model's size)", 2)
+    assert explain(MemoryError(), "train") == (
+        "out of memory (MemoryError): lower data.max_tokens (or the model's size)",
+        2,
+    )
     assert "decode.max_sentences" in explain(MemoryError("CUDA out of memory"), "generate")[0]
 
 
@@ -559,7 +804,13 @@ def test_tree_of_depth_100000(tmp_path):
 
     depth = 100_000
     path = tmp_path / "deep.txt"
-    path.write_text("(TOP " + "(S-SBJ " * depth + "(NN x)" + ")" * (depth + 1) + "\n", encoding="utf-8")
+    path.write_text(
+        "(TOP " + "(S-SBJ " * depth + "(NN x)" + ")" * (depth + 1) + "\n", encoding="utf-8"
+    )
     (tree,) = treebank.line_trees(path)  # read, preprocessed (function tags stripped), rebuilt
     text = treebank.to_string(tree)
-    assert text.count("(S ") == depth and text.count("(TOP ") == 1 and text.endswith("(NN x)" + ")" * (depth + 1))
+    assert (
+        text.count("(S ") == depth
+        and text.count("(TOP ") == 1
+        and text.endswith("(NN x)" + ")" * (depth + 1))
+    )

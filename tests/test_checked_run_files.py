@@ -5,30 +5,38 @@ config stored in the checkpoint, and a vocabulary file that differs from the one
 another order. Overrides of decode.* and run.* still work, and a checkpoint that records none of
 this (an old one) still decodes.
 
-Every case goes through the real command line (`s2s.core.cli.main` in-process) and asserts exit
+Every case goes through the real command line (`s2s.core.apps.cli.main` in-process) and asserts exit
 2, one message line naming the file and key at fault, no traceback, and that every file under
 the run directory hashes the same before and after. One tiny demo run and one tiny multi-task
 run are trained per module.
 """
+
 from __future__ import annotations
 
 import json
 import shutil
 from pathlib import Path
 
-import yaml
-from omegaconf import OmegaConf
 import pytest
-
-from s2s.core import checkpoint
-from s2s.core.cli import main
-
+import yaml
 from cli_checks import fails, s2s, snapshot
-from s2s.core.config import preset_path
+from omegaconf import OmegaConf
+from s2s.core.apps.cli import main
+from s2s.core.setup.config import preset_path
+from s2s.core.training import checkpoint
 
-TINY = ["model.layers=1", "model.d_model=32", "model.d_ff=64", "model.heads=2", "run.quiet=true",
-        "run.threads=1", "run.log_interval=1", "optim.max_updates=2", "run.valid_interval=2",
-        "run.save_interval=1"]
+TINY = [
+    "model.layers=1",
+    "model.d_model=32",
+    "model.d_ff=64",
+    "model.heads=2",
+    "run.quiet=true",
+    "run.threads=1",
+    "run.log_interval=1",
+    "optim.max_updates=2",
+    "run.valid_interval=2",
+    "run.save_interval=1",
+]
 SIZES = ("train_size=200", "valid_size=10", "test_size=10")
 SOURCES = "the cat sees a dog\na big man holds the ball\n"
 
@@ -38,20 +46,32 @@ def world(tmp_path_factory):
     """A trained tiny demo run, a trained tiny multi-task run and a source file."""
     root = tmp_path_factory.mktemp("checked_run_files")
     run, multi = root / "run", root / "multi"
-    assert main(["train", "demo", "-q", *TINY, *(f"task.{s}" for s in SIZES), f"run.dir={run}",
-                 f"data.cache_dir={root / 'cache'}"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "demo",
+                "-q",
+                *TINY,
+                *(f"task.{s}" for s in SIZES),
+                f"run.dir={run}",
+                f"data.cache_dir={root / 'cache'}",
+            ]
+        )
+        == 0
+    )
     members = [f"tasks.{m}.task.{s}" for m in ("translate", "parse") for s in SIZES]
-    multi_args = [*TINY, *members, "data.max_tokens=300", f"run.dir={multi}", f"data.cache_dir={root / 'cache'}"]
+    multi_args = [
+        *TINY,
+        *members,
+        "data.max_tokens=300",
+        f"run.dir={multi}",
+        f"data.cache_dir={root / 'cache'}",
+    ]
     assert main(["train", "multitask_demo", "-q", *multi_args]) == 0
     src = root / "src.txt"
     src.write_text(SOURCES, encoding="utf-8")
     return {"root": root, "run": run, "multi": multi, "multi_args": multi_args, "src": src}
-
-
-
-
-
-
 
 
 def run_copy(world, name: str, source: str = "run") -> Path:
@@ -80,9 +100,18 @@ def test_an_edited_model_setting_is_refused_naming_config_yaml_and_the_key(world
     run = run_copy(world, "d_ff")
     edit_config(run, lambda c: c["model"].update(d_ff=128))
     before = snapshot(world["root"])
-    line = fails(generate(capsys, world, run), before, run / "config.yaml", "model.d_ff", "128", "64")
+    line = fails(
+        generate(capsys, world, run), before, run / "config.yaml", "model.d_ff", "128", "64"
+    )
     assert "checkpoint" in line
-    fails(export(capsys, world, run, "exported_d_ff"), before, run / "config.yaml", "model.d_ff", "128", "64")
+    fails(
+        export(capsys, world, run, "exported_d_ff"),
+        before,
+        run / "config.yaml",
+        "model.d_ff",
+        "128",
+        "64",
+    )
     assert not (world["root"] / "exported_d_ff").exists()
 
 
@@ -91,14 +120,28 @@ def test_an_edited_task_setting_is_refused_naming_the_key(world, capsys):
     run = run_copy(world, "mode")
     edit_config(run, lambda c: c["task"].update(mode="parse"))
     before = snapshot(world["root"])
-    fails(generate(capsys, world, run), before, run / "config.yaml", "task.mode", "'parse'", "'translate'")
+    fails(
+        generate(capsys, world, run),
+        before,
+        run / "config.yaml",
+        "task.mode",
+        "'parse'",
+        "'translate'",
+    )
     fails(export(capsys, world, run, "exported_mode"), before, run / "config.yaml", "task.mode")
 
 
 def test_a_model_override_on_the_command_line_is_refused_too(world, capsys):
     before = snapshot(world["root"])
-    fails(generate(capsys, world, world["run"], "model.heads=4"), before, world["run"] / "config.yaml",
-          "with the overrides", "model.heads", "4", "2")
+    fails(
+        generate(capsys, world, world["run"], "model.heads=4"),
+        before,
+        world["run"] / "config.yaml",
+        "with the overrides",
+        "model.heads",
+        "4",
+        "2",
+    )
 
 
 def test_decode_and_run_overrides_still_work(world, capsys):
@@ -149,7 +192,9 @@ def test_a_deleted_vocabulary_file_is_refused_naming_it(world, capsys):
     (run / "vocab.json").unlink()
     before = snapshot(world["root"])
     fails(generate(capsys, world, run), before, run / "vocab.json", "missing", "checkpoint")
-    fails(generate(capsys, world, checkpoint.listed(run)[-1]), before, run / "vocab.json", "missing")
+    fails(
+        generate(capsys, world, checkpoint.listed(run)[-1]), before, run / "vocab.json", "missing"
+    )
 
 
 # -- 3. the members' order ---------------------------------------------------------------------
@@ -161,34 +206,52 @@ def test_a_multitask_run_resumed_with_its_members_reordered_is_refused(world, ca
     swapped.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
     before = snapshot(world["multi"])
     newest = checkpoint.listed(world["multi"])[-1]
-    fails(s2s(capsys, "train", swapped, "-q", *world["multi_args"], "optim.max_updates=4"), before, newest,
-          "translate, parse", "parse, translate")
+    fails(
+        s2s(capsys, "train", swapped, "-q", *world["multi_args"], "optim.max_updates=4"),
+        before,
+        newest,
+        "translate, parse",
+        "parse, translate",
+    )
     # the same preset in its own order resumes
-    assert s2s(capsys, "train", "multitask_demo", "-q", *world["multi_args"], "optim.max_updates=3")[0] == 0
+    assert (
+        s2s(capsys, "train", "multitask_demo", "-q", *world["multi_args"], "optim.max_updates=3")[0]
+        == 0
+    )
 
 
 def test_a_multitask_config_yaml_with_its_members_reordered_is_refused(world, capsys):
     run = run_copy(world, "multi_swapped", "multi")
     edit_config(run, lambda c: c.update(tasks=dict(reversed(list(c["tasks"].items())))))
     before = snapshot(world["root"])
-    fails(generate(capsys, world, run, "--task", "parse"), before, run / "config.yaml", "tasks",
-          "parse, translate", "translate, parse")
+    fails(
+        generate(capsys, world, run, "--task", "parse"),
+        before,
+        run / "config.yaml",
+        "tasks",
+        "parse, translate",
+        "translate, parse",
+    )
 
 
 def test_a_multitask_member_vocabulary_is_checked_too(world, capsys):
     run = run_copy(world, "multi_vocab", "multi")
     (run / "vocab" / "parse" / "vocab.json").unlink()
     before = snapshot(world["root"])
-    fails(generate(capsys, world, run, "--task", "translate"), before, run / "vocab" / "parse" / "vocab.json",
-          "missing")
+    fails(
+        generate(capsys, world, run, "--task", "translate"),
+        before,
+        run / "vocab" / "parse" / "vocab.json",
+        "missing",
+    )
 
 
 def test_where_a_task_reads_its_data_is_not_compared():
     """A corpus moved (task.data_dir) means the same weights; its language does not."""
-    from s2s.core.config import load_config
-    from s2s.core.inference import config_difference
-    from s2s.core.members import build_members
-    from s2s.core.registry import Registry
+    from s2s.core.data.members import build_members
+    from s2s.core.setup.config import load_config
+    from s2s.core.setup.registry import Registry
+    from s2s.core.training.agreement import config_difference
 
     registry = Registry.installed()
     cfg = load_config("multi30k_en_de", registry=registry)

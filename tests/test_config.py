@@ -1,11 +1,11 @@
 """Presets load and validate; overrides apply; errors name the key and the nearest valid one."""
+
 import pytest
 import torch
 from omegaconf import OmegaConf
-
-from s2s.core.config import load_config, preset_names
 from s2s.core.errors import ConfigError
-from s2s.core.model import Transformer
+from s2s.core.nn.model import Transformer
+from s2s.core.setup.config import load_config, preset_names
 
 
 @pytest.mark.parametrize("preset", preset_names())
@@ -19,7 +19,7 @@ def test_every_preset_loads_validates_and_builds(preset, registry):
 
 
 def test_every_preset_starts_with_the_command_that_runs_it():
-    from s2s.core.config import PRESET_DIR
+    from s2s.core.setup.config import PRESET_DIR
 
     for path in PRESET_DIR.glob("*.yaml"):
         first = path.read_text().splitlines()[0]
@@ -27,18 +27,23 @@ def test_every_preset_starts_with_the_command_that_runs_it():
 
 
 def test_override_changes_a_field(registry):
-    cfg = load_config("demo", ["model.layers=3", "optim.warmup=7", "task.mode=parse"], registry=registry)
+    cfg = load_config(
+        "demo", ["model.layers=3", "optim.warmup=7", "task.mode=parse"], registry=registry
+    )
     assert (cfg.model.layers, cfg.optim.warmup, cfg.task.mode) == (3, 7, "parse")
 
 
-@pytest.mark.parametrize("override, named", [
-    (["model.layer=3"], "'model.layers'"),
-    (["optim.warmpu=10"], "'optim.warmup'"),
-    (["task.mdoe=parse"], "'task.mode'"),
-    (["modle.layers=2"], "'model'"),
-    (["model.layers=many"], "model.layers"),
-    (["optim.lr_scale=fast"], "optim.lr_scale"),
-])
+@pytest.mark.parametrize(
+    "override, named",
+    [
+        (["model.layer=3"], "'model.layers'"),
+        (["optim.warmpu=10"], "'optim.warmup'"),
+        (["task.mdoe=parse"], "'task.mode'"),
+        (["modle.layers=2"], "'model'"),
+        (["model.layers=many"], "model.layers"),
+        (["optim.lr_scale=fast"], "optim.lr_scale"),
+    ],
+)
 def test_config_errors_name_the_key(override, named, registry):
     with pytest.raises(ConfigError, match=named.replace(".", r"\.")):
         load_config("demo", override, registry=registry)
@@ -66,7 +71,7 @@ def test_yaml_path_preset(registry, tmp_path):
 
 
 def test_print_config_prints_merged_yaml(capsys):
-    from s2s.core.cli import main
+    from s2s.core.apps.cli import main
 
     assert main(["train", "demo", "model.layers=5", "--print-config"]) == 0
     printed = OmegaConf.create(capsys.readouterr().out)

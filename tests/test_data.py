@@ -1,11 +1,11 @@
 """Binarised data and token-count batches."""
+
 import numpy as np
 import pytest
 from omegaconf import OmegaConf
-
-from s2s.core.settings import DataConfig
-from s2s.core.data import epoch_batches, prepare, token_batches
+from s2s.core.data.prepared import epoch_batches, prepare_data, token_batches
 from s2s.core.errors import DataError
+from s2s.core.setup.settings import DataConfig
 from s2s.core.vocab import BOS, EOS, PAD
 
 
@@ -23,7 +23,7 @@ def test_batches_respect_max_tokens_and_cover_every_pair_once():
 
 
 def test_ranks_get_disjoint_equal_shares(tmp_path):
-    from s2s.core.data import Split
+    from s2s.core.data.prepared import Split
 
     lens = np.random.default_rng(1).integers(1, 30, 999)
     off = np.concatenate([[0], np.cumsum(lens)])
@@ -42,26 +42,30 @@ def _demo(registry, **kw):
 def test_prepare_binarises_and_caches(registry, tmp_path):
     task = _demo(registry, train_size=300, valid_size=20, test_size=20)
     cfg = OmegaConf.structured(DataConfig(cache_dir=str(tmp_path)))
-    prepared = prepare(task, cfg, quiet=True)
+    prepared = prepare_data(task, cfg, quiet=True)
     train = prepared.splits["train"]
     assert len(train) == 300
     pairs = list(task.read_split("train"))
     b = train.batch([0, 1])
     src0 = task.encode_source([pairs[0][0]])[0] + [EOS]
     tgt0 = task.encode_target([pairs[0][1]])[0]
-    assert b["src"][0, :len(src0)].tolist() == src0
-    assert b["tgt_in"][0, :len(tgt0) + 1].tolist() == [BOS] + tgt0
-    assert b["tgt_out"][0, :len(tgt0) + 1].tolist() == tgt0 + [EOS]
-    assert (b["src"][0, len(src0):] == PAD).all()
+    assert b["src"][0, : len(src0)].tolist() == src0
+    assert b["tgt_in"][0, : len(tgt0) + 1].tolist() == [BOS] + tgt0
+    assert b["tgt_out"][0, : len(tgt0) + 1].tolist() == tgt0 + [EOS]
+    assert (b["src"][0, len(src0) :] == PAD).all()
     sources, refs = prepared.texts("test")
     assert len(sources) == len(refs) == 20
     # cached: a second prepare reads the folder instead of rebuilding it
     stamp = (prepared.directory / "prepared.json").stat().st_mtime_ns
-    again = prepare(_demo(registry, train_size=300, valid_size=20, test_size=20), cfg, quiet=True)
+    again = prepare_data(
+        _demo(registry, train_size=300, valid_size=20, test_size=20), cfg, quiet=True
+    )
     assert again.directory == prepared.directory
     assert (again.directory / "prepared.json").stat().st_mtime_ns == stamp
     # another task setting: another folder
-    other = prepare(_demo(registry, train_size=200, valid_size=20, test_size=20), cfg, quiet=True)
+    other = prepare_data(
+        _demo(registry, train_size=200, valid_size=20, test_size=20), cfg, quiet=True
+    )
     assert other.directory != prepared.directory
 
 
@@ -69,5 +73,5 @@ def test_failed_prepare_leaves_no_half_written_folder(registry, tmp_path):
     task = _demo(registry, train_size=50, valid_size=0, test_size=5)  # an empty valid split
     cfg = OmegaConf.structured(DataConfig(cache_dir=str(tmp_path)))
     with pytest.raises(DataError, match="valid"):
-        prepare(task, cfg, quiet=True)
+        prepare_data(task, cfg, quiet=True)
     assert list(tmp_path.iterdir()) == []

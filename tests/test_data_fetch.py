@@ -1,5 +1,6 @@
 """The recipes that obtain their data, against a file server on 127.0.0.1 (the tests never reach
 the network): Multi30k's release files through urllib, the treebank sample through nltk.download."""
+
 from __future__ import annotations
 
 import functools
@@ -11,11 +12,10 @@ import zipfile
 from pathlib import Path
 
 import pytest
-
 from conftest import MULTI30K, NLTK_DATA, corpus
-from s2s.core.config import load_config
-from s2s.core.members import task_section
+from s2s.core.data.members import task_section
 from s2s.core.errors import DataError
+from s2s.core.setup.config import load_config
 from s2s.data_recipes import data_home, multi30k, treebank
 from s2s.data_recipes.__main__ import main as fetch_main
 from s2s.plugins.translation import TranslationConfig, TranslationTask
@@ -44,7 +44,9 @@ def server(tmp_path):
             requests.append(self.path)
             super().do_GET()
 
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Handler, directory=str(root)))
+    httpd = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), functools.partial(Handler, directory=str(root))
+    )
     thread = threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     httpd.root, httpd.requests = root, requests
@@ -120,7 +122,11 @@ def test_http_errors_and_offline_say_how_to_get_the_data(release, tmp_path, monk
     with pytest.raises(DataError) as err:
         multi30k.fetch(tmp_path / "cache", splits=["val"], langs=["en"])
     message = str(err.value)
-    assert "cannot connect" in message and multi30k.FETCH_COMMAND in message and "task.data_dir" in message
+    assert (
+        "cannot connect" in message
+        and multi30k.FETCH_COMMAND in message
+        and "task.data_dir" in message
+    )
 
 
 def test_files_without_a_known_checksum_are_checked_by_line_count(server, tmp_path, monkeypatch):
@@ -131,14 +137,20 @@ def test_files_without_a_known_checksum_are_checked_by_line_count(server, tmp_pa
     with pytest.raises(DataError, match="460 lines, expected 461"):
         multi30k.fetch(tmp_path / "cache", splits=["test_2017_mscoco"], langs=["en"])
     _gzip(b"a caption\n" * 461, server.root / "test_2017_mscoco.en.gz")
-    assert (multi30k.fetch(tmp_path / "cache", splits=["test_2017_mscoco"], langs=["en"])
-            / "test_2017_mscoco.en").is_file()
+    assert (
+        multi30k.fetch(tmp_path / "cache", splits=["test_2017_mscoco"], langs=["en"])
+        / "test_2017_mscoco.en"
+    ).is_file()
 
 
 def test_a_local_copy_wins_and_unknown_names_are_refused(tmp_path, monkeypatch):
     monkeypatch.setenv("S2S_MULTI30K_URL", "http://127.0.0.1:9")
-    cfg = load_config("multi30k_en_de", [f"task.data_dir={corpus(MULTI30K)}"], task_config_cls=TranslationConfig)
-    assert sum(1 for _ in TranslationTask(task_section(cfg.task)).read_split("test")) == 1000  # no download
+    cfg = load_config(
+        "multi30k_en_de", [f"task.data_dir={corpus(MULTI30K)}"], task_config_cls=TranslationConfig
+    )
+    assert (
+        sum(1 for _ in TranslationTask(task_section(cfg.task)).read_split("test")) == 1000
+    )  # no download
     with pytest.raises(DataError, match="no split 'test_2019'"):
         multi30k.fetch(tmp_path, splits=["test_2019"])
     with pytest.raises(DataError, match="no language 'cs'"):
@@ -158,7 +170,8 @@ def nltk_index(server, monkeypatch, tmp_path):
         f'<package id="treebank" name="Penn Treebank Sample" subdir="corpora" url="{server.url}/treebank.zip" '
         f'size="{len(data)}" unzipped_size="{unzipped}" checksum="{hashlib.md5(data).hexdigest()}" '
         f'sha256_checksum="{hashlib.sha256(data).hexdigest()}" unzip="1"/>\n'
-        '</packages><collections/></nltk_data>\n')
+        "</packages><collections/></nltk_data>\n"
+    )
     monkeypatch.setenv("S2S_NLTK_INDEX_URL", f"{server.url}/index.xml")
     try:  # recent nltk refuses loopback and private addresses (its SSRF guard): lifted for this server
         import nltk.pathsec
@@ -179,7 +192,9 @@ def test_the_treebank_sample_is_downloaded_into_nltk_data(nltk_index, server):
     from s2s.plugins.parsing import ParsingConfig, ParsingTask
 
     cfg = load_config("ptb_sample_parsing", task_config_cls=ParsingConfig)
-    assert len(list(ParsingTask(task_section(cfg.task)).read_split("test"))) == 118  # the preset, as is
+    assert (
+        len(list(ParsingTask(task_section(cfg.task)).read_split("test"))) == 118
+    )  # the preset, as is
     assert (nltk_index / "corpora" / "treebank.zip").is_file()
     assert "/index.xml" in server.requests and "/treebank.zip" in server.requests
     asked = len(server.requests)
@@ -192,7 +207,9 @@ def test_fetch_command_writes_the_shared_layout(nltk_index, release, tmp_path, c
     assert fetch_main(["treebank", "--dir", str(tmp_path / "data")]) == 0
     assert (tmp_path / "data" / "nltk_data" / "corpora" / "treebank.zip").is_file()
     assert len(list(treebank.sample_trees(tmp_path / "data" / "nltk_data", "test"))) == 118
-    assert fetch_main(["multi30k", "--dir", str(tmp_path / "data")]) == 2  # the server holds only val.{en,de}
+    assert (
+        fetch_main(["multi30k", "--dir", str(tmp_path / "data")]) == 2
+    )  # the server holds only val.{en,de}
     assert "HTTP error 404" in capsys.readouterr().err
 
 
@@ -205,5 +222,7 @@ def test_treebank_offline_says_how_to_get_it(monkeypatch, tmp_path):
         list(treebank.sample_trees(None, "test"))
     message = str(err.value)
     assert treebank.FETCH_COMMAND in message and "task.nltk_data" in message and "\n" not in message
-    with pytest.raises(DataError, match="set task.nltk_data to the directory holding corpora/treebank.zip"):
+    with pytest.raises(
+        DataError, match="set task.nltk_data to the directory holding corpora/treebank.zip"
+    ):
         list(treebank.sample_trees(tmp_path, "test"))

@@ -1,13 +1,13 @@
 """Search: greedy, beam search (batched, incremental or not), length penalty, and a trained model."""
+
 import itertools
 import math
 
 import pytest
 import torch
-
-from s2s.core.settings import ModelConfig
-from s2s.core.decoding import generate, length_penalty, top_k
-from s2s.core.model import Transformer
+from s2s.core.decode.search import length_penalty, search, top_k
+from s2s.core.nn.model import Transformer
+from s2s.core.setup.settings import ModelConfig
 from s2s.core.task import Constraint
 from s2s.core.vocab import BOS, EOS, PAD
 
@@ -23,7 +23,9 @@ class ToyModel(torch.nn.Module):
     def __init__(self, vocab=8, ends_at=3.0):
         super().__init__()
         g = torch.Generator().manual_seed(0)
-        self.register_buffer("table", 3 * torch.randn(vocab, self.max_positions, vocab, vocab, generator=g))
+        self.register_buffer(
+            "table", 3 * torch.randn(vocab, self.max_positions, vocab, vocab, generator=g)
+        )
         self.table[..., EOS] += (torch.arange(self.max_positions)[:, None] - ends_at) * 1.5
         self.steps = 0
 
@@ -79,7 +81,9 @@ def log_probs(model, src_row, outputs):
     for i, y in enumerate(outputs):
         tgt[i, : len(y) + 2] = torch.tensor([BOS] + y + [EOS])
     with torch.no_grad():
-        logp = torch.log_softmax(model.eval()(src_row.expand(len(outputs), -1), tgt[:, :-1]), dim=-1)
+        logp = torch.log_softmax(
+            model.eval()(src_row.expand(len(outputs), -1), tgt[:, :-1]), dim=-1
+        )
     logp = logp.gather(2, tgt[:, 1:, None]).squeeze(2)
     return logp.masked_fill(tgt[:, 1:].eq(PAD), 0.0).sum(1).tolist()
 
@@ -90,17 +94,17 @@ def unpadded(src, i):
 
 def test_length_penalty():
     assert length_penalty(1, 0.6) == 1.0
-    assert length_penalty(7, 0.6) == pytest.approx(2 ** 0.6)
+    assert length_penalty(7, 0.6) == pytest.approx(2**0.6)
     assert length_penalty(13, 1.0) == pytest.approx(3.0)
     assert length_penalty(40, 0.0) == 1.0
-    assert length_penalty(torch.tensor([1.0, 7.0]), 0.6).tolist() == pytest.approx([1.0, 2 ** 0.6])
+    assert length_penalty(torch.tensor([1.0, 7.0]), 0.6).tolist() == pytest.approx([1.0, 2**0.6])
 
 
 @pytest.mark.parametrize("name", MODELS)
 def test_greedy_is_argmax(name):
     model = MODELS[name]().eval()
     src = sources([3, 7, 5, 2, 6])
-    hyps = generate(model, src, beam=1, alpha=0.6, max_len_a=1.0, max_len_b=5)
+    hyps = search(model, src, beam=1, alpha=0.6, max_len_a=1.0, max_len_b=5)
     for i, hyp in enumerate(hyps):
         row, out = unpadded(src, i), []
         with torch.no_grad():
@@ -123,16 +127,16 @@ def test_batched_equals_one_at_a_time_and_incremental_equals_recompute(name, bea
     model = MODELS[name]()
     src = sources([3, 9, 1, 6, 5, 7])
     args = dict(beam=beam, alpha=0.6, max_len_a=1.2, max_len_b=4)
-    batched = generate(model, src, **args)
-    recomputed = generate(model, src, **args, incremental=False)
+    batched = search(model, src, **args)
+    recomputed = search(model, src, **args, incremental=False)
     assert [h.tokens for h in recomputed] == [h.tokens for h in batched]
     for i, hyp in enumerate(batched):
-        (alone,) = generate(model, unpadded(src, i), **args)
+        (alone,) = search(model, unpadded(src, i), **args)
         assert alone.tokens == hyp.tokens
         assert alone.score == pytest.approx(hyp.score, abs=1e-5)
         assert recomputed[i].score == pytest.approx(hyp.score, abs=1e-5)
     assert model.train().training
-    generate(model, src, **args)
+    search(model, src, **args)
     assert model.training  # generate restores the mode it found
 
 
@@ -143,7 +147,7 @@ def test_wide_beam_finds_the_exact_best(alpha):
     vocab, max_len = 5, 7  # outputs over {UNK, 4}: 255 of them
     model = ToyModel(vocab, ends_at=2.0)
     src = torch.tensor([[3, 3, EOS], [4, 3, EOS]])
-    hyps = generate(model, src, beam=2 ** max_len, alpha=alpha, max_len_a=0.0, max_len_b=max_len)
+    hyps = search(model, src, beam=2**max_len, alpha=alpha, max_len_a=0.0, max_len_b=max_len)
     outputs = [list(y) for n in range(max_len + 1) for y in itertools.product([3, 4], repeat=n)]
     for i, hyp in enumerate(hyps):
         sums = log_probs(model, src[i : i + 1], outputs)
@@ -155,7 +159,7 @@ def test_wide_beam_finds_the_exact_best(alpha):
 
 def test_search_stops_early():
     model = ToyModel()
-    hyps = generate(model, sources([4, 6, 2]), beam=4, alpha=0.6, max_len_a=0.0, max_len_b=50)
+    hyps = search(model, sources([4, 6, 2]), beam=4, alpha=0.6, max_len_a=0.0, max_len_b=50)
     assert model.steps < 20
     assert max(len(h.tokens) for h in hyps) < 20
 
@@ -164,11 +168,11 @@ def test_search_stops_early():
 def test_max_length_is_respected(beam):
     model = ToyModel(ends_at=1e4)  # EOS only when forced
     src = sources([2, 5, 8])
-    hyps = generate(model, src, beam=beam, alpha=0.6, max_len_a=0.5, max_len_b=2)
+    hyps = search(model, src, beam=beam, alpha=0.6, max_len_a=0.5, max_len_b=2)
     assert [len(h.tokens) for h in hyps] == [int(0.5 * (n + 1) + 2) for n in (2, 5, 8)]
     assert all(math.isfinite(h.score) for h in hyps)
     # and never beyond the model's positions: BOS + 63 tokens fill positions 0..63
-    hyps = generate(model, src, beam=beam, alpha=0.6, max_len_a=1.0, max_len_b=1000)
+    hyps = search(model, src, beam=beam, alpha=0.6, max_len_a=1.0, max_len_b=1000)
     assert [len(h.tokens) for h in hyps] == [63] * 3
 
 
@@ -184,19 +188,27 @@ def test_trained_copy_model_copies():
     pos = torch.arange(10)
     for _ in range(400):
         n = torch.randint(1, 9, (batch, 1))  # 1..8 tokens, then EOS, then PAD
-        src = torch.randint(4, vocab, (batch, 10)).masked_fill(pos > n, PAD).masked_fill(pos == n, EOS)
+        src = (
+            torch.randint(4, vocab, (batch, 10))
+            .masked_fill(pos > n, PAD)
+            .masked_fill(pos == n, EOS)
+        )
         tgt = torch.cat([torch.full((batch, 1), BOS), src], dim=1)  # BOS + copy + EOS
         logits = model(src, tgt[:, :-1])
-        loss = torch.nn.functional.cross_entropy(logits.transpose(1, 2), tgt[:, 1:], ignore_index=PAD)
+        loss = torch.nn.functional.cross_entropy(
+            logits.transpose(1, 2), tgt[:, 1:], ignore_index=PAD
+        )
         opt.zero_grad()
         loss.backward()
         opt.step()
     src = sources([3, 6, 5, 6, 2, 4], vocab, seed=7)
-    hyps = generate(model, src, beam=4, alpha=0.6, max_len_a=1.0, max_len_b=5)
+    hyps = search(model, src, beam=4, alpha=0.6, max_len_a=1.0, max_len_b=5)
     assert [h.tokens for h in hyps] == [row[row.gt(EOS)].tolist() for row in src]
 
 
-@pytest.mark.parametrize("n,m,k", [(5, 8000, 8), (3, 32000, 8), (4, 8001, 1), (2, 100, 3), (6, 5000, 42)])
+@pytest.mark.parametrize(
+    "n,m,k", [(5, 8000, 8), (3, 32000, 8), (4, 8001, 1), (2, 100, 3), (6, 5000, 42)]
+)
 def test_top_k_is_topk(n, m, k):
     g = torch.Generator().manual_seed(m)
     x = torch.randn(n, m, generator=g)
@@ -216,13 +228,13 @@ def test_stop_when_beam_hypotheses_ended():
     exact bound, a score never above the exact search's (here lower for some sentences)."""
     src = sources([4, 6, 2, 7, 3, 5, 5, 8], vocab=12, seed=3)
     exact_model, beam_model = ToyModel(vocab=12, ends_at=8.0), ToyModel(vocab=12, ends_at=8.0)
-    exact = generate(exact_model, src, beam=2, alpha=0.6, max_len_a=1.0, max_len_b=30)
-    fast = generate(beam_model, src, beam=2, alpha=0.6, max_len_a=1.0, max_len_b=30, stop="beam")
+    exact = search(exact_model, src, beam=2, alpha=0.6, max_len_a=1.0, max_len_b=30)
+    fast = search(beam_model, src, beam=2, alpha=0.6, max_len_a=1.0, max_len_b=30, stop="beam")
     assert beam_model.steps < exact_model.steps
     assert all(f.score <= e.score + 1e-6 for f, e in zip(fast, exact))
     assert 0 < sum(f.tokens == e.tokens for f, e in zip(fast, exact)) < len(src)
     with pytest.raises(ValueError, match="stop must be"):
-        generate(ToyModel(), src, beam=3, alpha=0.6, max_len_a=1.0, max_len_b=8, stop="soon")
+        search(ToyModel(), src, beam=3, alpha=0.6, max_len_a=1.0, max_len_b=8, stop="soon")
 
 
 class Increasing(Constraint):
@@ -245,8 +257,12 @@ class Increasing(Constraint):
         sent, last, count = state
         need = self.length[sent] - count  # tokens still to write
         tok = torch.arange(self.V)[None, :]
-        mask = tok.gt(last[:, None]) & need.ge(1)[:, None] & (self.V - 1 - tok).ge(need[:, None] - 1) \
+        mask = (
+            tok.gt(last[:, None])
+            & need.ge(1)[:, None]
+            & (self.V - 1 - tok).ge(need[:, None] - 1)
             & remaining.ge(need)[:, None]
+        )
         mask[:, EOS] = need.eq(0)
         return mask
 
@@ -260,12 +276,26 @@ def test_a_constraint_limits_every_hypothesis_to_what_it_allows(name, beam, incr
     vocab = 8 if name == "toy" else 20
     model = MODELS[name]().eval()
     src = sources([3, 7, 5, 2, 6, 4, 1], vocab=vocab)
-    hyps = generate(model, src, beam=beam, alpha=0.6, max_len_a=0.0, max_len_b=4, incremental=incremental,
-                    constraint=Increasing(src, vocab))
+    hyps = search(
+        model,
+        src,
+        beam=beam,
+        alpha=0.6,
+        max_len_a=0.0,
+        max_len_b=4,
+        incremental=incremental,
+        constraint=Increasing(src, vocab),
+    )
     for i, hyp in enumerate(hyps):
         want = int(src[i, 0]) % 3 + 1
-        assert len(hyp.tokens) == want and hyp.tokens == sorted(set(hyp.tokens)) and min(hyp.tokens) >= 4
-    if beam == 5 and name == "toy":  # with a wide beam, the best admitted output of a short sentence
+        assert (
+            len(hyp.tokens) == want
+            and hyp.tokens == sorted(set(hyp.tokens))
+            and min(hyp.tokens) >= 4
+        )
+    if (
+        beam == 5 and name == "toy"
+    ):  # with a wide beam, the best admitted output of a short sentence
         row = unpadded(src, 3)
         want = int(src[3, 0]) % 3 + 1
         outs = [list(c) for c in itertools.combinations(range(4, vocab), want)]

@@ -10,11 +10,12 @@ two lists, so that every update of every run covers exactly the same sentence pa
   B, update_freq 2:  [R_0[0], R_1[0], R_0[1], R_1[1], ...]  (two consecutive batches per update)
 
 Dropout is off (each process draws its own masks). The 2-process run is launched as users do,
-`torchrun --standalone --nproc_per_node 2 -m s2s.core.cli train ...`, on gloo. After several
+`torchrun --standalone --nproc_per_node 2 -m s2s.core.apps.cli train ...`, on gloo. After several
 updates at a large learning rate, parameters and Adam's first moment (a linear function of the
 gradients, so it also catches a wrong normalisation, which Adam's step alone would hide) agree
 to 1e-5 relative; the per-update losses logged agree too.
 """
+
 import json
 import os
 import subprocess
@@ -23,14 +24,13 @@ import sys
 import numpy as np
 import pytest
 import torch
-
-from s2s.core import checkpoint, data, schedule
-from s2s.core.config import load_config
-from s2s.core.members import build_members, load_vocabularies
-from s2s.core.model import Transformer
-
 from conftest import task_keys
-from s2s.core.train import Trainer, train
+from s2s.core.data.members import build_members, load_vocabularies
+from s2s.core.data import prepared as data
+from s2s.core.nn.model import Transformer
+from s2s.core.setup.config import load_config
+from s2s.core.training import checkpoint, schedule
+from s2s.core.training.trainer import Trainer, train
 
 UPDATES = 6
 # Adam divides each moment by sqrt(v) + eps. Where a gradient is rounding noise (~1e-10 here, from
@@ -43,13 +43,29 @@ EPS = 1e-6
 
 
 def _overrides(tmp, cache, name, *extra, preset="demo"):
-    return ["model.layers=1", "model.d_model=32", "model.d_ff=64", "model.heads=2", "model.dropout=0",
-            f"run.dir={tmp / name}", f"data.cache_dir={cache}",
-            *task_keys(preset, "train_size=400", "valid_size=8", "test_size=4"), "data.max_tokens=300",
-            # seed 2 draws both members of multitask_demo within the updates (seed 1: 7 x translate)
-            f"run.seed={1 if preset == 'demo' else 2}", "optim.warmup=4", f"optim.max_updates={UPDATES}",
-            "run.log_interval=1", "run.valid_interval=1000", "run.save_interval=1000", "run.threads=1",
-            "run.device=cpu", "run.quiet=true", f"optim.eps={EPS}", *extra]
+    return [
+        "model.layers=1",
+        "model.d_model=32",
+        "model.d_ff=64",
+        "model.heads=2",
+        "model.dropout=0",
+        f"run.dir={tmp / name}",
+        f"data.cache_dir={cache}",
+        *task_keys(preset, "train_size=400", "valid_size=8", "test_size=4"),
+        "data.max_tokens=300",
+        # seed 2 draws both members of multitask_demo within the updates (seed 1: 7 x translate)
+        f"run.seed={1 if preset == 'demo' else 2}",
+        "optim.warmup=4",
+        f"optim.max_updates={UPDATES}",
+        "run.log_interval=1",
+        "run.valid_interval=1000",
+        "run.save_interval=1000",
+        "run.threads=1",
+        "run.device=cpu",
+        "run.quiet=true",
+        f"optim.eps={EPS}",
+        *extra,
+    ]
 
 
 def _plan(kind):
@@ -61,21 +77,29 @@ def _plan(kind):
         if kind == "2B":
             return [np.concatenate([a, b]) for a, b in zip(r0, r1)]
         return [x for pair in zip(r0, r1) for x in pair]
+
     return plan
 
 
 def _final(run_dir):
     state = checkpoint.load(checkpoint.listed(run_dir)[-1])
     assert state["update"] == UPDATES
-    losses = [json.loads(line)["loss"] for line in open(run_dir / "metrics.jsonl")
-              if json.loads(line)["kind"] == "train"]
+    losses = [
+        json.loads(line)["loss"]
+        for line in open(run_dir / "metrics.jsonl")
+        if json.loads(line)["kind"] == "train"
+    ]
     return state, losses
 
 
 def _members_trained(run_dir):
     """The members named in the train records (one per update with run.log_interval=1)."""
-    return [k.split("/")[0] for line in open(run_dir / "metrics.jsonl") for k in json.loads(line)
-            if k.endswith("/loss") and json.loads(line)["kind"] == "train"]
+    return [
+        k.split("/")[0]
+        for line in open(run_dir / "metrics.jsonl")
+        for k in json.loads(line)
+        if k.endswith("/loss") and json.loads(line)["kind"] == "train"
+    ]
 
 
 def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -90,28 +114,60 @@ def _assert_same_steps(a, b, what, index, skip=()):
     assert worst < 1e-5, f"{what}: parameters differ by {worst:.2e} relative"
     for key in ("exp_avg", "exp_avg_sq"):
         moments = sa["optimizer"]["state"], sb["optimizer"]["state"]
-        worst = max(_rel(moments[0][index[k]][key], moments[1][index[k]][key]) for k in names if k in index)
+        worst = max(
+            _rel(moments[0][index[k]][key], moments[1][index[k]][key]) for k in names if k in index
+        )
         assert worst < 1e-5, f"{what}: Adam {key} differs by {worst:.2e} relative"
     assert np.allclose(la, lb, rtol=1e-5, atol=0), f"{what}: logged losses {la} vs {lb}"
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("preset", ["demo", "multitask_demo"])
-def test_two_processes_equal_one_with_twice_the_batch_and_with_update_freq_2(preset, registry, tmp_path, monkeypatch):
+def test_two_processes_equal_one_with_twice_the_batch_and_with_update_freq_2(
+    preset, registry, tmp_path, monkeypatch
+):
     """A multi-task run too: every process draws the same member for an update."""
     cache = tmp_path / "cache"
     monkeypatch.setattr(schedule, "epoch_batches", _plan("2B"))  # this run also prepares the cache
-    train(load_config(preset, _overrides(tmp_path, cache, "one_2B", preset=preset), registry=registry), registry)
+    train(
+        load_config(
+            preset, _overrides(tmp_path, cache, "one_2B", preset=preset), registry=registry
+        ),
+        registry,
+    )
     monkeypatch.setattr(schedule, "epoch_batches", _plan("B"))
-    train(load_config(preset, _overrides(tmp_path, cache, "one_B_uf2", "optim.update_freq=2", preset=preset),
-                      registry=registry), registry)
+    train(
+        load_config(
+            preset,
+            _overrides(tmp_path, cache, "one_B_uf2", "optim.update_freq=2", preset=preset),
+            registry=registry,
+        ),
+        registry,
+    )
     monkeypatch.undo()
 
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                           "-m", "s2s.core.cli", "train", "-q", preset, *_overrides(tmp_path, cache, "two", preset=preset),
-                           "run.max_minutes=600", "run.save_minutes=600"],  # rank 0's clock asked each step
-                          env=env, capture_output=True, text=True, timeout=240)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node=2",
+            "-m",
+            "s2s.core.apps.cli",
+            "train",
+            "-q",
+            preset,
+            *_overrides(tmp_path, cache, "two", preset=preset),
+            "run.max_minutes=600",
+            "run.save_minutes=600",
+        ],  # rank 0's clock asked each step
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
 
     two, one_2b, one_uf2 = (_final(tmp_path / n) for n in ("two", "one_2B", "one_B_uf2"))
@@ -143,9 +199,19 @@ def test_two_processes_equal_one_with_twice_the_batch_and_with_update_freq_2(pre
 
 def test_loss_is_normalised_by_the_target_tokens_of_the_whole_update(registry, tiny):
     """Gradients = d(sum of token losses over all batches of the update) / (their target tokens)."""
-    cfg = load_config("demo", tiny("task.train_size=200", "task.valid_size=4", "task.test_size=4",
-                                   "data.max_tokens=200", "model.dropout=0", "optim.update_freq=2", "run.threads=1"),
-                      registry=registry)
+    cfg = load_config(
+        "demo",
+        tiny(
+            "task.train_size=200",
+            "task.valid_size=4",
+            "task.test_size=4",
+            "data.max_tokens=200",
+            "model.dropout=0",
+            "optim.update_freq=2",
+            "run.threads=1",
+        ),
+        registry=registry,
+    )
     trainer = Trainer(cfg, registry)
     member, stream = trainer.members[0], trainer.streams[0]
     batches = [stream.next(), stream.next()]
@@ -161,7 +227,9 @@ def test_loss_is_normalised_by_the_target_tokens_of_the_whole_update(registry, t
         ntokens += b["ntokens"]
     (total / ntokens).backward()
     assert out["ntokens"].item() == ntokens
-    assert ntokens != split.batch(batches[0])["ntokens"] * 2  # unequal batches: a mean of means would differ
+    assert (
+        ntokens != split.batch(batches[0])["ntokens"] * 2
+    )  # unequal batches: a mean of means would differ
     for n, p in trainer.model.named_parameters():
         assert torch.allclose(got[n], p.grad, rtol=1e-5, atol=1e-9), n
     trainer.close()

@@ -4,6 +4,7 @@ the command line accepts, with a preset that exists and overrides that load.
 
 Fast: nothing is trained or read beyond the Markdown files, the presets and the config schema.
 """
+
 from __future__ import annotations
 
 import s2s.core  # noqa: F401  before torch (s2s.core.RUNTIME_ENV)
@@ -15,18 +16,19 @@ from urllib.parse import unquote  # noqa: E402
 
 import pytest  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
-
-from s2s.core.cli import build_parser  # noqa: E402
-from s2s.core.config import load_config, preset_names  # noqa: E402
-from s2s.core.registry import Registry  # noqa: E402
+from s2s.core.apps.cli import build_parser  # noqa: E402
+from s2s.core.setup.config import load_config, preset_names  # noqa: E402
+from s2s.core.setup.registry import Registry  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 DOCS = sorted((ROOT / "docs").glob("*.md"))
 PAGES = [README, *DOCS]
 MAX_README_CHARS = 15_000
-SETUP = ("pip install torch==2.13.0 -e . && s2s quickstart",
-         "pip install torch==2.13.0 -e '.[test,export]' && python -m pytest -q")
+SETUP = (
+    "pip install torch==2.13.0 -e . && s2s quickstart",
+    "pip install torch==2.13.0 -e '.[test,export]' && python -m pytest -q",
+)
 
 FENCE = re.compile(r"^(```|~~~)(\S*)[^\n]*\n(.*?)^\1[ \t]*$", re.M | re.S)
 LINK = re.compile(r"!?\[(?:[^\[\]]|\[[^\]]*\])*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
@@ -34,7 +36,9 @@ SCHEME = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*:")
 # Words that stand for something the reader fills in. An override whose value holds one cannot be
 # loaded and is skipped; a command line that needs one where the parser would reject it is skipped
 # whole. Both lists are asserted small below.
-PLACEHOLDER = re.compile(r"\b(?:RUN_DIR|RUN_DIR_OR_CHECKPOINT|DIR|FILE|PRESET|MEMBER|CKPT)\b|\.\.\.|\$")
+PLACEHOLDER = re.compile(
+    r"\b(?:RUN_DIR|RUN_DIR_OR_CHECKPOINT|DIR|FILE|PRESET|MEMBER|CKPT)\b|\.\.\.|\$"
+)
 SHELL_OPERATORS = {"&&", "||", "|", ";", "&"}
 REDIRECTS = {"<", ">", ">>", "2>", "&>"}
 
@@ -55,8 +59,11 @@ def prose(markdown: str) -> str:
 
 def bash_blocks(markdown: str) -> list[tuple[int, str]]:
     """(line number of the block's first line, body) of every ```bash block."""
-    return [(markdown.count("\n", 0, m.start(3)) + 1, m.group(3))
-            for m in FENCE.finditer(markdown) if m.group(2) == "bash"]
+    return [
+        (markdown.count("\n", 0, m.start(3)) + 1, m.group(3))
+        for m in FENCE.finditer(markdown)
+        if m.group(2) == "bash"
+    ]
 
 
 def slug(heading: str) -> str:
@@ -65,7 +72,9 @@ def slug(heading: str) -> str:
 
 
 def anchors(page: Path) -> set[str]:
-    return {slug(h) for h in re.findall(r"^#{1,6}[ \t]+(.+?)[ \t#]*$", FENCE.sub("", text(page)), re.M)}
+    return {
+        slug(h) for h in re.findall(r"^#{1,6}[ \t]+(.+?)[ \t#]*$", FENCE.sub("", text(page)), re.M)
+    }
 
 
 def links(page: Path) -> list[str]:
@@ -76,7 +85,7 @@ def commands(page: Path):
     """Every `s2s` command in the page's ```bash blocks: (where, the line, argv after `s2s`).
 
     Backslash continuations are joined; a line may hold several commands (`&&`, `|`, `;`), and
-    redirections are dropped. `python -m s2s.core.cli ...` and `torchrun ... -m s2s.core.cli ...`
+    redirections are dropped. `python -m s2s.core.apps.cli ...` and `torchrun ... -m s2s.core.apps.cli ...`
     count as `s2s ...`."""
     for first, body in bash_blocks(text(page)):
         lines = body.split("\n")
@@ -111,9 +120,12 @@ def commands(page: Path):
                 argv = None
                 if words and words[0] == "s2s":
                     argv = words[1:]
-                elif "-m" in words and words.index("-m") + 1 < len(words) \
-                        and words[words.index("-m") + 1] == "s2s.core.cli":
-                    argv = words[words.index("-m") + 2:]
+                elif (
+                    "-m" in words
+                    and words.index("-m") + 1 < len(words)
+                    and words[words.index("-m") + 1] == "s2s.core.apps.cli"
+                ):
+                    argv = words[words.index("-m") + 2 :]
                 if argv is not None:
                     yield f"{rel(page)}:{first + start}", line.strip(), argv
 
@@ -132,15 +144,20 @@ def test_readme_is_a_front_page():
     first_bash = bash_blocks(readme)[0][1]
     for command in SETUP:  # the two set-up commands, exactly, in the first code block
         assert command in first_bash.splitlines(), command
-    assert readme.index("```bash") < readme.index("\n## "), "the set-up commands come before the first section"
+    assert readme.index("```bash") < readme.index("\n## "), (
+        "the set-up commands come before the first section"
+    )
     for heading in ("Quickstart", "Commands", "Presets"):
         assert re.search(rf"^## {heading}$", readme, re.M), heading
 
 
 def test_every_docs_page_is_linked_from_the_readme():
     assert len(DOCS) >= 10, [rel(p) for p in DOCS]
-    linked = {(README.parent / unquote(target.split("#")[0])).resolve()
-              for target in links(README) if not SCHEME.match(target) and not target.startswith("#")}
+    linked = {
+        (README.parent / unquote(target.split("#")[0])).resolve()
+        for target in links(README)
+        if not SCHEME.match(target) and not target.startswith("#")
+    }
     missing = [rel(p) for p in DOCS if p.resolve() not in linked]
     assert not missing, f"docs pages not linked from README.md: {missing}"
 
@@ -167,7 +184,9 @@ def test_the_command_lines_are_found_and_few_are_skipped():
     pages = {where.split(":")[0] for where, _, _ in COMMANDS}
     assert len(COMMANDS) >= 25 and "README.md" in pages and len(pages) >= 6, (len(COMMANDS), pages)
     skipped_lines = [line for _, line, argv in COMMANDS if _unresolvable(argv)]
-    skipped_overrides = [o for _, _, argv in COMMANDS for o in _overrides(argv) if PLACEHOLDER.search(o)]
+    skipped_overrides = [
+        o for _, _, argv in COMMANDS for o in _overrides(argv) if PLACEHOLDER.search(o)
+    ]
     assert len(skipped_lines) <= 2, skipped_lines
     assert len(skipped_overrides) <= 3, skipped_overrides
 
@@ -188,12 +207,16 @@ def test_command_line_parses(where, line, argv):
     try:
         args, unknown = build_parser().parse_known_args(argv)
     except SystemExit as e:
-        pytest.fail(f"{where}: `s2s {shlex.join(argv)}` is rejected by the parser (exit {e.code}): {line}")
+        pytest.fail(
+            f"{where}: `s2s {shlex.join(argv)}` is rejected by the parser (exit {e.code}): {line}"
+        )
     assert not unknown, f"{where}: arguments the parser does not know: {unknown} in {line}"
     assert args.command == argv[0]
 
 
-TRAINING = [c for c in COMMANDS if c[2] and c[2][0] in ("train", "prepare") and not _unresolvable(c[2])]
+TRAINING = [
+    c for c in COMMANDS if c[2] and c[2][0] in ("train", "prepare") and not _unresolvable(c[2])
+]
 
 
 def test_training_commands_are_found():

@@ -2,28 +2,44 @@
 
 Marked `gpu` and skipped without CUDA; `bench/gpu_check.sh` runs them (`pytest -m gpu`).
 """
+
 import json
 
 import pytest
 import torch
 from omegaconf import OmegaConf
-
-from s2s.core import checkpoint
-from s2s.core.config import load_config
-from s2s.core.settings import ModelConfig
-from s2s.core.decoding import generate
-from s2s.core.model import Transformer
-from s2s.core.train import train
+from s2s.core.decode.search import search
+from s2s.core.nn.model import Transformer
+from s2s.core.setup.config import load_config
+from s2s.core.setup.settings import ModelConfig
+from s2s.core.training import checkpoint
+from s2s.core.training.trainer import train
 from s2s.core.vocab import EOS
 
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+]
 
 
 def _train(registry, tiny, precision):
-    cfg = load_config("demo", tiny("task.train_size=400", "task.valid_size=8", "task.test_size=8",
-                                   "data.max_tokens=600", "optim.warmup=5", "optim.max_updates=6",
-                                   "run.log_interval=1", "run.save_interval=3", "run.valid_interval=3",
-                                   "run.device=cuda", f"run.precision={precision}"), registry=registry)
+    cfg = load_config(
+        "demo",
+        tiny(
+            "task.train_size=400",
+            "task.valid_size=8",
+            "task.test_size=8",
+            "data.max_tokens=600",
+            "optim.warmup=5",
+            "optim.max_updates=6",
+            "run.log_interval=1",
+            "run.save_interval=3",
+            "run.valid_interval=3",
+            "run.device=cuda",
+            f"run.precision={precision}",
+        ),
+        registry=registry,
+    )
     result = train(cfg, registry, quiet=True)
     records = [json.loads(line) for line in open(f"{cfg.run.dir}/metrics.jsonl")]
     state = checkpoint.load(checkpoint.listed(cfg.run.dir)[-1])
@@ -57,8 +73,8 @@ def test_beam_search_on_cuda_equals_cpu():
     old = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = False  # fp32 on both sides
     try:
-        on_cpu = generate(model, src, beam=4, alpha=0.6, max_len_a=1.0, max_len_b=10)
-        on_gpu = generate(model.cuda(), src.cuda(), beam=4, alpha=0.6, max_len_a=1.0, max_len_b=10)
+        on_cpu = search(model, src, beam=4, alpha=0.6, max_len_a=1.0, max_len_b=10)
+        on_gpu = search(model.cuda(), src.cuda(), beam=4, alpha=0.6, max_len_a=1.0, max_len_b=10)
     finally:
         torch.backends.cuda.matmul.allow_tf32 = old
     same = 0

@@ -5,6 +5,7 @@ phases under a short collective timeout, and the GPU check's dry run.
 The figures these choices are for (launches, syncs, tokens/s, MFU) need a GPU:
 `bash bench/gpu_check.sh` measures them there (tests/test_gpu.py holds the `-m gpu` tests).
 """
+
 import json
 import logging
 import multiprocessing
@@ -16,19 +17,18 @@ from pathlib import Path
 
 import pytest
 import torch
-from omegaconf import OmegaConf
-from torch.utils._python_dispatch import TorchDispatchMode
-
-from s2s.core import distributed, precision
-from s2s.core.config import load_config
-from s2s.core.errors import ConfigError
-from s2s.core.loss import MIN_ROWS, chunk_rows, label_smoothed_loss
-from s2s.core.members import build_task
-from s2s.core.model import Transformer
-from s2s.core.registry import Registry
-from s2s.core.settings import DataConfig, ModelConfig
-
 from conftest import task_keys
+from omegaconf import OmegaConf
+from s2s.core.data.members import build_task
+from s2s.core.errors import ConfigError
+from s2s.core.nn import precision
+from s2s.core.nn.loss import MIN_ROWS, chunk_rows, label_smoothed_loss
+from s2s.core.nn.model import Transformer
+from s2s.core.setup.config import load_config
+from s2s.core.setup.registry import Registry
+from s2s.core.setup.settings import DataConfig, ModelConfig
+from s2s.core.training import distributed
+from torch.utils._python_dispatch import TorchDispatchMode
 
 ROOT = Path(__file__).resolve().parent.parent
 CUDA = torch.device("cuda")
@@ -61,10 +61,14 @@ def test_the_loss_takes_thousands_of_rows_a_chunk_at_gpu_sizes():
         rows = chunk_rows(25_000, 37_000, CUDA, memory=memory)
         assert rows >= least, (memory, rows)
         assert rows * 37_000 * 6 <= memory / 32 + MIN_ROWS * 37_000 * 6
-    assert chunk_rows(25_000, 37_000, CUDA, memory=4 * GiB) == MIN_ROWS  # a small card: still 1,024 rows
+    assert (
+        chunk_rows(25_000, 37_000, CUDA, memory=4 * GiB) == MIN_ROWS
+    )  # a small card: still 1,024 rows
     assert chunk_rows(300, 37_000, CUDA, memory=80 * GiB) == 300  # never more than the batch
     assert chunk_rows(25_000, 37_000, torch.device("cpu")) == MIN_ROWS
-    assert chunk_rows(25_000, 500, torch.device("cpu")) == (1 << 20) // 500  # small vocabularies: 4 MiB of logits
+    assert (
+        chunk_rows(25_000, 500, torch.device("cpu")) == (1 << 20) // 500
+    )  # small vocabularies: 4 MiB of logits
 
 
 def test_training_loss_holds_no_full_logit_gradient_and_waits_for_nothing():
@@ -80,7 +84,13 @@ def test_training_loss_holds_no_full_logit_gradient_and_waits_for_nothing():
         loss, _ = label_smoothed_loss(hidden, weight, target, 0.1)
         loss.backward()
     assert ops.largest <= MIN_ROWS * V < N * V
-    assert not ops.names & {"nonzero", "_local_scalar_dense", "item", "masked_select", "index_select"}
+    assert not ops.names & {
+        "nonzero",
+        "_local_scalar_dense",
+        "item",
+        "masked_select",
+        "index_select",
+    }
     assert hidden.grad[-500:].abs().max() == 0 and hidden.grad[:-500].abs().max() > 0
 
 
@@ -98,7 +108,9 @@ def test_fp16_projects_and_reduces_the_logits_in_half_precision():
     assert ops.mm_dtypes.count(torch.float16) >= 3  # the projection, dL/dh and dL/dW of the loss
     assert torch.float32 not in ops.mm_dtypes
     loss.backward()
-    assert model.out.weight.grad.dtype == torch.float32 and torch.isfinite(model.out.weight.grad).all()
+    assert (
+        model.out.weight.grad.dtype == torch.float32 and torch.isfinite(model.out.weight.grad).all()
+    )
 
 
 # -- finding 8: the input pipeline ----------------------------------------------------------
@@ -106,8 +118,7 @@ def test_batches_built_ahead_are_used_when_the_guess_was_right_and_rebuilt_when_
     """On CUDA the next update's batches are built on a worker thread from a copy of the stream
     (pin_memory stands in for itself here: this torch has no CUDA); the stream does not move."""
     import numpy as np
-
-    from s2s.core.prefetch import Prefetch
+    from s2s.core.training.prefetch import Prefetch
 
     monkeypatch.setattr(torch.Tensor, "pin_memory", lambda self: self)
 
@@ -131,7 +142,9 @@ def test_batches_built_ahead_are_used_when_the_guess_was_right_and_rebuilt_when_
     try:
         ahead.ahead(member, stream, 2)
         assert stream.pos == 0  # a copy was read, not the stream
-        got = ahead.take(member, [stream.next(), stream.next()])  # the same pairs: built ahead, once
+        got = ahead.take(
+            member, [stream.next(), stream.next()]
+        )  # the same pairs: built ahead, once
         assert [b["src"].tolist() for b in got] == [[1, 101], [2, 102]] and len(member.built) == 2
         ahead.ahead(member, stream, 1)
         got = ahead.take(member, [np.array([7, 8])])  # another draw: built now
@@ -151,10 +164,19 @@ def tf32_flags():
     torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
 
 
-@pytest.mark.parametrize("capability, auto, bf16, tf32", [((9, 0), "bf16", "bf16", True), ((8, 0), "bf16", "bf16", True),
-                                                          ((7, 5), "fp16", "fp32", False), ((7, 0), "fp16", "fp32", False),
-                                                          ((6, 1), "fp32", "fp32", False)])
-def test_precision_follows_the_compute_capability(capability, auto, bf16, tf32, monkeypatch, caplog, tf32_flags):
+@pytest.mark.parametrize(
+    "capability, auto, bf16, tf32",
+    [
+        ((9, 0), "bf16", "bf16", True),
+        ((8, 0), "bf16", "bf16", True),
+        ((7, 5), "fp16", "fp32", False),
+        ((7, 0), "fp16", "fp32", False),
+        ((6, 1), "fp32", "fp32", False),
+    ],
+)
+def test_precision_follows_the_compute_capability(
+    capability, auto, bf16, tf32, monkeypatch, caplog, tf32_flags
+):
     """bf16 natively from Ampere (sm_80) on, with TF32 for fp32 products; a V100 or T4, which
     torch.cuda.is_bf16_supported() passes through emulation, gets fp16 for auto, fp32 for bf16."""
     monkeypatch.setattr(precision, "cuda_capability", lambda device: capability)
@@ -199,7 +221,7 @@ def test_the_docs_no_longer_claim_bitwise_resume_in_bf16_on_cuda():
 
 # -- finding 9: one builder a machine --------------------------------------------------------
 def _prepare_in_child(cache, log):
-    from s2s.core import data as child_data
+    from s2s.core.data import prepared as child_data
 
     real = child_data._build
 
@@ -210,9 +232,15 @@ def _prepare_in_child(cache, log):
 
     child_data._build = counted
     registry = Registry.installed()
-    cfg = load_config("demo", task_keys("demo", "train_size=300", "valid_size=8", "test_size=4"), registry=registry)
+    cfg = load_config(
+        "demo",
+        task_keys("demo", "train_size=300", "valid_size=8", "test_size=4"),
+        registry=registry,
+    )
     task = build_task(cfg.task, registry)
-    prepared = child_data.prepare(task, OmegaConf.structured(DataConfig(cache_dir=str(cache))), quiet=True)
+    prepared = child_data.prepare_data(
+        task, OmegaConf.structured(DataConfig(cache_dir=str(cache))), quiet=True
+    )
     return prepared.pairs["train"]
 
 
@@ -264,28 +292,70 @@ def test_rank0_phases_longer_than_the_collective_timeout_finish_and_write_the_re
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     run_dir = tmp_path / "run"
-    cmd = [sys.executable, "-m", "s2s.core.cli", "train", "-q", "--plugin", str(plugin), "demo",
-           "task.name=slow_rank0_demo", *task_keys("demo", "train_size=300", "valid_size=8", "test_size=4"),
-           "model.layers=1", "model.d_model=32", "model.d_ff=64", "model.heads=2", "data.max_tokens=300",
-           "optim.max_updates=4", "run.save_interval=1", "run.valid_interval=4", "run.keep_last=2",
-           "run.average_last=2", "run.threads=1", "run.device=cpu", f"run.dir={run_dir}",
-           f"data.cache_dir={tmp_path / 'cache'}", "run.timeout_minutes=0.5", "run.wait_minutes=5"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "s2s.core.apps.cli",
+        "train",
+        "-q",
+        "--plugin",
+        str(plugin),
+        "demo",
+        "task.name=slow_rank0_demo",
+        *task_keys("demo", "train_size=300", "valid_size=8", "test_size=4"),
+        "model.layers=1",
+        "model.d_model=32",
+        "model.d_ff=64",
+        "model.heads=2",
+        "data.max_tokens=300",
+        "optim.max_updates=4",
+        "run.save_interval=1",
+        "run.valid_interval=4",
+        "run.keep_last=2",
+        "run.average_last=2",
+        "run.threads=1",
+        "run.device=cpu",
+        f"run.dir={run_dir}",
+        f"data.cache_dir={tmp_path / 'cache'}",
+        "run.timeout_minutes=0.5",
+        "run.wait_minutes=5",
+    ]
     procs = []
     for rank in range(2):
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2",
-               "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
-        procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+        env = {
+            **os.environ,
+            "OMP_NUM_THREADS": "1",
+            "RANK": str(rank),
+            "LOCAL_RANK": str(rank),
+            "WORLD_SIZE": "2",
+            "LOCAL_WORLD_SIZE": "2",
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+        }
+        procs.append(
+            subprocess.Popen(
+                cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+            )
+        )
     outputs = [p.communicate(timeout=400)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], "\n".join(o[-3000:] for o in outputs)
     result = json.loads((run_dir / "result.json").read_text())
-    assert result["update"] == 4 and result["averaged"] == 2 and "bleu" in json.dumps(result["test"])
+    assert (
+        result["update"] == 4 and result["averaged"] == 2 and "bleu" in json.dumps(result["test"])
+    )
 
 
 # -- finding 11: the GPU check runs up to the CUDA calls on CPU ------------------------------
 @pytest.mark.slow
 def test_the_gpu_check_runs_end_to_end_on_cpu_as_a_dry_run(tmp_path):
-    out = subprocess.run(["bash", "bench/gpu_check.sh", "--dry-run"], cwd=ROOT, capture_output=True, text=True,
-                         timeout=600, env={**os.environ, "S2S_GPU_CHECK_RESULTS": str(tmp_path)})
+    out = subprocess.run(
+        ["bash", "bench/gpu_check.sh", "--dry-run"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "S2S_GPU_CHECK_RESULTS": str(tmp_path)},
+    )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "gpu_check: dry run passed" in out.stdout
     written = json.loads(next(tmp_path.glob("gpu_check*.json")).read_text())

@@ -1,9 +1,9 @@
 """The Transformer: the paper's sizes, masking, padding, weight tying, incremental decoding."""
+
 import pytest
 import torch
-
-from s2s.core.settings import ModelConfig
-from s2s.core.model import Transformer
+from s2s.core.nn.model import Transformer
+from s2s.core.setup.settings import ModelConfig
 from s2s.core.vocab import BOS, PAD
 
 V = 23
@@ -11,8 +11,18 @@ V = 23
 
 def tiny(pre_norm=False, shared=True, src_vocab=V, **kw):
     torch.manual_seed(0)
-    cfg = ModelConfig(**{"layers": 2, "d_model": 32, "d_ff": 64, "heads": 4, "dropout": 0.1, "pre_norm": pre_norm,
-                         "max_positions": 64, **kw})
+    cfg = ModelConfig(
+        **{
+            "layers": 2,
+            "d_model": 32,
+            "d_ff": 64,
+            "heads": 4,
+            "dropout": 0.1,
+            "pre_norm": pre_norm,
+            "max_positions": 64,
+            **kw,
+        }
+    )
     return Transformer(cfg, src_vocab, V, shared).eval()
 
 
@@ -25,8 +35,10 @@ def sentences(lengths, vocab=V):
     return out
 
 
-@pytest.mark.parametrize("size, d_model, d_ff, heads, paper", [
-    ("base", 512, 2048, 8, 65e6), ("big", 1024, 4096, 16, 213e6)])
+@pytest.mark.parametrize(
+    "size, d_model, d_ff, heads, paper",
+    [("base", 512, 2048, 8, 65e6), ("big", 1024, 4096, 16, 213e6)],
+)
 def test_parameter_count_matches_paper(size, d_model, d_ff, heads, paper):
     cfg = ModelConfig(layers=6, d_model=d_model, d_ff=d_ff, heads=heads)
     with torch.device("meta"):
@@ -44,7 +56,7 @@ def test_tied_weights_are_one_tensor(shared, tie):
     assert (model.out.weight.data_ptr() == model.tgt_embed.weight.data_ptr()) == tied
     assert (model.src_embed.weight is model.tgt_embed.weight) == shared
     if not tied:
-        assert model.out.weight.std().item() == pytest.approx(32 ** -0.5, rel=0.2)
+        assert model.out.weight.std().item() == pytest.approx(32**-0.5, rel=0.2)
     unique = {p.data_ptr(): p.numel() for p in model.state_dict().values()}
     assert model.num_parameters() == sum(unique.values())
     assert model.tgt_embed.weight[PAD].abs().sum() == 0
@@ -85,9 +97,18 @@ def test_all_pad_row_gives_no_nan():
     assert torch.isfinite(model(src, sentences([3, 3]))).all()
 
 
-@pytest.mark.parametrize("kw", [{}, {"pre_norm": True}, {"d_k": 5, "d_v": 11}, {"d_k": 12, "d_v": 3},
-                                {"d_k": 16, "d_v": 16}, {"positions": "learned"}],
-                         ids=["post_norm", "pre_norm", "d_k<d_v", "d_k>d_v", "wide_heads", "learned_positions"])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {},
+        {"pre_norm": True},
+        {"d_k": 5, "d_v": 11},
+        {"d_k": 12, "d_v": 3},
+        {"d_k": 16, "d_v": 16},
+        {"positions": "learned"},
+    ],
+    ids=["post_norm", "pre_norm", "d_k<d_v", "d_k>d_v", "wide_heads", "learned_positions"],
+)
 def test_decode_step_equals_full_decode(kw):
     """20 steps (past the cache's first capacity), with beam-like reordering half way; heads of
     d_k, d_v other than d_model / h (the cache pads the narrower) and learned positions too."""
@@ -101,14 +122,18 @@ def test_decode_step_equals_full_decode(kw):
         cache = model.init_cache(memory, src_pad)
         full = model.decode(tgt, memory, src_pad)
         for t in range(t0):
-            torch.testing.assert_close(model.decode_step(tgt[:, t], cache), full[:, t], atol=1e-5, rtol=0)
+            torch.testing.assert_close(
+                model.decode_step(tgt[:, t], cache), full[:, t], atol=1e-5, rtol=0
+            )
         # rows now continue other rows of the same sentence (sentence-major groups of g)
         index = torch.tensor([2, 2, 0, 4, 3, 3])
         model.reorder_cache(cache, index)
         tgt = torch.cat([tgt[index, :t0], tgt[:, t0:]], dim=1)
         full = model.decode(tgt, memory, src_pad)
         for t in range(t0, T):
-            torch.testing.assert_close(model.decode_step(tgt[:, t], cache), full[:, t], atol=1e-5, rtol=0)
+            torch.testing.assert_close(
+                model.decode_step(tgt[:, t], cache), full[:, t], atol=1e-5, rtol=0
+            )
     assert cache.step == T
 
 
@@ -119,7 +144,7 @@ def test_positions_beyond_max_positions_raise():
 
 
 def test_dropout_zeroes_a_share_p_and_keeps_the_expectation():
-    from s2s.core.model import Dropout
+    from s2s.core.nn.model import Dropout
 
     torch.manual_seed(0)
     drop = Dropout(0.1).train()
@@ -133,7 +158,7 @@ def test_dropout_zeroes_a_share_p_and_keeps_the_expectation():
 
 def test_residual_dropout_is_one_mask():
     """x + Dropout(y) drops y's values with the same mask as Dropout(y): equal draws, equal results."""
-    from s2s.core.model import Dropout
+    from s2s.core.nn.model import Dropout
 
     drop = Dropout(0.3).train()
     x, y = torch.randn(50, 64), torch.randn(50, 64)
@@ -147,15 +172,16 @@ def test_residual_dropout_is_one_mask():
 
 @pytest.mark.parametrize("causal", [False, True])
 def test_bf16_cpu_attention_matches_the_fused_kernel(causal):
-    """bf16 on CPU writes equation 1 out (s2s.core.attention.attention); its output and gradients
+    """bf16 on CPU writes equation 1 out (s2s.core.nn.attention.attention); its output and gradients
     agree with the fused fp32 kernel's to bf16 precision, padding and causal masks included."""
     import torch.nn.functional as F
-
-    from s2s.core.attention import attention
+    from s2s.core.nn.attention import attention
 
     torch.manual_seed(0)
     q, k, v = (torch.randn(3, 4, 7, 16, requires_grad=True) for _ in range(3))
-    mask = None if causal else (torch.arange(7) < torch.tensor([7, 4, 1])[:, None])[:, None, None, :]
+    mask = (
+        None if causal else (torch.arange(7) < torch.tensor([7, 4, 1])[:, None])[:, None, None, :]
+    )
     g = torch.randn(3, 4, 7, 16)
     ref = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
     ref_grads = torch.autograd.grad(ref, (q, k, v), g)
@@ -176,14 +202,21 @@ def test_initialisation_bounds():
     d, ff = 64, 256
     for attn in (m.encoder[0].self_attn, m.decoder[0].self_attn, m.decoder[0].cross_attn):
         for w in (attn.w_q, attn.w_k, attn.w_v):
-            assert w.weight.abs().max() <= (6 / (4 * d)) ** 0.5 and w.weight.abs().max() > 0.9 * (6 / (4 * d)) ** 0.5
+            assert (
+                w.weight.abs().max() <= (6 / (4 * d)) ** 0.5
+                and w.weight.abs().max() > 0.9 * (6 / (4 * d)) ** 0.5
+            )
         assert 0.9 * (6 / (2 * d)) ** 0.5 < attn.w_o.weight.abs().max() <= (6 / (2 * d)) ** 0.5
     for ffn in (m.encoder[0].ffn, m.decoder[0].ffn):
-        assert 0.9 * d ** -0.5 < ffn[0].weight.abs().max() <= d ** -0.5
-        assert 0.9 * ff ** -0.5 < ffn[2].weight.abs().max() <= ff ** -0.5
-    assert all(p.abs().max() == 0 for n, p in m.named_parameters() if n.endswith("bias") and "norm" not in n)
+        assert 0.9 * d**-0.5 < ffn[0].weight.abs().max() <= d**-0.5
+        assert 0.9 * ff**-0.5 < ffn[2].weight.abs().max() <= ff**-0.5
+    assert all(
+        p.abs().max() == 0
+        for n, p in m.named_parameters()
+        if n.endswith("bias") and "norm" not in n
+    )
     assert m.src_embed.weight[PAD].abs().max() == 0
-    assert abs(m.src_embed.weight[1:].std().item() - d ** -0.5) < 0.01
+    assert abs(m.src_embed.weight[1:].std().item() - d**-0.5) < 0.01
 
 
 def test_default_heads_keep_the_parameter_names_and_shapes():
@@ -201,20 +234,27 @@ def test_head_dimensions_and_learned_positions_shape_the_parameters():
         assert attn.w_q.weight.shape == attn.w_k.weight.shape == (4 * 5, 32)
         assert attn.w_v.weight.shape == (4 * 11, 32) and attn.w_o.weight.shape == (32, 4 * 11)
         bound = (6 / (32 + 2 * 20 + 44)) ** 0.5  # Xavier over [W^Q; W^K; W^V]
-        assert all(0.9 * bound < w.weight.abs().max() <= bound for w in (attn.w_q, attn.w_k, attn.w_v))
+        assert all(
+            0.9 * bound < w.weight.abs().max() <= bound for w in (attn.w_q, attn.w_k, attn.w_v)
+        )
     state = model.state_dict()
     assert state["pos_embed.weight"].shape == (64, 32)
-    assert abs(state["pos_embed.weight"].std().item() - 32 ** -0.5) < 0.02
+    assert abs(state["pos_embed.weight"].std().item() - 32**-0.5) < 0.02
     assert model.position_table() is model.pos_embed.weight and model.pe.numel() == 0
     src, tgt = sentences([5, 3]), sentences([4, 6])
     model.train()(src, tgt, tgt, 0.1)[0].backward()
-    assert model.pos_embed.weight.grad[:6].abs().sum() > 0 and model.pos_embed.weight.grad[6:].abs().sum() == 0
-    heads_of_one = tiny(heads=3, d_k=7, d_v=7)  # heads need not divide d_model when d_k and d_v are given
+    assert (
+        model.pos_embed.weight.grad[:6].abs().sum() > 0
+        and model.pos_embed.weight.grad[6:].abs().sum() == 0
+    )
+    heads_of_one = tiny(
+        heads=3, d_k=7, d_v=7
+    )  # heads need not divide d_model when d_k and d_v are given
     assert heads_of_one(src, tgt).shape == (2, 6, V)
 
 
 def test_learned_positions_in_bf16_keep_an_fp32_table_and_gradient():
-    from s2s.core.precision import LowPrecision
+    from s2s.core.nn.precision import LowPrecision
 
     model = tiny(positions="learned").train()
     src, tgt = sentences([5, 3]), sentences([4, 6])
@@ -254,14 +294,17 @@ def test_attention_weights_come_from_the_forward_pass():
     for per_layer in weights.kinds().values():
         for w in per_layer:
             torch.testing.assert_close(w.sum(-1), torch.ones(w.shape[:-1]))
-    assert weights.encoder[0][1, :, :, 4:].abs().max() == 0 and weights.cross[0][1, :, :, 4:].abs().max() == 0
+    assert (
+        weights.encoder[0][1, :, :, 4:].abs().max() == 0
+        and weights.cross[0][1, :, :, 4:].abs().max() == 0
+    )
     assert torch.equal(weights.decoder[0].triu(1), torch.zeros(2, 4, 7, 7))
     assert all(m.recorded is None for m in model.modules() if hasattr(m, "recorded"))
 
 
 def test_attention_weights_unfold_beam_rows():
     """Queries of g hypotheses folded onto one sentence's keys come back one row each."""
-    from s2s.core.attention import MultiHeadAttention
+    from s2s.core.nn.attention import MultiHeadAttention
 
     torch.manual_seed(0)
     attn = MultiHeadAttention(16, 2, 0.0, d_k=3, d_v=5).eval()
@@ -272,6 +315,6 @@ def test_attention_weights_unfold_beam_rows():
     assert w.shape == (6, 2, 4, 7)
     for r in range(6):
         attn.recorded = []
-        alone = attn(x[r:r + 1], *(t[r // 3:r // 3 + 1] for t in attn.keys_values(memory)))
+        alone = attn(x[r : r + 1], *(t[r // 3 : r // 3 + 1] for t in attn.keys_values(memory)))
         torch.testing.assert_close(attn.recorded[0][0], w[r])
         torch.testing.assert_close(alone[0], folded[r], atol=1e-5, rtol=1e-5)

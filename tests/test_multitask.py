@@ -1,30 +1,34 @@
 """Multi-task runs: members in one id space, the schedule of their batches, per-member figures,
 generation for one member, and the preset that joins the two demo tasks."""
+
 import json
 from collections import Counter
 
 import numpy as np
 import pytest
 import torch
-
-from s2s.core.cli import main
-from s2s.core.config import load_config
-from s2s.core.errors import ConfigError, DataError
-from s2s.core.idspace import MappedConstraint, join
-from s2s.core.members import Member, build_members
-from s2s.core.schedule import draw
-from s2s.core.runlog import read_metrics
-from s2s.core.train import train
-from s2s.core.vocab import EOS, SPECIALS
-
 from conftest import task_keys
+from s2s.core.apps.cli import main
+from s2s.core.data.idspace import MappedConstraint, join
+from s2s.core.data.members import Member, build_members
+from s2s.core.errors import ConfigError, DataError
+from s2s.core.setup.config import load_config
+from s2s.core.training.runlog import read_metrics
+from s2s.core.training.schedule import draw
+from s2s.core.training.trainer import train
+from s2s.core.vocab import EOS, SPECIALS
 
 SMALL = ("train_size=300", "valid_size=8", "test_size=6")
 
 
 def _cfg(registry, tiny, *extra):
-    return load_config("multitask_demo", tiny(*task_keys("multitask_demo", *SMALL), "data.max_tokens=300",
-                                               "optim.warmup=10", *extra), registry=registry)
+    return load_config(
+        "multitask_demo",
+        tiny(
+            *task_keys("multitask_demo", *SMALL), "data.max_tokens=300", "optim.warmup=10", *extra
+        ),
+        registry=registry,
+    )
 
 
 class _Vocab:
@@ -78,9 +82,14 @@ def test_members_sharing_a_vocabulary_share_its_rows_in_one_tied_space():
     a's target its own block; one space for source and target."""
     n = len(SPECIALS)
     shared, own = _Vocab(10), _Vocab(7)
-    a, b = Member("a", _Task(10, 7, False), alone=False), Member("b", _Task(10, 10, True), alone=False)
+    a, b = (
+        Member("a", _Task(10, 7, False), alone=False),
+        Member("b", _Task(10, 10, True), alone=False),
+    )
     a.task.src_vocab, a.task.tgt_vocab, b.task.src_vocab = shared, own, shared
-    b.task.tgt_vocab = _Vocab(10)  # b's own copy of the shared vocabulary, as read back from its files
+    b.task.tgt_vocab = _Vocab(
+        10
+    )  # b's own copy of the shared vocabulary, as read back from its files
     a.share, b.share = {"src": 0}, {"src": 0, "tgt": 0}
     size = n + 6 + 3 + 2  # the shared block, a's target block, two task tokens
     assert join([a, b]) == (size, size, True)
@@ -88,7 +97,9 @@ def test_members_sharing_a_vocabulary_share_its_rows_in_one_tied_space():
     assert a.ids.tgt_offset == 6
     assert a.encode_source(["5 9"])[0][1:] == b.encode_source(["5 9"])[0][1:] == [5, 9]
     b.task.tgt_vocab = _Vocab(11)  # vocabulary files that disagree are named
-    with pytest.raises(DataError, match="task 'b': its tgt vocabulary has 11 tokens, the one it shares"):
+    with pytest.raises(
+        DataError, match="task 'b': its tgt vocabulary has 11 tokens, the one it shares"
+    ):
         join([a, b])
 
 
@@ -100,9 +111,13 @@ def test_a_member_search_writes_only_its_own_target_ids():
     state = c.initial("cpu")
     allowed = c.allowed(state, torch.tensor([3, 3]))
     ours = [0, 1, 2, 3] + [i + b.ids.tgt_offset for i in range(4, 9)]
-    assert allowed.shape == (2, tgt) and allowed[:, ours].all() and allowed.sum().item() == 2 * len(ours)
+    assert (
+        allowed.shape == (2, tgt)
+        and allowed[:, ours].all()
+        and allowed.sum().item() == 2 * len(ours)
+    )
     scored = c.score(state, torch.zeros(2, tgt), torch.tensor([3, 3]))
-    assert torch.isinf(scored[:, 4:4 + 3]).all() and (scored[:, ours] == 0).all()
+    assert torch.isinf(scored[:, 4 : 4 + 3]).all() and (scored[:, ours] == 0).all()
     assert c.advance(state, torch.tensor([EOS, 9])) == state
 
 
@@ -115,30 +130,50 @@ def test_the_schedule_draws_members_by_size_to_the_power_one_over_t_deterministi
 
 
 def test_members_from_presets_and_sections_and_their_errors(registry):
-    cfg = load_config("multitask_demo", ["tasks.parse.weight=3", "multitask.temperature=2"], registry=registry)
+    cfg = load_config(
+        "multitask_demo", ["tasks.parse.weight=3", "multitask.temperature=2"], registry=registry
+    )
     members = build_members(cfg, registry)
-    assert [(m.name, m.task.cfg.mode, m.weight) for m in members] == [("translate", "translate", 1.0),
-                                                                      ("parse", "parse", 3.0)]
-    for bad, message in [(["tasks.parse.task.mdoe=x"], r"'tasks\.parse\.task\.mdoe'; did you mean 'tasks\.parse\.task\.mode'"),
-                         (["tasks.parse.weight=0"], r"tasks\.parse\.weight=0\.0: must be a number > 0"),
-                         (["multitask.temperature=0"], r"multitask\.temperature=0\.0: must be a number > 0"),
-                         (["tasks.parse.preset=nope"], r"unknown preset 'nope'"),
-                         (["task.name=demo"], r"both 'task' .* and 'tasks'")]:
+    assert [(m.name, m.task.cfg.mode, m.weight) for m in members] == [
+        ("translate", "translate", 1.0),
+        ("parse", "parse", 3.0),
+    ]
+    for bad, message in [
+        (
+            ["tasks.parse.task.mdoe=x"],
+            r"'tasks\.parse\.task\.mdoe'; did you mean 'tasks\.parse\.task\.mode'",
+        ),
+        (["tasks.parse.weight=0"], r"tasks\.parse\.weight=0\.0: must be a number > 0"),
+        (["multitask.temperature=0"], r"multitask\.temperature=0\.0: must be a number > 0"),
+        (["tasks.parse.preset=nope"], r"unknown preset 'nope'"),
+        (["task.name=demo"], r"both 'task' .* and 'tasks'"),
+    ]:
         with pytest.raises(ConfigError, match=message):
             load_config("multitask_demo", bad, registry=registry)
 
 
 @pytest.mark.slow
-def test_multitask_demo_trains_logs_tests_and_generates_per_member(registry, tiny, tmp_path, capsys):
-    cfg = _cfg(registry, tiny, "optim.max_updates=40", "run.log_interval=10", "run.valid_interval=20",
-               "run.save_interval=20", "tasks.parse.weight=3")
+def test_multitask_demo_trains_logs_tests_and_generates_per_member(
+    registry, tiny, tmp_path, capsys
+):
+    cfg = _cfg(
+        registry,
+        tiny,
+        "optim.max_updates=40",
+        "run.log_interval=10",
+        "run.valid_interval=20",
+        "run.save_interval=20",
+        "tasks.parse.weight=3",
+    )
     result = train(cfg, registry, quiet=True)
     records = read_metrics(cfg.run.dir)
     trains = [r for r in records if r["kind"] == "train"]
     assert all("translate/loss" in r or "parse/loss" in r for r in trains)
     assert all("parse/nll" in r for r in trains)  # weight 3: parse trained in every 10 updates
     valid = [r for r in records if r["kind"] == "valid"][-1]
-    assert {"translate/bleu", "translate/loss", "parse/f1", "parse/loss", "select", "loss"} <= set(valid)
+    assert {"translate/bleu", "translate/loss", "parse/f1", "parse/loss", "select", "loss"} <= set(
+        valid
+    )
     assert valid["select"] == pytest.approx((valid["translate/bleu"] + valid["parse/f1"]) / 2)
     assert set(result["test"]) == {"translate", "parse"} and "f1" in result["test"]["parse"]
     assert sum(result["member_updates"].values()) == 40 and result["member_updates"]["parse"] > 20
@@ -147,7 +182,9 @@ def test_multitask_demo_trains_logs_tests_and_generates_per_member(registry, tin
     src = tmp_path / "in.txt"
     src.write_text("the dog sees a cat\nevery bird likes the big house\n")
     capsys.readouterr()
-    assert main(["generate", str(tmp_path / "run"), "--task", "parse", "--input", str(src), "-q"]) == 0
+    assert (
+        main(["generate", str(tmp_path / "run"), "--task", "parse", "--input", str(src), "-q"]) == 0
+    )
     parses = capsys.readouterr().out.splitlines()
     assert len(parses) == 2 and all(line.startswith("(") or not line for line in parses)
     lines = (tmp_path / "run" / "test.parse.hyp.txt").read_text().splitlines()
@@ -155,22 +192,53 @@ def test_multitask_demo_trains_logs_tests_and_generates_per_member(registry, tin
     assert main(["generate", str(tmp_path / "run"), "--input", str(src)]) == 2
     assert "choose one with --task" in capsys.readouterr().err
 
-    assert main(["export", str(tmp_path / "run"), "--to", "safetensors", "--output", str(tmp_path / "x")]) == 2
+    assert (
+        main(
+            [
+                "export",
+                str(tmp_path / "run"),
+                "--to",
+                "safetensors",
+                "--output",
+                str(tmp_path / "x"),
+            ]
+        )
+        == 2
+    )
     assert "multi-task run: export takes single-task runs" in capsys.readouterr().err
 
     capsys.readouterr()
     assert main(["plot", str(tmp_path / "run"), "--output", str(tmp_path / "plots")]) == 0
     written = {line.rpartition("/")[2] for line in capsys.readouterr().out.split()}
-    assert {"loss.png", "lr.png", "bleu.png", "f1.png", "select.png"} <= written  # a curve per member
+    assert {
+        "loss.png",
+        "lr.png",
+        "bleu.png",
+        "f1.png",
+        "select.png",
+    } <= written  # a curve per member
 
 
-def test_a_post_norm_multi_task_run_is_warned_of_and_the_presets_are_pre_norm(registry, tiny, caplog, tmp_path):
+def test_a_post_norm_multi_task_run_is_warned_of_and_the_presets_are_pre_norm(
+    registry, tiny, caplog, tmp_path
+):
     """Post-norm encoders learned to ignore their source behind the shared task token
     (docs/multitask.md): the multi-task presets are pre-norm, and a post-norm run says so."""
     for preset in ("multitask_demo", "multi30k_en_de_fr", "ptb_sample_parsing_multi30k"):
         assert load_config(preset, registry=registry).model.pre_norm, preset
     for pre_norm, warned in ((True, False), (False, True)):
         caplog.clear()
-        train(_cfg(registry, tiny, "optim.max_updates=2", f"model.pre_norm={pre_norm}", f"run.dir={tmp_path / str(pre_norm)}"),
-              registry, quiet=True)
-        assert any("model.pre_norm=true avoids it" in r.getMessage() for r in caplog.records) == warned
+        train(
+            _cfg(
+                registry,
+                tiny,
+                "optim.max_updates=2",
+                f"model.pre_norm={pre_norm}",
+                f"run.dir={tmp_path / str(pre_norm)}",
+            ),
+            registry,
+            quiet=True,
+        )
+        assert (
+            any("model.pre_norm=true avoids it" in r.getMessage() for r in caplog.records) == warned
+        )

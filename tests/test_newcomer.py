@@ -6,6 +6,7 @@ The README's commands run in a fresh folder through bash, exactly as printed, wi
 `s2s train` gets `SHRINK` appended (a tiny model, a few updates), so that a test trains in
 seconds instead of the preset's 15 minutes. Real corpora come from the shared data.
 """
+
 from __future__ import annotations
 
 import s2s.core  # noqa: F401  before torch (s2s.core.RUNTIME_ENV)
@@ -19,23 +20,24 @@ import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
-
 from conftest import MULTI30K, NLTK_DATA, SHARED, needs  # noqa: E402
-from s2s.core.cli import build_parser, main  # noqa: E402
+from s2s.core.apps.cli import build_parser, main  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 EXPORT_DOC = (ROOT / "docs" / "export.md").read_text(encoding="utf-8")
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```$", re.M | re.S)
-SHRINK = ("model.layers=1 model.d_model=64 model.d_ff=128 model.heads=2 optim.max_updates=60 optim.warmup=30 "
-          "optim.lr_scale=2 run.valid_interval=60 run.save_interval=60 run.valid_max_sentences=8 run.threads=1 "
-          "run.max_minutes=0")
+SHRINK = (
+    "model.layers=1 model.d_model=64 model.d_ff=128 model.heads=2 optim.max_updates=60 optim.warmup=30 "
+    "optim.lr_scale=2 run.valid_interval=60 run.save_interval=60 run.valid_max_sentences=8 run.threads=1 "
+    "run.max_minutes=0"
+)
 
 
 def section(markdown: str, heading: str) -> str:
     start = markdown.index(f"\n## {heading}\n")
     end = markdown.find("\n## ", start + 1)
-    return markdown[start:end if end > 0 else None]
+    return markdown[start : end if end > 0 else None]
 
 
 def blocks(text: str, language: str) -> list[str]:
@@ -47,7 +49,9 @@ def bash(line: str, cwd: Path, env: dict | None = None) -> subprocess.CompletedP
     if re.match(r"s2s train \S+", line):
         line = f"{line} {SHRINK}"
     environment = {**os.environ, "PYTHONWARNINGS": "ignore", **(env or {})}
-    result = subprocess.run(["bash", "-c", line], cwd=cwd, capture_output=True, text=True, timeout=600, env=environment)
+    result = subprocess.run(
+        ["bash", "-c", line], cwd=cwd, capture_output=True, text=True, timeout=600, env=environment
+    )
     assert result.returncode == 0, f"{line}\n{result.stderr[-3000:]}"
     return result
 
@@ -63,7 +67,11 @@ def own_corpus(tmp_path_factory):
     for lang in ("en", "de"):
         lines = (MULTI30K / f"train.{lang}").read_text(encoding="utf-8").split("\n")[:1300]
         (where / f"corpus.{lang}").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    commands = [line for line in blocks(section(README, "Your own data"), "bash")[0].splitlines() if line.strip()]
+    commands = [
+        line
+        for line in blocks(section(README, "Your own data"), "bash")[0].splitlines()
+        if line.strip()
+    ]
     return where, commands, [bash(line, where) for line in commands]
 
 
@@ -74,7 +82,12 @@ def test_the_readme_own_corpus_commands_run_as_printed(own_corpus):
     assert [c.split()[1] for c in commands[1:]] == ["train", "generate", "score", "export"]
     for split, n in (("train", 300), ("valid", 500), ("test", 500)):  # the split's defaults
         for lang in ("en", "de"):
-            assert len((where / "my_data" / f"{split}.{lang}").read_text(encoding="utf-8").splitlines()) == n
+            assert (
+                len(
+                    (where / "my_data" / f"{split}.{lang}").read_text(encoding="utf-8").splitlines()
+                )
+                == n
+            )
     assert (where / "runs" / "own_translation" / "result.json").is_file()
     hyps = (where / "test.hyp.de").read_text(encoding="utf-8").split("\n")
     assert len(hyps) == 501 and hyps[-1] == ""  # one line out per line in
@@ -102,13 +115,21 @@ def test_the_export_snippets_give_generate_beam_1s_lines(own_corpus):
 
     def same(expected):
         for snippet in snippets:
-            out = subprocess.run([sys.executable, "-c", snippet], cwd=where, capture_output=True, text=True,
-                                 timeout=600, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+            out = subprocess.run(
+                [sys.executable, "-c", snippet],
+                cwd=where,
+                capture_output=True,
+                text=True,
+                timeout=600,
+                env={**os.environ, "PYTHONWARNINGS": "ignore"},
+            )
             assert out.returncode == 0, out.stderr[-3000:]
             assert out.stdout == expected
 
     same(expected)
-    assert len(expected.splitlines()) == 40 and sum(map(bool, expected.splitlines())) >= 30  # German, not nothing
+    assert (
+        len(expected.splitlines()) == 40 and sum(map(bool, expected.splitlines())) >= 30
+    )  # German, not nothing
     # where the limit cuts every line: the run's decode.max_len_b=3 (a setting of how to decode, not of the weights)
     from omegaconf import OmegaConf
 
@@ -117,7 +138,9 @@ def test_the_export_snippets_give_generate_beam_1s_lines(own_corpus):
     cfg.decode.max_len_b = 3
     config.write_text(OmegaConf.to_yaml(cfg), encoding="utf-8")
     cut = bash(lines[1], where).stdout
-    assert cut != expected and all(len(c) <= len(e) for c, e in zip(cut.splitlines(), expected.splitlines()))
+    assert cut != expected and all(
+        len(c) <= len(e) for c, e in zip(cut.splitlines(), expected.splitlines())
+    )
     same(cut)
 
 
@@ -134,13 +157,25 @@ def test_the_readme_raw_text_parsing_example_runs_as_printed(tmp_path):
     train, command = blocks(part, "bash")[1].splitlines()
     assert train == "s2s train ptb_sample_parsing run.max_minutes=10", train
     shown = Tree.fromstring(blocks(part, "text")[0])
-    offline = {"S2S_SHARED_DATA": str(SHARED), "HOME": str(tmp_path / "home"),  # no nltk_data of the user's
-               "S2S_NLTK_INDEX_URL": "http://127.0.0.1:9/index.xml", "NLTK_DATA": ""}  # a download would fail
-    bash(f"{train} decode.beam=2", tmp_path, offline)  # SHRINK appended: a few updates, not 10 minutes
+    offline = {
+        "S2S_SHARED_DATA": str(SHARED),
+        "HOME": str(tmp_path / "home"),  # no nltk_data of the user's
+        "S2S_NLTK_INDEX_URL": "http://127.0.0.1:9/index.xml",
+        "NLTK_DATA": "",
+    }  # a download would fail
+    bash(
+        f"{train} decode.beam=2", tmp_path, offline
+    )  # SHRINK appended: a few updates, not 10 minutes
     out = bash(command, tmp_path).stdout
     tree = Tree.fromstring(out)
-    assert tree.leaves() == shown.leaves() == ["Profits", "rose", "10", "%", "in", "the", "quarter", "."]
-    assert out.count("\n") > 2 and out.endswith("\n\n")  # indented, one phrase a line, a blank line after
+    assert (
+        tree.leaves()
+        == shown.leaves()
+        == ["Profits", "rose", "10", "%", "in", "the", "quarter", "."]
+    )
+    assert out.count("\n") > 2 and out.endswith(
+        "\n\n"
+    )  # indented, one phrase a line, a blank line after
 
 
 @pytest.mark.slow
@@ -149,7 +184,6 @@ def test_own_parsing_trains_on_tree_files_and_parses_raw_text(tmp_path):
     """own_parsing on train/valid/test.trees written from the treebank sample as they are (function
     tags, -NONE- elements and all), then a raw sentence parsed into a tree over its PTB tokens."""
     from nltk.tree import Tree
-
     from s2s.data_recipes.treebank import sample_trees, to_string
 
     trees = tmp_path / "my_trees"
@@ -166,14 +200,18 @@ def test_own_parsing_trains_on_tree_files_and_parses_raw_text(tmp_path):
 def test_penn_treebank_tokens():
     from s2s.plugins.parsing import ptb_tokens
 
-    assert ptb_tokens("Profits rose 10% in the quarter.") == "Profits rose 10 % in the quarter .".split()
-    assert ptb_tokens("They don't expect (much).") == "They do n't expect -LRB- much -RRB- .".split()
+    assert (
+        ptb_tokens("Profits rose 10% in the quarter.")
+        == "Profits rose 10 % in the quarter .".split()
+    )
+    assert (
+        ptb_tokens("They don't expect (much).") == "They do n't expect -LRB- much -RRB- .".split()
+    )
     assert ptb_tokens('He said "no".') == ["He", "said", "``", "no", "''", "."]
 
 
 def test_parsing_prepares_raw_text_unless_told_and_displays_a_tree():
     from omegaconf import OmegaConf
-
     from s2s.plugins.parsing import ParsingConfig, ParsingTask
 
     task = ParsingTask(OmegaConf.structured(ParsingConfig()))
@@ -190,12 +228,33 @@ def test_parsing_prepares_raw_text_unless_told_and_displays_a_tree():
 def demo_run(tmp_path_factory):
     """A demo run trained a few updates (through the command line, its console lines captured)."""
     where = tmp_path_factory.mktemp("demo")
-    result = subprocess.run([sys.executable, "-m", "s2s.core.cli", "train", "demo", f"run.dir={where / 'run'}",
-                             f"data.cache_dir={where / 'cache'}", "model.layers=1", "model.d_model=32",
-                             "model.d_ff=64", "model.heads=2", "optim.max_updates=10", "run.log_interval=1",
-                             "run.valid_interval=10", "run.save_interval=10", "run.valid_max_sentences=8",
-                             "run.threads=1", "task.train_size=2000", "run.max_minutes=0.001"],
-                            capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "s2s.core.apps.cli",
+            "train",
+            "demo",
+            f"run.dir={where / 'run'}",
+            f"data.cache_dir={where / 'cache'}",
+            "model.layers=1",
+            "model.d_model=32",
+            "model.d_ff=64",
+            "model.heads=2",
+            "optim.max_updates=10",
+            "run.log_interval=1",
+            "run.valid_interval=10",
+            "run.save_interval=10",
+            "run.valid_max_sentences=8",
+            "run.threads=1",
+            "task.train_size=2000",
+            "run.max_minutes=0.001",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PYTHONWARNINGS": "ignore"},
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     return where / "run", result.stderr
 
@@ -205,47 +264,68 @@ def test_log_lines_read_cleanly_and_the_budget_says_what_it_counts(demo_run):
     _, log = demo_run
     assert " INFO " not in log and "kind train" not in log
     assert re.search(r"^\d\d:\d\d:\d\d train update 1: loss ", log, re.M)
-    assert "run.max_minutes=0.001 counts training time across resumes: updates, validation and checkpoints" in log
+    assert (
+        "run.max_minutes=0.001 counts training time across resumes: updates, validation and checkpoints"
+        in log
+    )
     assert "not data preparation, nor the averaging, dev re-score and test decode" in log
     assert re.search(r"run.max_minutes=0.001 reached at update \d+", log)
 
 
 @pytest.mark.slow
 def test_generate_names_its_checkpoint_and_words_never_seen(demo_run, capsys, caplog):
-    from s2s.core.registry import Registry
-    from s2s.core.inference import generate_file
+    from s2s.core.inference.generate import generate_file
+    from s2s.core.setup.registry import Registry
 
     out = io.StringIO()
     sys_stdin = sys.stdin
     try:
         sys.stdin = io.TextIOWrapper(io.BytesIO(b"the dog sees a cat\nThe dog sees a cat.\n"))
         with caplog.at_level(logging.INFO, logger="s2s"):
-            number, bad = generate_file(demo_run[0], Registry.installed(), [], None, None, None, out)
+            number, bad = generate_file(
+                demo_run[0], Registry.installed(), [], None, None, None, out
+            )
     finally:
         sys.stdin = sys_stdin
     assert (number, bad) == (2, 0) and len(out.getvalue().splitlines()) == 2
     from s2s.core.inference import load_run  # the public way gives generate's lines
 
-    assert load_run(demo_run[0]).generate(["the dog sees a cat", "The dog sees a cat."]) == out.getvalue().splitlines()
+    assert (
+        load_run(demo_run[0]).generate(["the dog sees a cat", "The dog sees a cat."])
+        == out.getvalue().splitlines()
+    )
     messages = [r.getMessage() for r in caplog.records]
     assert any(m.startswith("loaded ") and "checkpoint" in m for m in messages), messages
     unseen = [m for m in messages if "never seen" in m]
-    assert len(unseen) == 1 and unseen[0].startswith("<stdin>, line 2:") and "The" in unseen[0] and "cat." in unseen[0]
+    assert (
+        len(unseen) == 1
+        and unseen[0].startswith("<stdin>, line 2:")
+        and "The" in unseen[0]
+        and "cat." in unseen[0]
+    )
 
 
 @pytest.mark.slow
 def test_a_short_runs_plots_count_seconds(demo_run, tmp_path):
-    from s2s.core.plot import plot_run, time_unit
+    from s2s.core.apps.plot import plot_run, time_unit
 
-    assert time_unit(90) == ("seconds", 1.0) and time_unit(600) == ("minutes", 60.0) and time_unit(5 * 3600)[0] == "hours"
+    assert (
+        time_unit(90) == ("seconds", 1.0)
+        and time_unit(600) == ("minutes", 60.0)
+        and time_unit(5 * 3600)[0] == "hours"
+    )
     assert {p.name for p in plot_run(demo_run[0], tmp_path)} >= {"loss.png", "lr.png"}
 
 
 def test_a_mistyped_run_directory_is_named_as_itself(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "runs").mkdir()
-    for argv in (["generate", "runs/demoo"], ["export", "runs/demoo", "--to", "safetensors", "--output", "x"],
-                 ["plot", "runs/demoo"], ["average", "runs/demoo", "--last", "2"]):
+    for argv in (
+        ["generate", "runs/demoo"],
+        ["export", "runs/demoo", "--to", "safetensors", "--output", "x"],
+        ["plot", "runs/demoo"],
+        ["average", "runs/demoo", "--last", "2"],
+    ):
         assert main(argv) == 2
         err = capsys.readouterr().err
         assert "runs/demoo: no such run directory" in err and "runs holds" not in err, err
@@ -254,21 +334,37 @@ def test_a_mistyped_run_directory_is_named_as_itself(tmp_path, capsys, monkeypat
 def test_options_before_the_command_and_help_everywhere():
     parser = build_parser()
     args = parser.parse_args(["-v", "tasks"])
-    assert args.verbose and parser.parse_args(["tasks", "-v"]).verbose and not parser.parse_args(["tasks"]).verbose
+    assert (
+        args.verbose
+        and parser.parse_args(["tasks", "-v"]).verbose
+        and not parser.parse_args(["tasks"]).verbose
+    )
     assert parser.parse_args(["-q", "--plugin", "m:C", "tasks"]).plugin == ["m:C"]
-    commands = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction").choices
+    commands = next(
+        a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction"
+    ).choices
     for name in ("tasks", "score", "average", "quickstart"):
         assert commands[name].description, name
-    helps = {a.dest: a.help for a in commands["generate"]._actions} | {a.dest: a.help for a in commands["score"]._actions}
+    helps = {a.dest: a.help for a in commands["generate"]._actions} | {
+        a.dest: a.help for a in commands["score"]._actions
+    }
     for dest in ("beam", "alpha", "max_len_a", "max_len_b", "ref", "hyp", "src", "pretty"):
         assert helps[dest], dest
 
 
 def test_a_plugin_module_in_the_current_folder(tmp_path):
     (tmp_path / "my_chars.py").write_text(
-        "from s2s.core.task import Task\n\nclass Chars(Task):\n    name = 'chars'\n", encoding="utf-8")
-    result = subprocess.run(["s2s", "tasks", "--plugin", "my_chars:Chars"], cwd=tmp_path, capture_output=True,
-                            text=True, timeout=120, env={**os.environ, "PYTHONPATH": ""})
+        "from s2s.core.task import Task\n\nclass Chars(Task):\n    name = 'chars'\n",
+        encoding="utf-8",
+    )
+    result = subprocess.run(
+        ["s2s", "tasks", "--plugin", "my_chars:Chars"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": ""},
+    )
     assert result.returncode == 0, result.stderr
     assert re.search(r"^chars\s+--plugin my_chars:Chars$", result.stdout, re.M)
 
@@ -276,15 +372,25 @@ def test_a_plugin_module_in_the_current_folder(tmp_path):
 def test_train_with_a_task_name_names_its_presets(capsys):
     assert main(["train", "translation"]) == 2
     err = capsys.readouterr().err
-    assert "'translation' is a task, not a preset" in err and "own_translation" in err and "multi30k_en_de" in err
+    assert (
+        "'translation' is a task, not a preset" in err
+        and "own_translation" in err
+        and "multi30k_en_de" in err
+    )
 
 
 def test_a_presets_split_names_are_named_when_the_files_differ(tmp_path, capsys):
     for split in ("train", "valid", "test"):
         for lang in ("en", "de"):
             (tmp_path / f"{split}.{lang}").write_text("a b\nc d\n", encoding="utf-8")
-    argv = ["prepare", "multi30k_en_de", "task.source=text", f"task.data_dir={tmp_path}",
-            f"data.cache_dir={tmp_path / 'cache'}", "task.vocab_size=300"]
+    argv = [
+        "prepare",
+        "multi30k_en_de",
+        "task.source=text",
+        f"task.data_dir={tmp_path}",
+        f"data.cache_dir={tmp_path / 'cache'}",
+        "task.vocab_size=300",
+    ]
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert "val.en does not exist" in err and "task.valid_prefix=val" in err, err
@@ -297,12 +403,19 @@ def test_the_shared_data_is_read_and_nothing_downloaded(monkeypatch, tmp_path):
         pytest.skip(f"real corpus not found: {SHARED}")
     monkeypatch.setenv("S2S_SHARED_DATA", str(SHARED))
     monkeypatch.setenv("S2S_DATA_HOME", str(tmp_path / "home"))
-    monkeypatch.setattr(treebank, "fetch_sample", lambda *a: pytest.fail("tried to download the treebank"))
-    monkeypatch.setattr(multi30k, "fetch_gzip", lambda *a, **k: pytest.fail("tried to download Multi30k"))
+    monkeypatch.setattr(
+        treebank, "fetch_sample", lambda *a: pytest.fail("tried to download the treebank")
+    )
+    monkeypatch.setattr(
+        multi30k, "fetch_gzip", lambda *a, **k: pytest.fail("tried to download Multi30k")
+    )
     assert multi30k.fetch(splits=["val"], langs=["en", "de"]) == SHARED / "multi30k"
     assert len(treebank.sample_reader(None).fileids()) > 100
     monkeypatch.setenv("S2S_SHARED_DATA", str(tmp_path / "empty"))
-    with pytest.raises(s2s.core.errors.DataError, match=r"S2S_SHARED_DATA=.*\(nothing is downloaded while it is set\)"):
+    with pytest.raises(
+        s2s.core.errors.DataError,
+        match=r"S2S_SHARED_DATA=.*\(nothing is downloaded while it is set\)",
+    ):
         multi30k.fetch(splits=["val"], langs=["en"])
     assert not (tmp_path / "home").exists()
 
@@ -319,6 +432,7 @@ def test_fetching_goes_on_past_a_corpus_that_fails(monkeypatch, tmp_path, capsys
             calls.append(name)
             Path(directory).mkdir(parents=True)  # as a download begins
             raise s2s.core.errors.DataError(f"{name} is offline")
+
         return fetch
 
     monkeypatch.setattr(multi30k, "fetch", fail("multi30k"))
@@ -326,7 +440,10 @@ def test_fetching_goes_on_past_a_corpus_that_fails(monkeypatch, tmp_path, capsys
     assert fetch_main(["multi30k", "treebank", "--dir", str(tmp_path / "data")]) == 2
     err = capsys.readouterr().err
     assert calls == ["multi30k", "treebank"]
-    assert "multi30k: error: multi30k is offline" in err and "treebank: error: treebank is offline" in err
+    assert (
+        "multi30k: error: multi30k is offline" in err
+        and "treebank: error: treebank is offline" in err
+    )
     assert "failed: multi30k, treebank (2 of 2)" in err
     assert not (tmp_path / "data").exists()  # no empty folder left behind
 
@@ -335,17 +452,35 @@ def test_split_writes_the_own_translation_files(tmp_path, capsys):
     from s2s.data_recipes.__main__ import main as recipes
 
     for lang in ("en", "de"):
-        (tmp_path / f"corpus.{lang}").write_text("".join(f"{lang} {i}\n" for i in range(50)), encoding="utf-8")
-    argv = ["split", str(tmp_path / "corpus.en"), str(tmp_path / "corpus.de"), "--dir", str(tmp_path / "d"),
-            "--valid", "5", "--test", "5"]
+        (tmp_path / f"corpus.{lang}").write_text(
+            "".join(f"{lang} {i}\n" for i in range(50)), encoding="utf-8"
+        )
+    argv = [
+        "split",
+        str(tmp_path / "corpus.en"),
+        str(tmp_path / "corpus.de"),
+        "--dir",
+        str(tmp_path / "d"),
+        "--valid",
+        "5",
+        "--test",
+        "5",
+    ]
     assert recipes(argv) == 0
-    got = {p.name: (tmp_path / "d" / p.name).read_text(encoding="utf-8").splitlines() for p in (tmp_path / "d").iterdir()}
-    assert sorted(got) == sorted(f"{s}.{lang}" for s in ("train", "valid", "test") for lang in ("en", "de"))
+    got = {
+        p.name: (tmp_path / "d" / p.name).read_text(encoding="utf-8").splitlines()
+        for p in (tmp_path / "d").iterdir()
+    }
+    assert sorted(got) == sorted(
+        f"{s}.{lang}" for s in ("train", "valid", "test") for lang in ("en", "de")
+    )
     assert [len(got[f"{s}.en"]) for s in ("train", "valid", "test")] == [40, 5, 5]
     for s in ("train", "valid", "test"):  # aligned, in corpus order
         assert [x.split()[1] for x in got[f"{s}.en"]] == [x.split()[1] for x in got[f"{s}.de"]]
         assert got[f"{s}.en"] == sorted(got[f"{s}.en"], key=lambda x: int(x.split()[1]))
-    assert recipes(argv) == 2 and "exists already" in capsys.readouterr().err  # nothing written over
+    assert (
+        recipes(argv) == 2 and "exists already" in capsys.readouterr().err
+    )  # nothing written over
 
 
 def test_the_plugin_example_yaml_has_a_small_model():
@@ -359,8 +494,10 @@ def test_the_plugin_example_yaml_has_a_small_model():
 
 
 def test_own_presets_name_their_files_in_their_header():
-    for name, files in (("own_translation", "train.SRC train.TGT  valid.SRC valid.TGT  test.SRC test.TGT"),
-                        ("own_parsing", "train.trees  valid.trees  test.trees")):
+    for name, files in (
+        ("own_translation", "train.SRC train.TGT  valid.SRC valid.TGT  test.SRC test.TGT"),
+        ("own_parsing", "train.trees  valid.trees  test.trees"),
+    ):
         text = (ROOT / "tasks" / f"{name}.yaml").read_text(encoding="utf-8")
-        header = text[:text.index("\ntask:")]
+        header = text[: text.index("\ntask:")]
         assert files in header and f"s2s train {name} task.data_dir=DIR" in header

@@ -2,11 +2,12 @@
 overwrite what they did not write, nor their own inputs; a plugin's prints, bad scores and bad
 names fail or go aside without spoiling anything.
 
-Every case goes through the real command line (`s2s.core.cli.main` in-process, or
-`python -m s2s.core.cli` where stdout itself is under test) and asserts the exit code, one
+Every case goes through the real command line (`s2s.core.apps.cli.main` in-process, or
+`python -m s2s.core.apps.cli` where stdout itself is under test) and asserts the exit code, one
 message line naming the file, key or plugin at fault, no traceback, and that every file under
 the paths involved hashes the same before and after. One tiny demo run is trained per module.
 """
+
 from __future__ import annotations
 
 import json
@@ -17,23 +18,47 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from s2s.core import checkpoint
-from s2s.core.cli import main
-
 from cli_checks import fails, s2s, snapshot
+from s2s.core.apps.cli import main
+from s2s.core.training import checkpoint
 
-TINY = ["model.layers=1", "model.d_model=32", "model.d_ff=64", "model.heads=2", "run.quiet=true",
-        "run.threads=1", "run.log_interval=1"]
-DEMO = ["task.train_size=200", "task.valid_size=10", "task.test_size=10", "optim.max_updates=2",
-        "run.valid_interval=2", "run.save_interval=1"]
+TINY = [
+    "model.layers=1",
+    "model.d_model=32",
+    "model.d_ff=64",
+    "model.heads=2",
+    "run.quiet=true",
+    "run.threads=1",
+    "run.log_interval=1",
+]
+DEMO = [
+    "task.train_size=200",
+    "task.valid_size=10",
+    "task.test_size=10",
+    "optim.max_updates=2",
+    "run.valid_interval=2",
+    "run.save_interval=1",
+]
 SOURCES = "the cat sees a dog\na big man holds the ball\nevery bird likes the tree\n"
 
 
 def train(root: Path, name: str, *extra: str) -> Path:
     run = root / name
-    assert main(["train", "demo", "-q", *TINY, *DEMO, f"run.dir={run}", f"data.cache_dir={root / 'cache'}",
-                 *extra]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "demo",
+                "-q",
+                *TINY,
+                *DEMO,
+                f"run.dir={run}",
+                f"data.cache_dir={root / 'cache'}",
+                *extra,
+            ]
+        )
+        == 0
+    )
     return run
 
 
@@ -45,12 +70,6 @@ def world(tmp_path_factory):
     src = root / "src.txt"
     src.write_text(SOURCES, encoding="utf-8")
     return {"root": root, "run": run, "src": src}
-
-
-
-
-
-
 
 
 def run_copy(world, name: str) -> Path:
@@ -67,12 +86,22 @@ def export(capsys, run, out, *extra):
 
 def test_export_force_refuses_the_run_directory(world, capsys):
     before = snapshot(world["root"])
-    fails(export(capsys, world["run"], world["run"], "--force"), before, world["run"], "is the run directory")
+    fails(
+        export(capsys, world["run"], world["run"], "--force"),
+        before,
+        world["run"],
+        "is the run directory",
+    )
 
 
 def test_export_force_refuses_a_folder_that_holds_the_run(world, capsys):
     before = snapshot(world["root"])
-    fails(export(capsys, world["run"], world["root"], "--force"), before, world["root"], "contains the run directory")
+    fails(
+        export(capsys, world["run"], world["root"], "--force"),
+        before,
+        world["root"],
+        "contains the run directory",
+    )
 
 
 def test_export_force_refuses_a_folder_with_other_files(world, capsys):
@@ -100,9 +129,15 @@ def test_export_force_replaces_a_previous_export(world, capsys):
     before = snapshot(world["run"])
     assert export(capsys, world["run"], folder)[0] == 2  # not without --force
     assert export(capsys, world["run"], folder, "--force")[0] == 0
-    assert sorted(p.name for p in folder.iterdir()) == ["config.json", "model.safetensors", "s2s_export.json",
-                                                        "vocab.json"]
-    assert not [p for p in world["root"].iterdir() if ".tmp" in p.name]  # the temporary folder is gone
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "config.json",
+        "model.safetensors",
+        "s2s_export.json",
+        "vocab.json",
+    ]
+    assert not [
+        p for p in world["root"].iterdir() if ".tmp" in p.name
+    ]  # the temporary folder is gone
     assert snapshot(world["run"]) == before
 
 
@@ -116,26 +151,43 @@ def test_average_output_is_one_of_the_inputs(world, capsys):
 def test_average_last_output_is_one_of_the_inputs(world, capsys):
     last = checkpoint.listed(world["run"])[-1]
     before = snapshot(world["root"])
-    fails(s2s(capsys, "average", world["run"], "--last", "2", "--output", last), before, last, "is the input")
+    fails(
+        s2s(capsys, "average", world["run"], "--last", "2", "--output", last),
+        before,
+        last,
+        "is the input",
+    )
 
 
 def test_average_output_named_like_a_rolling_checkpoint(world, capsys):
     out = world["run"] / "checkpoints" / "checkpoint_00000099.pt"
     before = snapshot(world["root"])
-    fails(s2s(capsys, "average", world["run"], "--last", "2", "--output", out), before, out, "rolling checkpoint")
+    fails(
+        s2s(capsys, "average", world["run"], "--last", "2", "--output", out),
+        before,
+        out,
+        "rolling checkpoint",
+    )
 
 
 def test_average_output_is_the_best_checkpoint(world, capsys):
     out = world["run"] / checkpoint.BEST
     before = snapshot(world["root"])
-    fails(s2s(capsys, "average", world["run"], "--last", "2", "--output", out), before, out, "best validated model")
+    fails(
+        s2s(capsys, "average", world["run"], "--last", "2", "--output", out),
+        before,
+        out,
+        "best validated model",
+    )
 
 
 @pytest.fixture(scope="module")
 def other_models(world):
     """A run with another model shape (d_ff) and a run with another vocabulary (task.seed)."""
-    return {"shape": train(world["root"], "run_dff", "model.d_ff=32"),
-            "vocab": train(world["root"], "run_seed", "task.seed=7", "task.train_size=60")}
+    return {
+        "shape": train(world["root"], "run_dff", "model.d_ff=32"),
+        "vocab": train(world["root"], "run_seed", "task.seed=7", "task.train_size=60"),
+    }
 
 
 def test_average_of_models_with_different_shapes(world, other_models, capsys):
@@ -150,7 +202,14 @@ def test_average_of_models_with_different_vocabularies(world, other_models, caps
     # the same shapes (as many words: the grammar's lexicon), other words in the rows
     out = world["root"] / "avg_vocab.pt"
     before = snapshot(world["root"])
-    fails(s2s(capsys, "average", a, b, "--output", out), before, a, b, "different vocabularies", "vocab.json")
+    fails(
+        s2s(capsys, "average", a, b, "--output", out),
+        before,
+        a,
+        b,
+        "different vocabularies",
+        "vocab.json",
+    )
 
 
 def test_average_of_one_runs_checkpoints_still_works(world, capsys):
@@ -164,7 +223,12 @@ def test_generate_output_is_the_input(world, capsys):
     src = world["root"] / "in_out.txt"
     src.write_text(SOURCES)
     before = snapshot(world["root"])
-    fails(s2s(capsys, "generate", world["run"], "--input", src, "--output", src, "-q"), before, src, "is the input")
+    fails(
+        s2s(capsys, "generate", world["run"], "--input", src, "--output", src, "-q"),
+        before,
+        src,
+        "is the input",
+    )
 
 
 def test_run_directory_means_the_checkpoint_result_json_names(world, capsys):
@@ -176,7 +240,21 @@ def test_run_directory_means_the_checkpoint_result_json_names(world, capsys):
     outputs = {}
     for which in (run, run / named, run / checkpoint.AVERAGE):
         out = world["root"] / f"gen_{len(outputs)}.txt"
-        assert s2s(capsys, "generate", which, "--input", world["src"], "--output", out, "-q", "--beam", "1")[0] == 0
+        assert (
+            s2s(
+                capsys,
+                "generate",
+                which,
+                "--input",
+                world["src"],
+                "--output",
+                out,
+                "-q",
+                "--beam",
+                "1",
+            )[0]
+            == 0
+        )
         outputs[which] = out.read_text()
     assert outputs[run] == outputs[run / named]
     for command in ("generate", "export"):
@@ -187,7 +265,7 @@ def test_run_directory_means_the_checkpoint_result_json_names(world, capsys):
 
 
 # -- 4. what a plugin prints goes to stderr, never among generate's output lines -------------
-LOUD = '''
+LOUD = """
 from s2s.plugins.demo import DemoTask
 
 print("NOISE when the plugin is imported")
@@ -203,7 +281,7 @@ class LoudTask(DemoTask):
     def postprocess(self, hypothesis, source):
         print("NOISE from postprocess")
         return hypothesis
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -217,16 +295,38 @@ def loud_run(world):
 def test_plugin_prints_go_to_stderr_not_into_the_output(world, loud_run):
     run, plugin = loud_run
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
-    result = subprocess.run([sys.executable, "-m", "s2s.core.cli", "generate", str(run), "--plugin", str(plugin),
-                             "--input", str(world["src"]), "-q"], capture_output=True, text=True, timeout=300, env=env)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "s2s.core.apps.cli",
+            "generate",
+            str(run),
+            "--plugin",
+            str(plugin),
+            "--input",
+            str(world["src"]),
+            "-q",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
     assert result.returncode == 0, result.stderr
     lines = result.stdout.split("\n")
-    assert len(lines) == 4 and lines[-1] == "" and not any("NOISE" in line for line in lines), result.stdout
-    for noise in ("NOISE when the plugin is imported", "NOISE from encode_source", "NOISE from postprocess"):
+    assert len(lines) == 4 and lines[-1] == "" and not any("NOISE" in line for line in lines), (
+        result.stdout
+    )
+    for noise in (
+        "NOISE when the plugin is imported",
+        "NOISE from encode_source",
+        "NOISE from postprocess",
+    ):
         assert noise in result.stderr, result.stderr
 
 
-POSTPROCESS_NONE = '''
+POSTPROCESS_NONE = """
 from s2s.plugins.demo import DemoTask
 
 
@@ -235,7 +335,7 @@ class SilentLoudTask(DemoTask):
 
     def postprocess(self, hypothesis, source):
         return None
-'''
+"""
 
 
 def test_plugin_postprocess_that_returns_no_line(world, loud_run, capsys):
@@ -244,12 +344,30 @@ def test_plugin_postprocess_that_returns_no_line(world, loud_run, capsys):
     plugin.write_text(POSTPROCESS_NONE)
     out = world["root"] / "none_out.txt"
     before = snapshot(world["root"])
-    fails(s2s(capsys, "generate", run, "--plugin", plugin, "--input", world["src"], "--output", out, "-q"), before,
-          "'loud'", "SilentLoudTask", plugin, "postprocess", "NoneType")
+    fails(
+        s2s(
+            capsys,
+            "generate",
+            run,
+            "--plugin",
+            plugin,
+            "--input",
+            world["src"],
+            "--output",
+            out,
+            "-q",
+        ),
+        before,
+        "'loud'",
+        "SilentLoudTask",
+        plugin,
+        "postprocess",
+        "NoneType",
+    )
 
 
 # -- 5. a plugin's score is checked where the engine receives it -----------------------------
-BAD_SCORES = '''
+BAD_SCORES = """
 from s2s.core.task import Score
 from s2s.plugins.demo import DemoTask
 
@@ -273,9 +391,12 @@ class TextScore(DemoTask):
 
     def score(self, hypotheses, references, sources=None):
         return Score("bleu", "high")
-'''
-SCORE_CASES = [("not_a_score", "NotAScore", "not a s2s.core.task.Score"), ("nan_score", "NanScore", "not finite"),
-               ("text_score", "TextScore", "not a number")]
+"""
+SCORE_CASES = [
+    ("not_a_score", "NotAScore", "not a s2s.core.task.Score"),
+    ("nan_score", "NanScore", "not finite"),
+    ("text_score", "TextScore", "not a number"),
+]
 
 
 @pytest.mark.parametrize("task,cls,why", SCORE_CASES, ids=[c[0] for c in SCORE_CASES])
@@ -285,15 +406,20 @@ def test_plugin_score_that_is_no_score(world, capsys, task, cls, why):
     ref = world["root"] / "ref.txt"
     ref.write_text(SOURCES)
     before = snapshot(world["root"])
-    fails(s2s(capsys, "score", task, "--plugin", plugin, "--ref", ref, "--hyp", ref), before,
-          repr(task), cls, plugin, "score", why)
+    fails(
+        s2s(capsys, "score", task, "--plugin", plugin, "--ref", ref, "--hyp", ref),
+        before,
+        repr(task),
+        cls,
+        plugin,
+        "score",
+        why,
+    )
 
 
 def test_checked_score_passes_a_good_score_as_a_float():
     import numpy as np
-
-    from s2s.core.inference import checked_score
-    from s2s.core.task import Score
+    from s2s.core.task import Score, checked_score
     from s2s.plugins.demo import DemoTask
 
     score = checked_score(DemoTask.__new__(DemoTask), Score("bleu", np.float32(3.5), {"n": 1}))
@@ -304,7 +430,9 @@ def test_checked_score_passes_a_good_score_as_a_float():
 @pytest.mark.parametrize("name", ["../x", "my task", "9lives"])
 def test_task_name_is_not_an_identifier(world, capsys, name):
     plugin = world["root"] / "badly_named.py"
-    plugin.write_text(f"from s2s.plugins.demo import DemoTask\n\n\nclass BadlyNamed(DemoTask):\n    name = {name!r}\n")
+    plugin.write_text(
+        f"from s2s.plugins.demo import DemoTask\n\n\nclass BadlyNamed(DemoTask):\n    name = {name!r}\n"
+    )
     before = snapshot(world["root"])
     fails(s2s(capsys, "tasks", "--plugin", plugin), before, plugin, "BadlyNamed", repr(name))
 
@@ -328,9 +456,18 @@ def pids():
 def leave_temporaries(folder: Path, gone: int, alive: int) -> tuple[list[Path], list[Path]]:
     """Stale temporaries (removed) and others (kept) in `folder`."""
     folder.mkdir(exist_ok=True)
-    stale = [folder / f".out.txt.tmp{gone}", folder / f".export.tmp{gone}", folder / f".write_probe{gone}"]
-    kept = [folder / f".out.txt.tmp{alive}", folder / f".export.tmp{alive}", folder / f".write_probe{alive}",
-            folder / ".notes.tmpfile", folder / "keep.tmp1"]
+    stale = [
+        folder / f".out.txt.tmp{gone}",
+        folder / f".export.tmp{gone}",
+        folder / f".write_probe{gone}",
+    ]
+    kept = [
+        folder / f".out.txt.tmp{alive}",
+        folder / f".export.tmp{alive}",
+        folder / f".write_probe{alive}",
+        folder / ".notes.tmpfile",
+        folder / "keep.tmp1",
+    ]
     for p in stale + kept:
         if "export" in p.name:
             p.mkdir()
@@ -345,9 +482,18 @@ def test_stale_temporaries_are_removed_live_ones_kept(world, capsys, pids, comma
     folder = world["root"] / f"temps_{command}"
     stale, kept = leave_temporaries(folder, *pids)
     before = snapshot(world["run"], *kept)
-    argv = {"export": ["export", world["run"], "--to", "safetensors", "--output", folder / "exported"],
-            "average": ["average", world["run"], "--last", "2", "--output", folder / "avg.pt"],
-            "generate": ["generate", world["run"], "--input", world["src"], "--output", folder / "out.txt"]}[command]
+    argv = {
+        "export": ["export", world["run"], "--to", "safetensors", "--output", folder / "exported"],
+        "average": ["average", world["run"], "--last", "2", "--output", folder / "avg.pt"],
+        "generate": [
+            "generate",
+            world["run"],
+            "--input",
+            world["src"],
+            "--output",
+            folder / "out.txt",
+        ],
+    }[command]
     code, _, err = s2s(capsys, *argv, "-q")
     assert code == 0, err
     assert not [p for p in stale if p.exists()]
@@ -363,11 +509,27 @@ def test_remove_stale_temporaries_alone(tmp_path, pids):
 
 
 # -- 8. the beam is bounded by the target vocabulary ------------------------------------------
-@pytest.mark.parametrize("option,needle", [(["--beam", "100000"], "--beam=100000"),
-                                           (["decode.beam=100000"], "decode.beam=100000")])
+@pytest.mark.parametrize(
+    "option,needle",
+    [(["--beam", "100000"], "--beam=100000"), (["decode.beam=100000"], "decode.beam=100000")],
+)
 def test_beam_larger_than_the_vocabulary(world, capsys, option, needle):
     out = world["root"] / "beam_out.txt"
     before = snapshot(world["root"])
-    message = fails(s2s(capsys, "generate", world["run"], "--input", world["src"], "--output", out, "-q", *option),
-                    before, needle, "target vocabulary")
+    message = fails(
+        s2s(
+            capsys,
+            "generate",
+            world["run"],
+            "--input",
+            world["src"],
+            "--output",
+            out,
+            "-q",
+            *option,
+        ),
+        before,
+        needle,
+        "target vocabulary",
+    )
     assert "tokens" in message

@@ -1,20 +1,20 @@
 """Section 5: the warm-up schedule at known steps, and label smoothing on a hand-computed case."""
+
 import math
 import threading
 
 import pytest
 import torch
-
-from s2s.core.settings import ModelConfig
-from s2s.core.model import Transformer
-from s2s.core.loss import label_smoothed_loss
-from s2s.core.optim import lrate
+from s2s.core.nn.loss import label_smoothed_loss
+from s2s.core.nn.model import Transformer
+from s2s.core.nn.optim import lrate
+from s2s.core.setup.settings import ModelConfig
 
 
 def test_schedule_known_values():
     d, w = 512, 4000
-    assert lrate(1, d, w) == pytest.approx(512 ** -0.5 * 4000 ** -1.5)
-    assert lrate(4000, d, w) == pytest.approx(512 ** -0.5 * 4000 ** -0.5)  # the peak, ~7.0e-4
+    assert lrate(1, d, w) == pytest.approx(512**-0.5 * 4000**-1.5)
+    assert lrate(4000, d, w) == pytest.approx(512**-0.5 * 4000**-0.5)  # the peak, ~7.0e-4
     assert lrate(4000, d, w) == pytest.approx(6.9877e-4, rel=1e-4)
     assert lrate(16000, d, w) == pytest.approx(lrate(4000, d, w) / 2)  # inverse square root decay
     assert lrate(2000, d, w) == pytest.approx(lrate(4000, d, w) / 2)  # linear warm-up
@@ -62,7 +62,10 @@ def test_the_chunked_loss_and_its_gradients_match_autograd_on_log_softmax():
     (0.5 * ref_loss).backward()
     assert loss.item() == pytest.approx(ref_loss.item(), rel=1e-5)
     assert nll.item() == pytest.approx(ref_nll.item(), rel=1e-5)
-    for got, ref in ((hidden.grad, h.grad), (weight.grad, w.grad)):  # fp32 rounding of 3,000-term sums
+    for got, ref in (
+        (hidden.grad, h.grad),
+        (weight.grad, w.grad),
+    ):  # fp32 rounding of 3,000-term sums
         assert torch.allclose(got, ref, rtol=1e-4, atol=1e-5 * ref.abs().max().item())
     assert hidden.grad[0, -50:].abs().max() == 0
 
@@ -72,22 +75,34 @@ def test_the_models_loss_matches_the_loss_of_its_logits(tied):
     """Transformer(src, tgt_in, tgt_out, eps) (the projection inside the loss) against the
     reference loss of Transformer(src, tgt_in) (the logits), values and every gradient; a tied
     output weight gets both its embedding and its projection gradient."""
-    cfg = ModelConfig(layers=1, d_model=16, d_ff=32, heads=2, dropout=0.0, max_positions=32, tie_output=tied)
+    cfg = ModelConfig(
+        layers=1, d_model=16, d_ff=32, heads=2, dropout=0.0, max_positions=32, tie_output=tied
+    )
     torch.manual_seed(0)
     model = Transformer(cfg, 30, 30, shared_vocab=False)
     assert (model.out.weight is model.tgt_embed.weight) == tied
-    src, tgt_in, tgt_out = torch.randint(4, 30, (5, 6)), torch.randint(4, 30, (5, 7)), torch.randint(4, 30, (5, 7))
+    src, tgt_in, tgt_out = (
+        torch.randint(4, 30, (5, 6)),
+        torch.randint(4, 30, (5, 7)),
+        torch.randint(4, 30, (5, 7)),
+    )
     tgt_out[1, -3:] = 0
 
     def run(fused):
         model.zero_grad()
-        loss, nll = model(src, tgt_in, tgt_out, 0.1) if fused else _reference_loss(model(src, tgt_in), tgt_out, 0.1)
+        loss, nll = (
+            model(src, tgt_in, tgt_out, 0.1)
+            if fused
+            else _reference_loss(model(src, tgt_in), tgt_out, 0.1)
+        )
         loss.backward()
         return loss.item(), nll.item(), {n: p.grad.clone() for n, p in model.named_parameters()}
 
     (loss, nll, grads), (ref_loss, ref_nll, ref_grads) = run(True), run(False)
     assert loss == pytest.approx(ref_loss, rel=1e-5) and nll == pytest.approx(ref_nll, rel=1e-5)
-    scale = max(g.abs().max().item() for g in ref_grads.values())  # some are 0 up to rounding (key biases)
+    scale = max(
+        g.abs().max().item() for g in ref_grads.values()
+    )  # some are 0 up to rounding (key biases)
     for n in ref_grads:
         assert torch.allclose(grads[n], ref_grads[n], rtol=1e-4, atol=1e-6 * scale), n
 
@@ -107,18 +122,22 @@ def test_bf16_inputs_give_an_fp32_loss_and_bf16_gradients():
 
 
 def test_the_kept_chunk_buffers_serve_calls_of_any_size_and_thread():
-    """The chunk's buffers outlive a call on CPU (s2s.core.loss.workspace): a call after a
+    """The chunk's buffers outlive a call on CPU (s2s.core.nn.loss.workspace): a call after a
     larger one, a larger after a smaller, bf16 after fp32, and calls from two threads at once
     each give the loss of their own logits."""
     torch.manual_seed(0)
-    cases = [(torch.randn(n, 16), torch.randn(v, 16), torch.randint(1, v, (n,)))
-             for n, v in ((1500, 900), (40, 50), (2200, 1300), (30, 7))]
+    cases = [
+        (torch.randn(n, 16), torch.randn(v, 16), torch.randint(1, v, (n,)))
+        for n, v in ((1500, 900), (40, 50), (2200, 1300), (30, 7))
+    ]
     want = [_reference_loss(h @ w.t(), t, 0.1)[0].item() for h, w, t in cases]
     for (h, w, t), ref in zip(cases, want):
         assert label_smoothed_loss(h, w, t, 0.1)[0].item() == pytest.approx(ref, rel=1e-5)
     h, w, t = cases[0]
     got = label_smoothed_loss(h.bfloat16(), w.bfloat16(), t, 0.1)[0].item()
-    assert got == pytest.approx(_reference_loss(h.bfloat16() @ w.bfloat16().t(), t, 0.1)[0].item(), rel=1e-3)
+    assert got == pytest.approx(
+        _reference_loss(h.bfloat16() @ w.bfloat16().t(), t, 0.1)[0].item(), rel=1e-3
+    )
     results = [None] * len(cases)
 
     def work(k):

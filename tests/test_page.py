@@ -1,5 +1,5 @@
 """The page of `s2s serve` in a real headless browser (Debian's chromium, driven by selenium), and
-the tree drawing it shows (`s2s.core.treesvg`).
+the tree drawing it shows (`s2s.core.apps.treesvg`).
 
 The browser test loads the page from a real server, types sentences, runs them, and checks what
 the page shows: the outputs of POST /generate, a drawn tree (an <svg class="tree"> in the DOM)
@@ -10,6 +10,7 @@ Screenshots: S2S_SCREENSHOTS=DIR writes DIR/serve_translation.png and DIR/serve_
 docs' are taken so, from trained runs: S2S_PAGE_TRANSLATION_RUN=RUN_DIR and
 S2S_PAGE_PARSING_RUN=RUN_DIR serve those instead of the tiny runs the test trains).
 """
+
 from __future__ import annotations
 
 import os
@@ -19,15 +20,22 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import NLTK_DATA, needs
-from s2s.core import treesvg
-from s2s.core.serve import MAX_CHARS
+from s2s.core.apps import treesvg
+from s2s.core.apps.serve import MAX_CHARS
 from test_serve import demo, parser, post, server
 
 CHROMIUM, DRIVER = shutil.which("chromium"), shutil.which("chromedriver")
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 WIDTH = 1200
 
 
@@ -38,11 +46,24 @@ def test_penn_treebank_and_demo_brackets_read_as_trees():
     demo = treesvg.parse("(S (NP the dog )NP (VP barks )VP )S")
     assert demo.label == "S" and [c.label for c in demo.children] == ["NP", "VP"]
     assert demo.children[0].children == ["the", "dog"]
-    assert treesvg.parse("( (S (NP (NN x))))").label == "S"  # the treebank's unlabelled outer bracket
+    assert (
+        treesvg.parse("( (S (NP (NN x))))").label == "S"
+    )  # the treebank's unlabelled outer bracket
 
 
-@pytest.mark.parametrize("line", ["the dog barks", "", "(S (NP the dog )VP )S", "(S (NP x)", "(S x))",
-                                  "(A x) (B y)", "(A x) tail", "dog (NN dog)"])
+@pytest.mark.parametrize(
+    "line",
+    [
+        "the dog barks",
+        "",
+        "(S (NP the dog )VP )S",
+        "(S (NP x)",
+        "(S x))",
+        "(A x) (B y)",
+        "(A x) tail",
+        "dog (NN dog)",
+    ],
+)
 def test_what_is_not_one_tree_is_not_drawn(line):
     assert treesvg.parse(line) is None
 
@@ -50,12 +71,16 @@ def test_what_is_not_one_tree_is_not_drawn(line):
 def test_the_drawing_has_every_label_and_word_in_order_and_escapes_text():
     tree = treesvg.parse("(S (NP (NNP AT&T) (NNS <shares>)) (VP (VBD rose)) (. .))")
     svg = treesvg.svg(tree)
-    assert svg.startswith('<svg xmlns="http://www.w3.org/2000/svg" class="tree"') and svg.endswith("</svg>")
+    assert svg.startswith('<svg xmlns="http://www.w3.org/2000/svg" class="tree"') and svg.endswith(
+        "</svg>"
+    )
     words = [part.split(">", 1)[1].split("<", 1)[0] for part in svg.split('class="word"')[1:]]
     assert words == ["AT&amp;T", "&lt;shares&gt;", "rose", "."]
     labels = [part.split(">", 1)[1].split("<", 1)[0] for part in svg.split('class="label"')[1:]]
     assert labels == ["S", "NP", "NNP", "NNS", "VP", "VBD", "."]
-    assert svg.count("<line") == len(labels) - 1 + len(words)  # an edge to every phrase but the root, and every word
+    assert svg.count("<line") == len(labels) - 1 + len(
+        words
+    )  # an edge to every phrase but the root, and every word
     xs = [float(part.split('x="', 1)[1].split('"', 1)[0]) for part in svg.split('class="word"')[1:]]
     assert xs == sorted(xs)
 
@@ -64,13 +89,19 @@ def test_the_drawing_has_every_label_and_word_in_order_and_escapes_text():
 def browser():
     """A headless chromium with a fresh profile, driven by selenium; skips where there is none."""
     if not (CHROMIUM and DRIVER):
-        pytest.skip("no chromium / chromedriver installed (apt-get install -y chromium chromium-driver)")
+        pytest.skip(
+            "no chromium / chromedriver installed (apt-get install -y chromium chromium-driver)"
+        )
     webdriver = pytest.importorskip("selenium.webdriver")
     from selenium.webdriver.chrome.service import Service
 
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
-    for flag in [*FLAGS, f"--user-data-dir={tempfile.mkdtemp(prefix='s2s-chromium-')}", f"--window-size={WIDTH},900"]:
+    for flag in [
+        *FLAGS,
+        f"--user-data-dir={tempfile.mkdtemp(prefix='s2s-chromium-')}",
+        f"--window-size={WIDTH},900",
+    ]:
         options.add_argument(flag)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     return webdriver.Chrome(service=Service(DRIVER), options=options)
@@ -88,9 +119,15 @@ def run_page(driver, url: str, lines: list[str], load: bool = True) -> None:
     driver.find_element(By.ID, "text").clear()
     driver.find_element(By.ID, "text").send_keys("\n".join(lines))
     driver.find_element(By.ID, "run-button").click()
-    WebDriverWait(driver, 60).until(lambda d: d.find_elements(By.CSS_SELECTOR, "#heatmap svg rect")
-                                    or not d.find_element(By.ID, "error").get_attribute("hidden"))
-    assert driver.find_element(By.ID, "error").get_attribute("hidden"), driver.find_element(By.ID, "error").text
+    WebDriverWait(driver, 60).until(
+        lambda d: (
+            d.find_elements(By.CSS_SELECTOR, "#heatmap svg rect")
+            or not d.find_element(By.ID, "error").get_attribute("hidden")
+        )
+    )
+    assert driver.find_element(By.ID, "error").get_attribute("hidden"), driver.find_element(
+        By.ID, "error"
+    ).text
 
 
 def screenshot(driver, name: str) -> None:
@@ -121,8 +158,11 @@ def test_the_page_translates_what_is_typed_and_draws_its_attention(tmp_path_fact
 
     driver = browser()
     run = served("S2S_PAGE_TRANSLATION_RUN", demo, tmp_path_factory, "demo")
-    lines = ["A man in a blue shirt is riding a bike down the street.", "Two dogs play in the snow."] \
-        if os.environ.get("S2S_PAGE_TRANSLATION_RUN") else ["the dog sees a cat", "a big cat sees the dog"]
+    lines = (
+        ["A man in a blue shirt is riding a bike down the street.", "Two dogs play in the snow."]
+        if os.environ.get("S2S_PAGE_TRANSLATION_RUN")
+        else ["the dog sees a cat", "a big cat sees the dog"]
+    )
     try:
         with server(run, "-q") as url:
             expected = post(url + "/generate", {"text": lines})[1]
@@ -141,10 +181,14 @@ def test_the_page_translates_what_is_typed_and_draws_its_attention(tmp_path_fact
             driver.find_element(By.ID, "text").clear()
             driver.find_element(By.ID, "text").send_keys("x" * (MAX_CHARS + 1))
             driver.find_element(By.ID, "run-button").click()
-            WebDriverWait(driver, 30).until(lambda d: not d.find_element(By.ID, "error").get_attribute("hidden"))
+            WebDriverWait(driver, 30).until(
+                lambda d: not d.find_element(By.ID, "error").get_attribute("hidden")
+            )
             assert f"at most {MAX_CHARS}" in driver.find_element(By.ID, "error").text
             run_page(driver, url, lines[:1], load=False)
-            assert [e.text for e in driver.find_elements(By.CSS_SELECTOR, ".result .output")] == expected["hypotheses"][:1]
+            assert [
+                e.text for e in driver.find_elements(By.CSS_SELECTOR, ".result .output")
+            ] == expected["hypotheses"][:1]
     finally:
         driver.quit()
 
@@ -161,12 +205,19 @@ def test_the_page_draws_the_tree_of_a_parse(tmp_path_factory):
         with server(run, "-q") as url:
             expected = post(url + "/generate", {"text": lines})[1]
             run_page(driver, url, lines)
-            assert driver.find_element(By.CSS_SELECTOR, ".result .output").text == expected["hypotheses"][0]
+            assert (
+                driver.find_element(By.CSS_SELECTOR, ".result .output").text
+                == expected["hypotheses"][0]
+            )
             trees = driver.find_elements(By.CSS_SELECTOR, ".result svg.tree")
             assert len(trees) == 1 and trees[0].size["width"] > 100
             words = [w.text for w in trees[0].find_elements(By.CSS_SELECTOR, "text.word")]
-            assert words == expected["sources"][0].split()  # the Penn Treebank tokens, in order, drawn
-            assert trees[0].find_elements(By.CSS_SELECTOR, "text.label") and trees[0].find_elements(By.TAG_NAME, "line")
+            assert (
+                words == expected["sources"][0].split()
+            )  # the Penn Treebank tokens, in order, drawn
+            assert trees[0].find_elements(By.CSS_SELECTOR, "text.label") and trees[0].find_elements(
+                By.TAG_NAME, "line"
+            )
             no_script_errors(driver)
             screenshot(driver, "serve_parse.png")
     finally:

@@ -1,19 +1,19 @@
 """Tree-constrained search for parsing: the constraint admits every treebank tree, and search
 under it always writes a tree over exactly the source words."""
+
 from __future__ import annotations
 
 import pytest
 import torch
+from conftest import NLTK_DATA, needs
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from omegaconf import OmegaConf
-
-from s2s.core.settings import ModelConfig
-from s2s.core.decoding import generate
-from s2s.core.inference import source_batch
-from s2s.core.model import Transformer
+from s2s.core.decode.batched import source_batch
+from s2s.core.decode.search import search
+from s2s.core.nn.model import Transformer
+from s2s.core.setup.settings import ModelConfig
 from s2s.core.vocab import EOS
-from conftest import NLTK_DATA, needs
 from s2s.plugins.parsing import ParsingTask
 from s2s.plugins.parsing.evalb import evalb, read_tree
 from s2s.plugins.parsing.linearise import SCHEMES, linearise, punctuation_tags
@@ -23,7 +23,9 @@ needs_sample = needs(SAMPLE)
 
 
 def task_for(scheme, pairs, **cfg):
-    task = ParsingTask(OmegaConf.structured(ParsingTask.Config(scheme=scheme, constrained=True, **cfg)))
+    task = ParsingTask(
+        OmegaConf.structured(ParsingTask.Config(scheme=scheme, constrained=True, **cfg))
+    )
     task.build_vocab(pairs)
     return task
 
@@ -36,7 +38,7 @@ def admitted(task, sources, targets, slack=0):
     length = torch.tensor([len(x) for x in ids]) + slack
     tokens = torch.full((n, int(length.max()) + 1), EOS)
     for i, x in enumerate(ids):
-        tokens[i, :len(x)] = torch.tensor(x)
+        tokens[i, : len(x)] = torch.tensor(x)
     c = task.constraint(sources)
     state, ok = c.initial("cpu"), torch.ones(n, dtype=torch.bool)
     for t in range(tokens.size(1)):
@@ -64,15 +66,19 @@ def test_the_constraint_admits_every_sample_tree_at_its_own_length(sample, schem
     task = task_for(scheme, zip(sources, targets), tgt_vocab_size=400)
     order = sorted(range(len(sample)), key=lambda i: len(targets[i]))
     for k in range(0, len(order), 1000):  # batches of similar length
-        part = order[k:k + 1000]
+        part = order[k : k + 1000]
         ok = admitted(task, [sources[i] for i in part], [targets[i] for i in part])
         assert ok.all(), [targets[part[i]] for i in (~ok).nonzero().squeeze(1)[:3]]
 
 
-PAIRS = [("The dog barks .", "(S (NP DT NN )NP (VP VBZ )VP . )S"),
-         ("A cat , a dog and `` birds '' sleep", "(S (NP (NP DT NN )NP , (NP DT NN )NP CC `` NNS '' )NP "
-                                                 "(VP VBP )VP )S"),
-         ("Stocks fell -- sharply", "(S (NP NNS )NP (VP VBD : (ADVP RB )ADVP )VP )S")]
+PAIRS = [
+    ("The dog barks .", "(S (NP DT NN )NP (VP VBZ )VP . )S"),
+    (
+        "A cat , a dog and `` birds '' sleep",
+        "(S (NP (NP DT NN )NP , (NP DT NN )NP CC `` NNS '' )NP (VP VBP )VP )S",
+    ),
+    ("Stocks fell -- sharply", "(S (NP NNS )NP (VP VBD : (ADVP RB )ADVP )VP )S"),
+]
 
 
 def linearised_pairs(scheme):
@@ -92,11 +98,13 @@ def test_rejects_what_is_not_a_tree_over_the_words():
         task = task_for(scheme, linearised_pairs(scheme))
         src, good = linearised_pairs(scheme)[0]
         toks = good.split()
-        bad = [" ".join(toks[:-1]),  # EOS before the tree is complete
-               " ".join(toks + toks[-1:]),  # a closer too many
-               " ".join(toks[:1] + ["(NP", ")NP"] + toks[1:]),  # an empty phrase
-               " ".join(toks[:1] + toks[1:4] + toks[1:4] + toks[4:]),  # leaves beyond the words
-               good.replace(")VP", ")NP")]  # a closer that does not match
+        bad = [
+            " ".join(toks[:-1]),  # EOS before the tree is complete
+            " ".join(toks + toks[-1:]),  # a closer too many
+            " ".join(toks[:1] + ["(NP", ")NP"] + toks[1:]),  # an empty phrase
+            " ".join(toks[:1] + toks[1:4] + toks[1:4] + toks[4:]),  # leaves beyond the words
+            good.replace(")VP", ")NP"),
+        ]  # a closer that does not match
         ok = admitted(task, [src] * len(bad), bad, slack=20)
         assert not ok.any(), [b for b, o in zip(bad, ok) if o]
         assert admitted(task, [src], [good]).all()
@@ -110,7 +118,9 @@ def test_punctuation_words_must_carry_their_tag_and_only_they(tmp_path):
     # nor may a word that is not punctuation carry a punctuation tag (EVALB would delete it),
     # unless the training trees tag it as punctuation somewhere
     assert not admitted(task, ["The dog barks ."], ["(S (NP DT , )NP (VP VBZ )VP . )S"]).any()
-    task = task_for("tags", linearised_pairs("tags") + [("Wa .", "(S (NP , )NP . )S")])  # as in wsj_0037
+    task = task_for(
+        "tags", linearised_pairs("tags") + [("Wa .", "(S (NP , )NP . )S")]
+    )  # as in wsj_0037
     assert task.punct_tagged == ["Wa"]
     task.save_vocab(tmp_path)
     task = ParsingTask(task.cfg)
@@ -125,14 +135,38 @@ def untrained_model(task, seed):
     return Transformer(cfg, task.src_vocab_size, task.tgt_vocab_size, shared_vocab=False).eval()
 
 
-WORDS = ["The", "dog", "barks", ",", ".", "``", "''", "'", "`", "--", "cat", "sleep", "unseen", "Zq"]
+WORDS = [
+    "The",
+    "dog",
+    "barks",
+    ",",
+    ".",
+    "``",
+    "''",
+    "'",
+    "`",
+    "--",
+    "cat",
+    "sleep",
+    "unseen",
+    "Zq",
+]
 
 
 @settings(max_examples=12, deadline=None)
-@given(sentences=st.lists(st.lists(st.sampled_from(WORDS), min_size=1, max_size=9).map(" ".join),
-                          min_size=1, max_size=4),
-       scheme=st.sampled_from(SCHEMES), beam=st.sampled_from([1, 4, 21]), seed=st.integers(0, 5))
-def test_constrained_search_on_an_untrained_model_writes_trees_over_the_words(sentences, scheme, beam, seed):
+@given(
+    sentences=st.lists(
+        st.lists(st.sampled_from(WORDS), min_size=1, max_size=9).map(" ".join),
+        min_size=1,
+        max_size=4,
+    ),
+    scheme=st.sampled_from(SCHEMES),
+    beam=st.sampled_from([1, 4, 21]),
+    seed=st.integers(0, 5),
+)
+def test_constrained_search_on_an_untrained_model_writes_trees_over_the_words(
+    sentences, scheme, beam, seed
+):
     """Whatever the model, every output is a well-formed tree over exactly the words, found
     within a tight maximum length (2n + 4 tokens; the smallest tree needs n + 2, 2n + 2 with
     tags_words); nothing is repaired, and EVALB scores it without error against a reference
@@ -140,25 +174,43 @@ def test_constrained_search_on_an_untrained_model_writes_trees_over_the_words(se
     task = task_for(scheme, linearised_pairs(scheme))
     model = untrained_model(task, seed)
     src = source_batch(task.encode_source(sentences))
-    hyps = generate(model, src, beam=beam, alpha=0.3, max_len_a=2.0, max_len_b=2,
-                    constraint=task.constraint(sentences))
+    hyps = search(
+        model,
+        src,
+        beam=beam,
+        alpha=0.3,
+        max_len_a=2.0,
+        max_len_b=2,
+        constraint=task.constraint(sentences),
+    )
     trees, repaired = task.rebuild([task.decode_target(h.tokens) for h in hyps], sentences)
     assert repaired == 0, trees
     for tree, words in zip(trees, sentences):
         assert read_tree(tree).words == words.split() and read_tree(tree).problem is None
-    gold = ["(TOP (S " + " ".join(f"({tag or 'NN'} {w})" for w, tag in zip(s.split(), punctuation_tags(s.split())))
-            + "))" for s in sentences]
+    gold = [
+        "(TOP (S "
+        + " ".join(f"({tag or 'NN'} {w})" for w, tag in zip(s.split(), punctuation_tags(s.split())))
+        + "))"
+        for s in sentences
+    ]
     assert evalb(gold, trees).summary["error_sentences"] == 0
 
 
 def test_off_by_default_and_on_in_the_sample_preset(registry):
-    from s2s.core.config import load_config
-    from s2s.core.members import build_task
+    from s2s.core.data.members import build_task
+    from s2s.core.setup.config import load_config
 
     assert ParsingTask(OmegaConf.structured(ParsingTask.Config)).constraint(["a b"]) is None
-    assert build_task(load_config("wsj_parsing", [], registry=registry).task, registry).constraint(["a"]) is None
+    assert (
+        build_task(load_config("wsj_parsing", [], registry=registry).task, registry).constraint(
+            ["a"]
+        )
+        is None
+    )
     task = build_task(load_config("ptb_sample_parsing", [], registry=registry).task, registry)
-    with pytest.raises(RuntimeError, match="neither built nor loaded"):  # its tokens come from the vocabulary
+    with pytest.raises(
+        RuntimeError, match="neither built nor loaded"
+    ):  # its tokens come from the vocabulary
         task.constraint(["a b"])
     task.build_vocab([("a b", "(S a b )S")])
     assert task.cfg.constrained and task.constraint(["a b"]) is not None
@@ -174,7 +226,9 @@ def test_a_due_word_is_scored_as_any_word():
     tokens = {i: task.decode_target([i]) for i in range(len(SPECIALS), V)}
     words = [UNK] + [i for i, t in tokens.items() if not t.startswith(("(", ")"))]
     c = task.constraint(["The dog barks ."])
-    state = c.advance(c.initial("cpu"), torch.tensor(task.encode_target(["(S"])[0]))  # the tree opened
+    state = c.advance(
+        c.initial("cpu"), torch.tensor(task.encode_target(["(S"])[0])
+    )  # the tree opened
     logp = torch.randn(1, V).log_softmax(-1)
     scored = c.score(state, logp, torch.tensor([20]))
     the = task.encode_target(["The"])[0][0]
@@ -187,21 +241,23 @@ def test_a_due_word_is_scored_as_any_word():
 def test_repairs_are_counted_right_when_batches_are_decoded_on_several_threads():
     """Decoding searches batches on 2 threads at once; score counts the repairs of the decoded
     hypotheses itself (postprocess keeps no count), the same as one sentence after the other."""
-    from s2s.core.inference import hypotheses, translate
+    from s2s.core.decode.batched import decode_sources, hypotheses
     from s2s.core.task import DecodeDefaults
     from s2s.plugins.parsing.linearise import delinearise
 
     task = task_for("vinyals", linearised_pairs("vinyals"))
     task.cfg.constrained = False
     model = untrained_model(task, seed=0)
-    sentences = [" ".join(WORDS[i % len(WORDS):][:n]) for i, n in enumerate([3, 5, 2, 7, 4, 6, 1, 8] * 2)]
+    sentences = [
+        " ".join(WORDS[i % len(WORDS) :][:n]) for i, n in enumerate([3, 5, 2, 7, 4, 6, 1, 8] * 2)
+    ]
     settings = DecodeDefaults(beam=2, alpha=0.3, max_len_a=1.0, max_len_b=6)
     state = dict(vars(task))
     threads = torch.get_num_threads()
     try:
         torch.set_num_threads(2)
         hyps = hypotheses(model, task, sentences, settings, "cpu", max_sentences=2)
-        trees = translate(model, task, sentences, settings, "cpu", max_sentences=2)
+        trees = decode_sources(model, task, sentences, settings, "cpu", max_sentences=2)
     finally:
         torch.set_num_threads(threads)
     expected = [delinearise(h, s, "vinyals") for h, s in zip(hyps, sentences)]

@@ -1,16 +1,21 @@
 """Linearisation of trees (Vinyals et al. 2015) and its inverse with repair."""
+
 from __future__ import annotations
 
 import pytest
+from conftest import NLTK_DATA, needs
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from omegaconf import OmegaConf
-
-from conftest import NLTK_DATA, needs
 from s2s.data_recipes.treebank import read_trees, to_string
 from s2s.plugins.parsing import ParsingTask
 from s2s.plugins.parsing.evalb import DELETE_LABELS, evalb, read_tree
-from s2s.plugins.parsing.linearise import PLACEHOLDER, delinearise, linearise, punctuation_tags
+from s2s.plugins.parsing.linearise import (
+    PLACEHOLDER,
+    delinearise,
+    linearise,
+    punctuation_tags,
+)
 
 needs_sample = needs(NLTK_DATA)
 
@@ -38,7 +43,9 @@ def test_linearise_then_rebuild_returns_every_sample_tree(sample):
         tokens = linearise(tree, "tags")
         assert delinearise(tokens, words, "tags") == (to_string(tree), False)
         tokens = linearise(tree)
-        assert tokens.count(PLACEHOLDER) == len(words) and all(t[0] in "()" for t in tokens if t != PLACEHOLDER)
+        assert tokens.count(PLACEHOLDER) == len(words) and all(
+            t[0] in "()" for t in tokens if t != PLACEHOLDER
+        )
         assert delinearise(tokens, words) == (to_string(_placeholder_tags(tree)), False)
 
 
@@ -59,14 +66,33 @@ def test_example():
     tree = read_trees(["( (S (NP (DT The) (NN dog)) (VP (VBZ barks)) (. .)))"], "x")
     tree = next(iter(tree))
     from s2s.data_recipes.treebank import preprocess
+
     tree = preprocess(tree)
     assert " ".join(linearise(tree)) == "(S (NP XX XX )NP (VP XX )VP XX )S"
     assert " ".join(linearise(tree, "tags")) == "(S (NP DT NN )NP (VP VBZ )VP . )S"
-    assert delinearise("(S (NP XX XX )NP (VP XX )VP XX )S", "The dog barks .") == \
-        ("(TOP (S (NP (XX The) (XX dog)) (VP (XX barks)) (. .)))", False)
+    assert delinearise("(S (NP XX XX )NP (VP XX )VP XX )S", "The dog barks .") == (
+        "(TOP (S (NP (XX The) (XX dog)) (VP (XX barks)) (. .)))",
+        False,
+    )
 
 
-WORDS = ["The", "dog", "barks", ",", ".", "``", "''", "'", "`", "--", "-LRB-", "$", "42", "a_b", "?"]
+WORDS = [
+    "The",
+    "dog",
+    "barks",
+    ",",
+    ".",
+    "``",
+    "''",
+    "'",
+    "`",
+    "--",
+    "-LRB-",
+    "$",
+    "42",
+    "a_b",
+    "?",
+]
 REPAIRS = [
     ("(S (NP XX XX )NP (VP XX )VP XX )S )S )NP", "stray closers dropped"),
     ("(S (NP XX XX )NP (VP XX", "open phrases closed"),
@@ -103,15 +129,23 @@ def _assert_well_formed(tree: str, words: list[str], root: str = "TOP") -> None:
 
 LABELS = ["S", "NP", "VP", "PP", "SBAR", "TOP", "ADVP", "PRT"]
 token = st.one_of(
-    st.sampled_from([PLACEHOLDER] * 4 + ["(" + lab for lab in LABELS] + [")" + lab for lab in LABELS]),
+    st.sampled_from(
+        [PLACEHOLDER] * 4 + ["(" + lab for lab in LABELS] + [")" + lab for lab in LABELS]
+    ),
     st.sampled_from(["(", ")", "<unk>", "NN", "((", "))", "(NP)", ")", "XX)"]),
-    st.text(alphabet="()XS NP", min_size=1, max_size=4).filter(lambda t: not any(c.isspace() for c in t)),
+    st.text(alphabet="()XS NP", min_size=1, max_size=4).filter(
+        lambda t: not any(c.isspace() for c in t)
+    ),
 )
 
 
 @settings(max_examples=200, deadline=None)
-@given(tokens=st.lists(token, max_size=40), words=st.lists(st.sampled_from(WORDS), min_size=1, max_size=12),
-       scheme=st.sampled_from(["vinyals", "tags"]), root=st.sampled_from(["TOP", ""]))
+@given(
+    tokens=st.lists(token, max_size=40),
+    words=st.lists(st.sampled_from(WORDS), min_size=1, max_size=12),
+    scheme=st.sampled_from(["vinyals", "tags"]),
+    root=st.sampled_from(["TOP", ""]),
+)
 def test_any_token_sequence_becomes_a_tree_over_the_words(tokens, words, scheme, root):
     tree, repaired = delinearise(tokens, words, scheme, root)
     reading = read_tree(tree)
@@ -134,7 +168,9 @@ def test_score_counts_the_repairs_of_decoded_hypotheses():
     task = ParsingTask(OmegaConf.structured(ParsingTask.Config))
     src = ["The dog barks .", "The dog barks .", "The dog barks ."]
     good = "(S (NP XX XX )NP (VP XX )VP XX )S"
-    score = task.score([good, "(S (NP XX )NP", ""], [good] * 3, src)  # "": the decoder wrote nothing
+    score = task.score(
+        [good, "(S (NP XX )NP", ""], [good] * 3, src
+    )  # "": the decoder wrote nothing
     assert score.figures["repaired"] == 2 and "repaired 2" in score.signature
     assert score.figures["error_sentences"] == 0
     # post-processed hypotheses (trees) are scored as they are: their repairs are not seen again
@@ -146,7 +182,9 @@ def test_score_counts_the_repairs_of_decoded_hypotheses():
 def test_postprocess_changes_no_state():
     task = ParsingTask(OmegaConf.structured(ParsingTask.Config))
     before = dict(vars(task))
-    assert task.postprocess("(S (NP XX )NP", "The dog barks .") == task.postprocess("(S (NP XX )NP", "The dog barks .")
+    assert task.postprocess("(S (NP XX )NP", "The dog barks .") == task.postprocess(
+        "(S (NP XX )NP", "The dog barks ."
+    )
     assert vars(task) == before
 
 
@@ -154,7 +192,10 @@ def test_postprocess_changes_no_state():
 def test_word_schemes_rebuild_every_sample_tree(sample):
     for tree in sample:
         words = tree.leaves()
-        assert delinearise(linearise(tree, "tags_words"), words, "tags_words") == (to_string(tree), False)
+        assert delinearise(linearise(tree, "tags_words"), words, "tags_words") == (
+            to_string(tree),
+            False,
+        )
         tokens = linearise(tree, "words")
         assert [t for t in tokens if t[0] not in "()"] == words
         assert delinearise(tokens, words, "words") == (to_string(_placeholder_tags(tree)), False)
@@ -163,14 +204,22 @@ def test_word_schemes_rebuild_every_sample_tree(sample):
 def test_word_schemes_example_and_unknown_words():
     tree = next(iter(read_trees(["( (S (NP (DT The) (NN dog)) (VP (VBZ barks)) (. .)))"], "x")))
     from s2s.data_recipes.treebank import preprocess
+
     tree = preprocess(tree)
     assert " ".join(linearise(tree, "words")) == "(S (NP The dog )NP (VP barks )VP . )S"
-    assert " ".join(linearise(tree, "tags_words")) == "(S (NP DT The NN dog )NP (VP VBZ barks )VP . . )S"
+    assert (
+        " ".join(linearise(tree, "tags_words"))
+        == "(S (NP DT The NN dog )NP (VP VBZ barks )VP . . )S"
+    )
     # a word the target vocabulary lacks comes back as <unk>: the source word is used, no repair
-    assert delinearise("(S (NP The <unk> )NP (VP barks )VP . )S", "The dog barks .", "words") == \
-        ("(TOP (S (NP (XX The) (XX dog)) (VP (XX barks)) (. .)))", False)
+    assert delinearise("(S (NP The <unk> )NP (VP barks )VP . )S", "The dog barks .", "words") == (
+        "(TOP (S (NP (XX The) (XX dog)) (VP (XX barks)) (. .)))",
+        False,
+    )
     assert delinearise("(S (NP The cat )NP (VP barks )VP . )S", "The dog barks .", "words")[1]
-    assert delinearise("(S (NP DT The NN )NP )S", "The dog", "tags_words")[1]  # a tag without its word
+    assert delinearise("(S (NP DT The NN )NP )S", "The dog", "tags_words")[
+        1
+    ]  # a tag without its word
 
 
 @pytest.mark.parametrize("scheme", ["vinyals", "tags", "words", "tags_words"])

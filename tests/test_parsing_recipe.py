@@ -1,4 +1,5 @@
 """Treebank recipes: WSJ in LDC's layout, one-tree-per-line files, preprocessing, bad input."""
+
 from __future__ import annotations
 
 import json
@@ -6,13 +7,19 @@ import logging
 from pathlib import Path
 
 import pytest
-from omegaconf import OmegaConf
-
 from conftest import NLTK_DATA, needs
-from s2s.data_recipes.treebank import Preprocessing, ReadStats, line_trees, preprocess, read_trees, to_string
-from s2s.plugins.parsing import ParsingConfig, ParsingTask
+from omegaconf import OmegaConf
 from s2s.core.errors import DataError
 from s2s.core.vocab import SPECIALS, UNK
+from s2s.data_recipes.treebank import (
+    Preprocessing,
+    ReadStats,
+    line_trees,
+    preprocess,
+    read_trees,
+    to_string,
+)
+from s2s.plugins.parsing import ParsingConfig, ParsingTask
 
 # A tree as LDC99T42 writes it: blank outer bracket, function tags, co-indices, empty elements.
 MRG_TREE = """\
@@ -55,7 +62,9 @@ def test_wsj_recipe_standard_split(tmp_path):
     assert tgt == "(S (NP XX XX )NP (VP XX (SBAR (S (VP XX (NP XX XX )NP )VP )S )SBAR )VP XX )S"
     assert list(task.references("test")) == [PREPROCESSED.format(word="sec23")] * 2
     # the rebuilt tree of the target is the reference, as EVALB sees it
-    assert task.score([task.postprocess(tgt, src)], [PREPROCESSED.format(word="sec23")]).value == 100.0
+    assert (
+        task.score([task.postprocess(tgt, src)], [PREPROCESSED.format(word="sec23")]).value == 100.0
+    )
 
 
 def test_wsj_root_may_name_the_sections_directory_and_custom_sections(tmp_path):
@@ -114,10 +123,12 @@ def test_empty_file_and_stray_bracket_are_errors(tmp_path):
 
 
 def test_lines_recipe(tmp_path, caplog):
-    trees = ["( (S (NP-SBJ (NN a)) (VP (VB b))) )",  # raw, blank root
-             "(TOP (S (NP (NN a)) (VP (VB b))))",  # already as EVALB's gold files
-             "(S (NP (NN a)) (VP (VB b)))",  # bare
-             "(S (NP (NN a)) (VP (VB b))"]  # unbalanced
+    trees = [
+        "( (S (NP-SBJ (NN a)) (VP (VB b))) )",  # raw, blank root
+        "(TOP (S (NP (NN a)) (VP (VB b))))",  # already as EVALB's gold files
+        "(S (NP (NN a)) (VP (VB b)))",  # bare
+        "(S (NP (NN a)) (VP (VB b))",
+    ]  # unbalanced
     for name, lines in (("train", trees[:3] + [""]), ("valid", trees[1:2]), ("test", trees)):
         (tmp_path / f"{name}.txt").write_text("\n".join(lines) + "\n")
     files = {f"{n}_file": str(tmp_path / f"{n}.txt") for n in ("train", "valid", "test")}
@@ -127,7 +138,10 @@ def test_lines_recipe(tmp_path, caplog):
     with pytest.raises(DataError, match=r"test.txt, line 4: malformed tree"):
         list(task.read_split("test"))
     with caplog.at_level(logging.WARNING):
-        assert len(list(task_for(corpus="lines", skip_malformed=True, **files).read_split("test"))) == 3
+        assert (
+            len(list(task_for(corpus="lines", skip_malformed=True, **files).read_split("test")))
+            == 3
+        )
     assert "skipped 1 malformed" in caplog.text
     with pytest.raises(DataError, match="task.test_file"):
         list(task_for(corpus="lines").read_split("test"))
@@ -155,7 +169,9 @@ def test_preprocessing_switches():
 
 
 def test_vocabulary_caps_and_round_trip(tmp_path):
-    task = task_for(corpus="wsj", wsj_root=str(write_ldc(tmp_path / "ldc")), src_vocab_size=10, src_min_count=1)
+    task = task_for(
+        corpus="wsj", wsj_root=str(write_ldc(tmp_path / "ldc")), src_vocab_size=10, src_min_count=1
+    )
     task.build_vocab(task.read_split("train"))
     assert task.src_vocab_size == 10 and not task.shared_vocab
     task.save_vocab(tmp_path)
@@ -172,16 +188,20 @@ def test_source_words_seen_once_are_unk():
     pairs = [("the dog barks", "(S (NP XX XX )NP (VP XX )VP )S"), ("the cat", "(NP XX XX )NP")]
     once = task_for()
     once.build_vocab(pairs)
-    assert once.src_vocab.itos[len(SPECIALS):] == ["the"]
+    assert once.src_vocab.itos[len(SPECIALS) :] == ["the"]
     assert once.encode_source(["the dog"])[0][:2] == [once.src_vocab.stoi["the"], UNK]
     every = task_for(src_min_count=1)
     every.build_vocab(pairs)
-    assert sorted(every.src_vocab.itos[len(SPECIALS):]) == ["barks", "cat", "dog", "the"]
-    from s2s.core.config import load_config
-    from s2s.core.registry import Registry
+    assert sorted(every.src_vocab.itos[len(SPECIALS) :]) == ["barks", "cat", "dog", "the"]
+    from s2s.core.setup.config import load_config
+    from s2s.core.setup.registry import Registry
 
-    with pytest.raises(ValueError, match="task.src_min_count=0: must be a number >= 1"):  # when the config loads
-        load_config(None, ["task.name=parsing", "task.src_min_count=0"], registry=Registry.installed())
+    with pytest.raises(
+        ValueError, match="task.src_min_count=0: must be a number >= 1"
+    ):  # when the config loads
+        load_config(
+            None, ["task.name=parsing", "task.src_min_count=0"], registry=Registry.installed()
+        )
 
 
 @needs(NLTK_DATA)
@@ -210,15 +230,26 @@ def test_sample_split_by_file():
 
 
 def test_presets():
-    from s2s.core.config import load_config
+    from s2s.core.setup.config import load_config
 
-    for name, vocab in (("wsj_parsing", 16000), ("wsj_parsing_semisup", 32000), ("ptb_sample_parsing", 16000)):
+    for name, vocab in (
+        ("wsj_parsing", 16000),
+        ("wsj_parsing_semisup", 32000),
+        ("ptb_sample_parsing", 16000),
+    ):
         cfg = load_config(name, ["task.wsj_root=/ldc"], task_config_cls=ParsingConfig)
         assert cfg.task.name == "parsing" and cfg.task.src_vocab_size == vocab
         if name.startswith("wsj"):
-            assert (cfg.model.layers, cfg.model.d_model, cfg.model.heads, cfg.model.dropout) == (4, 1024, 16, 0.3)
+            assert (cfg.model.layers, cfg.model.d_model, cfg.model.heads, cfg.model.dropout) == (
+                4,
+                1024,
+                16,
+                0.3,
+            )
         assert cfg.run.dir == f"runs/{name}"
-        first = (Path(__file__).parent.parent / "tasks" / f"{name}.yaml").read_text().splitlines()[0]
+        first = (
+            (Path(__file__).parent.parent / "tasks" / f"{name}.yaml").read_text().splitlines()[0]
+        )
         assert first.startswith(f"# s2s train {name}")
     assert ParsingTask.decoding.beam == 21 and ParsingTask.decoding.alpha == 0.3
     assert ParsingTask.decoding.max_len_b == 300
@@ -226,12 +257,27 @@ def test_presets():
 
 def test_s2s_train_wsj_parsing_end_to_end(tmp_path, tiny, capsys):
     """`s2s train wsj_parsing` prepares and trains on an LDC-layout directory."""
-    from s2s.core.cli import main
+    from s2s.core.apps.cli import main
 
     root = write_ldc(tmp_path / "LDC99T42", trees_per_file=3)
-    rc = main(["train", "wsj_parsing", "--json", f"task.wsj_root={root}", *tiny(
-        "optim.max_updates=4", "optim.warmup=2", "data.max_tokens=400", "run.valid_interval=2",
-        "run.save_interval=2", "run.average_last=0", "decode.beam=2", "decode.max_len_b=8")])
+    rc = main(
+        [
+            "train",
+            "wsj_parsing",
+            "--json",
+            f"task.wsj_root={root}",
+            *tiny(
+                "optim.max_updates=4",
+                "optim.warmup=2",
+                "data.max_tokens=400",
+                "run.valid_interval=2",
+                "run.save_interval=2",
+                "run.average_last=0",
+                "decode.beam=2",
+                "decode.max_len_b=8",
+            ),
+        ]
+    )
     assert rc == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert result["update"] == 4

@@ -1,4 +1,5 @@
 """Precision: bf16 training with fp32 master weights, auto / fallback, bf16 and int8 search."""
+
 import json
 import logging
 import os
@@ -7,11 +8,11 @@ import sys
 
 import pytest
 import torch
-
-from s2s.core import RUNTIME_ENV, precision
-from s2s.core.decoding import generate
-from s2s.core.settings import ModelConfig
-from s2s.core.model import Transformer
+from s2s.core import RUNTIME_ENV
+from s2s.core.decode.search import search
+from s2s.core.nn import precision
+from s2s.core.nn.model import Transformer
+from s2s.core.setup.settings import ModelConfig
 
 
 def _model(seed=0):
@@ -22,8 +23,11 @@ def _model(seed=0):
 
 def _batch():
     g = torch.Generator().manual_seed(1)
-    return (torch.randint(4, 40, (6, 7), generator=g), torch.randint(4, 40, (6, 5), generator=g),
-            torch.randint(4, 40, (6, 5), generator=g))
+    return (
+        torch.randint(4, 40, (6, 7), generator=g),
+        torch.randint(4, 40, (6, 5), generator=g),
+        torch.randint(4, 40, (6, 5), generator=g),
+    )
 
 
 def _grads(model, net):
@@ -41,15 +45,21 @@ def test_bf16_computes_in_bf16_and_accumulates_fp32_gradients_into_the_fp32_para
     low, full = _grads(model, net), _grads(model, model)
     for name, p in model.named_parameters():  # the parameters are the fp32 leaves again, still tied
         assert p.dtype == torch.float32 and p.is_leaf and low[name].dtype == torch.float32
-        if name.endswith("w_k.bias"):  # its gradient is 0 up to rounding: softmax ignores a shift of all scores
+        if name.endswith(
+            "w_k.bias"
+        ):  # its gradient is 0 up to rounding: softmax ignores a shift of all scores
             continue
-        cos = torch.nn.functional.cosine_similarity(low[name].flatten(), full[name].flatten(), dim=0)
+        cos = torch.nn.functional.cosine_similarity(
+            low[name].flatten(), full[name].flatten(), dim=0
+        )
         assert cos > 0.98, (name, cos)
     assert model.out.weight is model.tgt_embed.weight is model.src_embed.weight
     assert model.pe.dtype == torch.float32
 
 
-def test_auto_means_bf16_where_the_cpu_has_it_and_bf16_falls_back_to_fp32_with_a_warning(monkeypatch, caplog):
+def test_auto_means_bf16_where_the_cpu_has_it_and_bf16_falls_back_to_fp32_with_a_warning(
+    monkeypatch, caplog
+):
     cpu = torch.device("cpu")
     monkeypatch.setattr(precision, "cpu_has_bf16", lambda: True)
     assert precision.resolve("auto", cpu) == "bf16" and precision.resolve("bf16", cpu) == "bf16"
@@ -57,7 +67,10 @@ def test_auto_means_bf16_where_the_cpu_has_it_and_bf16_falls_back_to_fp32_with_a
     assert precision.resolve("auto", cpu) == "fp32" and not caplog.records
     with caplog.at_level(logging.WARNING, logger="s2s"):
         assert precision.resolve("bf16", cpu, "decode.precision") == "fp32"
-    assert "decode.precision=bf16: this CPU has no native bf16 arithmetic, computing in fp32" in caplog.text
+    assert (
+        "decode.precision=bf16: this CPU has no native bf16 arithmetic, computing in fp32"
+        in caplog.text
+    )
     assert precision.resolve("int8", cpu) == "int8" and precision.resolve("fp32", cpu) == "fp32"
 
 
@@ -77,7 +90,7 @@ def test_search_copies_leave_the_model_alone_and_give_the_same_search_up_to_roun
         got = searched.decode(src[:, :4], *searched.encode(src)).float()
     assert (got - ref).abs().max() < 0.05 * ref.abs().max()
     # the same exact search on the converted model: outputs of the same form, one per sentence
-    hyps = generate(searched, src, beam=3, alpha=0.6, max_len_a=1.0, max_len_b=3)
+    hyps = search(searched, src, beam=3, alpha=0.6, max_len_a=1.0, max_len_b=3)
     assert len(hyps) == len(src) and all(len(h.tokens) <= src.size(1) + 3 for h in hyps)
     assert precision.for_inference(model, "fp32") is model
 
@@ -93,7 +106,9 @@ def test_bf16_gradients_summed_over_many_positions_do_not_stall():
     def grads(module):
         model.zero_grad()
         module(src, tgt, tgt, 0.1)[0].backward()
-        return model.tgt_embed.weight.grad[[7, 9]].clone(), model.encoder[0].res1.norm.bias.grad.clone()
+        return model.tgt_embed.weight.grad[[7, 9]].clone(), model.encoder[
+            0
+        ].res1.norm.bias.grad.clone()
 
     (emb_low, ln_low), (emb_full, ln_full) = grads(net), grads(model)
     assert torch.allclose(emb_low, emb_full, rtol=0.05, atol=0.05 * emb_full.abs().max().item())
@@ -103,11 +118,20 @@ def test_bf16_gradients_summed_over_many_positions_do_not_stall():
 def test_importing_s2s_sets_the_cpu_runtime_defaults_before_torch_and_the_environment_wins():
     env = {k: v for k, v in os.environ.items() if k not in RUNTIME_ENV}
     env["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] = "8"
-    code = ("import os, json, sys, s2s.core; print(json.dumps([{k: os.environ.get(k) for k in s2s.core.RUNTIME_ENV},"
-            " 'torch' in sys.modules]))")
-    seen, torch_loaded = json.loads(subprocess.run([sys.executable, "-c", code], env=env, check=True,
-                                                   capture_output=True, text=True).stdout)
-    assert seen == {"GOMP_SPINCOUNT": "1000", "ONEDNN_PRIMITIVE_CACHE_CAPACITY": "8", "LRU_CACHE_CAPACITY": "1"}
+    code = (
+        "import os, json, sys, s2s.core; print(json.dumps([{k: os.environ.get(k) for k in s2s.core.RUNTIME_ENV},"
+        " 'torch' in sys.modules]))"
+    )
+    seen, torch_loaded = json.loads(
+        subprocess.run(
+            [sys.executable, "-c", code], env=env, check=True, capture_output=True, text=True
+        ).stdout
+    )
+    assert seen == {
+        "GOMP_SPINCOUNT": "1000",
+        "ONEDNN_PRIMITIVE_CACHE_CAPACITY": "8",
+        "LRU_CACHE_CAPACITY": "1",
+    }
     assert not torch_loaded  # so that they still take effect when torch loads
 
 
@@ -115,5 +139,6 @@ def test_int8_search_off_the_cpu_is_one_config_error_naming_the_device():
     """Dynamic int8 quantisation runs on CPU only: a model elsewhere is a ConfigError (the CLI's
     one line), not an internal error. A model on the meta device stands in for a GPU's."""
     from s2s.core.errors import ConfigError
+
     with pytest.raises(ConfigError, match="int8 runs on CPU only.*meta.*decode.precision=bf16"):
         precision.for_inference(torch.nn.Linear(4, 4, device="meta"), "int8")

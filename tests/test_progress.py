@@ -1,4 +1,5 @@
 """Progress bars appear on a terminal only; a log file gets the periodic log lines instead."""
+
 from __future__ import annotations
 
 import io

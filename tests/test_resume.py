@@ -1,12 +1,13 @@
 """Runs that stop and go on: SIGKILL and resume, damaged checkpoints, non-finite updates,
 time-based checkpoints, the checks made before training, and watching a run.
 
-The SIGKILL tests start real `python -m s2s.core.cli train` processes (one, or two gloo
+The SIGKILL tests start real `python -m s2s.core.apps.cli train` processes (one, or two gloo
 processes given the environment torchrun gives its workers), kill them with SIGKILL once
 metrics.jsonl shows update KILL_AT, re-run the same command, and require the checkpoint of the
 last update to equal, bit for bit, that of a run never stopped. Dropout is on and validation
 runs in between, so the RNG streams and the data position must both come back exactly.
 """
+
 import json
 import logging
 import os
@@ -19,29 +20,41 @@ import types
 from pathlib import Path
 
 import pytest
+import s2s.core.nn.model as model_mod
+import s2s.core.training.trainer as train_mod
 import torch
-from omegaconf import OmegaConf
-
-import s2s.core.model as model_mod
-import s2s.core.train as train_mod
-from s2s.core import checkpoint, rundir
-from s2s.core.cli import main
-from s2s.core.config import load_config
-from s2s.core.errors import ConfigError
-from s2s.core.members import build_task
 from conftest import task_keys
-from s2s.core.train import train
-from s2s.core.errors import TrainingError
+from omegaconf import OmegaConf
+from s2s.core.apps.cli import main
+from s2s.core.data.members import build_task
+from s2s.core.errors import ConfigError, TrainingError
+from s2s.core.setup.config import load_config
+from s2s.core.training import checkpoint, rundir
+from s2s.core.training.trainer import train
 
 UPDATES, KILL_AT = 100, 30
 
 
 def _overrides(run_dir, cache, run_precision="fp32", preset="demo"):
-    return [f"run.precision={run_precision}", "model.layers=1", "model.d_model=32", "model.d_ff=64", "model.heads=2", f"run.dir={run_dir}",
-            f"data.cache_dir={cache}", *task_keys(preset, "train_size=400", "valid_size=6", "test_size=4"),
-            "data.max_tokens=300", "optim.warmup=20", f"optim.max_updates={UPDATES}", "run.log_interval=1",
-            "run.valid_interval=30", "run.save_interval=20", "run.keep_last=2", "run.threads=1",
-            "run.device=cpu"]
+    return [
+        f"run.precision={run_precision}",
+        "model.layers=1",
+        "model.d_model=32",
+        "model.d_ff=64",
+        "model.heads=2",
+        f"run.dir={run_dir}",
+        f"data.cache_dir={cache}",
+        *task_keys(preset, "train_size=400", "valid_size=6", "test_size=4"),
+        "data.max_tokens=300",
+        "optim.warmup=20",
+        f"optim.max_updates={UPDATES}",
+        "run.log_interval=1",
+        "run.valid_interval=30",
+        "run.save_interval=20",
+        "run.keep_last=2",
+        "run.threads=1",
+        "run.device=cpu",
+    ]
 
 
 def _free_port() -> int:
@@ -52,14 +65,28 @@ def _free_port() -> int:
 
 def _launch(run_dir, cache, world, log_name, run_precision="fp32", preset="demo"):
     """`s2s train` in `world` processes, each with the variables torchrun sets for its workers."""
-    cmd = [sys.executable, "-m", "s2s.core.cli", "train", "-q", preset, *_overrides(run_dir, cache, run_precision, preset)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "s2s.core.apps.cli",
+        "train",
+        "-q",
+        preset,
+        *_overrides(run_dir, cache, run_precision, preset),
+    ]
     port = _free_port()
     procs = []
     for rank in range(world):
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
         if world > 1:
-            env.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(world),
-                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+            env.update(
+                RANK=str(rank),
+                LOCAL_RANK=str(rank),
+                WORLD_SIZE=str(world),
+                LOCAL_WORLD_SIZE=str(world),
+                MASTER_ADDR="127.0.0.1",
+                MASTER_PORT=str(port),
+            )
         log = open(run_dir.parent / f"{log_name}.rank{rank}.log", "w")
         procs.append(subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT))
     return procs
@@ -91,7 +118,9 @@ def _last_update(run_dir) -> int:
 def _kill_after(procs, run_dir, log_name, k):
     deadline = time.time() + 180
     while _last_update(run_dir) < k:
-        assert all(p.poll() is None for p in procs), "the run ended early:\n" + _logs(run_dir, log_name)[-4000:]
+        assert all(p.poll() is None for p in procs), (
+            "the run ended early:\n" + _logs(run_dir, log_name)[-4000:]
+        )
         assert time.time() < deadline, "no progress:\n" + _logs(run_dir, log_name)[-4000:]
         time.sleep(0.005)
     for p in procs:
@@ -104,44 +133,64 @@ def _kill_after(procs, run_dir, log_name, k):
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory):
     """The demo data, prepared once for every run of this module."""
-    from s2s.core.data import prepare
-    from s2s.core.registry import Registry
+    from s2s.core.data.prepared import prepare_data
+    from s2s.core.setup.registry import Registry
 
     path = tmp_path_factory.mktemp("cache")
     registry = Registry.installed()
     cfg = load_config("demo", _overrides(path / "unused", path), registry=registry)
-    prepare(build_task(cfg.task, registry), cfg.data, quiet=True)
+    prepare_data(build_task(cfg.task, registry), cfg.data, quiet=True)
     return path
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("world, run_precision, preset", [(1, "fp32", "demo"), (2, "fp32", "demo"), (1, "bf16", "demo"),
-                                                          (1, "fp32", "multitask_demo"), (2, "fp32", "multitask_demo")])
-def test_sigkill_then_resume_is_bitwise_identical_to_an_uninterrupted_run(world, run_precision, preset, cache, tmp_path,
-                                                                         registry):
+@pytest.mark.parametrize(
+    "world, run_precision, preset",
+    [
+        (1, "fp32", "demo"),
+        (2, "fp32", "demo"),
+        (1, "bf16", "demo"),
+        (1, "fp32", "multitask_demo"),
+        (2, "fp32", "multitask_demo"),
+    ],
+)
+def test_sigkill_then_resume_is_bitwise_identical_to_an_uninterrupted_run(
+    world, run_precision, preset, cache, tmp_path, registry
+):
     """bf16 too: the bf16 casts of the fp32 parameters are recomputed from them, bit for bit. And
     a multi-task run: its draws of members and every member's data position come back too."""
     whole, broken = tmp_path / "whole", tmp_path / "broken"
     for d in (whole, broken):
         d.mkdir()
-    if world == 1:  # the uninterrupted run: in this process (one thread, as the others) saves a start-up
-        train(load_config(preset, _overrides(whole, cache, run_precision, preset), registry=registry), registry,
-              quiet=True)
+    if (
+        world == 1
+    ):  # the uninterrupted run: in this process (one thread, as the others) saves a start-up
+        train(
+            load_config(preset, _overrides(whole, cache, run_precision, preset), registry=registry),
+            registry,
+            quiet=True,
+        )
     else:
         _finish(_launch(whole, cache, world, "whole", run_precision, preset), whole, "whole")
 
-    _kill_after(_launch(broken, cache, world, "killed", run_precision, preset), broken, "killed", KILL_AT)
+    _kill_after(
+        _launch(broken, cache, world, "killed", run_precision, preset), broken, "killed", KILL_AT
+    )
     killed_at = _last_update(broken)
     saved = [checkpoint.load(p)["update"] for p in checkpoint.listed(broken)]
     assert not (broken / "result.json").exists() and killed_at < UPDATES and max(saved) < UPDATES
-    _finish(_launch(broken, cache, world, "resumed", run_precision, preset), broken, "resumed")  # the same command again
+    _finish(
+        _launch(broken, cache, world, "resumed", run_precision, preset), broken, "resumed"
+    )  # the same command again
     assert f"resumed from {checkpoint.listed(broken)[0].parent}" in _logs(broken, "resumed")
 
     a = checkpoint.load(checkpoint.listed(whole)[-1])
     b = checkpoint.load(checkpoint.listed(broken)[-1])
     assert a["update"] == b["update"] == UPDATES
     for k in a["model"]:
-        assert torch.equal(a["model"][k], b["model"][k]), f"{k} differs after a kill at update {killed_at}"
+        assert torch.equal(a["model"][k], b["model"][k]), (
+            f"{k} differs after a kill at update {killed_at}"
+        )
     for i, sa in a["optimizer"]["state"].items():
         for key, value in sa.items():
             assert torch.equal(value, b["optimizer"]["state"][i][key]), (i, key)
@@ -149,31 +198,56 @@ def test_sigkill_then_resume_is_bitwise_identical_to_an_uninterrupted_run(world,
     assert all(epoch >= 1 for epoch, _ in a["streams"].values())
     for ra, rb in zip(a["rng"], b["rng"]):
         assert torch.equal(ra["torch"], rb["torch"])
-    vocab = {"vocab.json"} if preset == "demo" else {"vocab/translate/vocab.json", "vocab/parse/vocab.json"}
+    vocab = (
+        {"vocab.json"}
+        if preset == "demo"
+        else {"vocab/translate/vocab.json", "vocab/parse/vocab.json"}
+    )
     assert len(a["rng"]) == world and a["tokenizer"]["files"].keys() == vocab
 
     def figures(run_dir):  # what was logged, without the clock
-        return [{k: v for k, v in json.loads(line).items() if k not in ("elapsed", "tgt_tokens_per_s", "seconds")}
-                for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+        return [
+            {
+                k: v
+                for k, v in json.loads(line).items()
+                if k not in ("elapsed", "tgt_tokens_per_s", "seconds")
+            }
+            for line in (run_dir / "metrics.jsonl").read_text().splitlines()
+        ]
 
     # the updates redone after the kill replaced their first records: one record per update
     assert figures(broken) == figures(whole)
 
 
 def _cfg(registry, tiny, *extra):
-    return load_config("demo", tiny("task.train_size=400", "task.valid_size=6", "task.test_size=4",
-                                    "data.max_tokens=300", "optim.warmup=5", "run.valid_interval=1000",
-                                    "run.threads=1", "decode.beam=2", *extra), registry=registry)
+    return load_config(
+        "demo",
+        tiny(
+            "task.train_size=400",
+            "task.valid_size=6",
+            "task.test_size=4",
+            "data.max_tokens=300",
+            "optim.warmup=5",
+            "run.valid_interval=1000",
+            "run.threads=1",
+            "decode.beam=2",
+            *extra,
+        ),
+        registry=registry,
+    )
 
 
 def test_damaged_latest_checkpoint_is_named_set_aside_and_training_resumes_from_the_one_before(
-        registry, tiny, caplog):
+    registry, tiny, caplog
+):
     cfg = _cfg(registry, tiny, "optim.max_updates=8", "run.save_interval=4")
     train(cfg, registry, quiet=True)
     latest = checkpoint.listed(cfg.run.dir)[-1]
     good = checkpoint.load(latest)
     blob = bytearray(latest.read_bytes())
-    for i in range(len(blob) // 2, len(blob) // 2 + 16):  # flipped bytes: torch.load alone would not notice
+    for i in range(
+        len(blob) // 2, len(blob) // 2 + 16
+    ):  # flipped bytes: torch.load alone would not notice
         blob[i] ^= 0xFF
     latest.write_bytes(bytes(blob))
     with pytest.raises(checkpoint.CheckpointError, match="checkpoint_00000008.pt is damaged"):
@@ -207,7 +281,8 @@ class _FakeWriter:
 
 
 def test_nonfinite_updates_are_skipped_counted_and_stop_training_after_max_nonfinite(
-        registry, tiny, monkeypatch, caplog):
+    registry, tiny, monkeypatch, caplog
+):
     """Training calls 3 and 8, 9, 10 give NaN: one skip, then 3 in a row stop the run."""
     calls, real = [0], model_mod.label_smoothed_loss
 
@@ -220,14 +295,29 @@ def test_nonfinite_updates_are_skipped_counted_and_stop_training_after_max_nonfi
         return out
 
     monkeypatch.setattr(model_mod, "label_smoothed_loss", loss)
-    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", types.SimpleNamespace(SummaryWriter=_FakeWriter))
+    monkeypatch.setitem(
+        sys.modules, "torch.utils.tensorboard", types.SimpleNamespace(SummaryWriter=_FakeWriter)
+    )
     _FakeWriter.made.clear()
-    cfg = _cfg(registry, tiny, "optim.max_updates=20", "run.save_interval=2", "run.keep_last=5",
-               "run.max_nonfinite=3", "run.log_interval=1")
-    with pytest.raises(TrainingError, match=r"3 non-finite updates in a row after update 6 .*"
-                                            r"checkpoint_00000006\.pt"):
+    cfg = _cfg(
+        registry,
+        tiny,
+        "optim.max_updates=20",
+        "run.save_interval=2",
+        "run.keep_last=5",
+        "run.max_nonfinite=3",
+        "run.log_interval=1",
+    )
+    with pytest.raises(
+        TrainingError,
+        match=r"3 non-finite updates in a row after update 6 .*"
+        r"checkpoint_00000006\.pt",
+    ):
         train(cfg, registry, quiet=True)
-    assert "update 3: non-finite loss or gradient, update skipped (1 in a row, 1 in all)" in caplog.text
+    assert (
+        "update 3: non-finite loss or gradient, update skipped (1 in a row, 1 in all)"
+        in caplog.text
+    )
 
     paths = checkpoint.listed(cfg.run.dir)
     assert [p.name for p in paths] == [f"checkpoint_0000000{u}.pt" for u in (2, 4, 6)]
@@ -236,9 +326,15 @@ def test_nonfinite_updates_are_skipped_counted_and_stop_training_after_max_nonfi
     assert all(torch.isfinite(v).all() for v in last["model"].values())
     records = [json.loads(line) for line in open(f"{cfg.run.dir}/metrics.jsonl")]
     assert [r["update"] for r in records if r["kind"] == "train"] == [1, 2, 3, 4, 5, 6]
-    assert records[-1] == {**records[-1], "kind": "stopped", "update": 6, "in_a_row": 3, "skipped": 4}
+    assert records[-1] == {
+        **records[-1],
+        "kind": "stopped",
+        "update": 6,
+        "in_a_row": 3,
+        "skipped": 4,
+    }
 
-    writer, = _FakeWriter.made  # the TensorBoard events mirror metrics.jsonl
+    (writer,) = _FakeWriter.made  # the TensorBoard events mirror metrics.jsonl
     assert writer.purge_step == 1 and writer.closed
     assert ("train/loss", records[0]["loss"], 1) in writer.scalars
     assert [s for s in writer.scalars if s[0] == "stopped/skipped"] == [("stopped/skipped", 4, 6)]
@@ -255,8 +351,15 @@ def test_checkpoints_every_m_minutes_and_learning_curves(registry, tiny, monkeyp
 
     monkeypatch.setattr(train_mod.Trainer, "step", step)
     monkeypatch.setattr(train_mod, "clock", lambda: 60.0 * steps[0])
-    cfg = _cfg(registry, tiny, "optim.max_updates=7", "run.save_interval=1000", "run.save_minutes=2.5",
-               "run.valid_interval=3", "run.log_interval=1")
+    cfg = _cfg(
+        registry,
+        tiny,
+        "optim.max_updates=7",
+        "run.save_interval=1000",
+        "run.save_minutes=2.5",
+        "run.valid_interval=3",
+        "run.log_interval=1",
+    )
     train(cfg, registry, quiet=True)
     assert [checkpoint.load(p)["update"] for p in checkpoint.listed(cfg.run.dir)] == [3, 6, 7]
 

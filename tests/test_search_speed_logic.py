@@ -1,14 +1,13 @@
 """The pieces that make search fast, each against the plain computation it replaces: beam rows
 that stay put (few cache copies, none reading a row another writes), the cache moved in place,
 sentences leaving the batch, a batch searched in parts, dev search capped by the reference's length."""
+
 import pytest
 import torch
-
-from s2s.core.decoding import _keep_order, _stable_slots, generate
-from s2s.core.model import DecoderCache, Transformer
-from s2s.core.validation import LengthCap
+from s2s.core.decode.search import _keep_order, _stable_slots, search
+from s2s.core.nn.model import DecoderCache, Transformer
+from s2s.core.training.validation import LengthCap
 from s2s.core.vocab import EOS
-
 from test_decoding import sources, transformer
 
 
@@ -34,8 +33,12 @@ def test_stable_slots_keep_parents_rows_and_copies_never_overlap(seed):
 def cache_of(n, t, seed=0):
     g = torch.Generator().manual_seed(seed)
     kv = torch.randn(n, 2, 2, 3, t + 4, 5, generator=g)
-    return DecoderCache(memory_kv=torch.randn(n // 2, 2, 2, 3, 7, 5, generator=g),
-                        memory_mask=torch.ones(n // 2, 1, 1, 7, dtype=torch.bool), kv=kv, step=t)
+    return DecoderCache(
+        memory_kv=torch.randn(n // 2, 2, 2, 3, 7, 5, generator=g),
+        memory_mask=torch.ones(n // 2, 1, 1, 7, dtype=torch.bool),
+        kv=kv,
+        step=t,
+    )
 
 
 @pytest.mark.parametrize("kind", ["stable", "any"])
@@ -44,7 +47,9 @@ def test_reorder_cache_moves_rows_as_index_select_does(kind):
     g = torch.Generator().manual_seed(1)
     if kind == "stable":  # rows of a sentence from _stable_slots: only some move, in place
         parent = torch.randint(0, 2, (4, 2), generator=g)
-        at = torch.empty_like(parent).scatter_(1, _stable_slots(parent), torch.arange(2).expand(4, 2))
+        at = torch.empty_like(parent).scatter_(
+            1, _stable_slots(parent), torch.arange(2).expand(4, 2)
+        )
         index = (torch.arange(4)[:, None] * 2 + parent.gather(1, at)).view(-1)
     else:  # a row is read by one copy and written by another: every row moves
         index = torch.tensor([1, 0, 3, 2, 5, 4, 7, 6])
@@ -67,12 +72,19 @@ def test_sentences_leave_by_filling_their_places_from_the_end():
 def test_a_length_cap_cuts_outputs_at_each_cap_and_changes_nothing_below_it(beam):
     model = transformer()
     src = sources([3, 6, 2, 5], vocab=20)
-    free = generate(model, src, beam=beam, alpha=0.6, max_len_a=1.0, max_len_b=8)
+    free = search(model, src, beam=beam, alpha=0.6, max_len_a=1.0, max_len_b=8)
     lengths = [len(h.tokens) for h in free]
     assert max(lengths) >= 3  # an untrained model writes on: the caps below bite
     caps = torch.tensor([2, 0, 30, 1])
-    capped = generate(model, src, beam=beam, alpha=0.6, max_len_a=1.0, max_len_b=8,
-                      constraint=LengthCap(None, caps, 20))
+    capped = search(
+        model,
+        src,
+        beam=beam,
+        alpha=0.6,
+        max_len_a=1.0,
+        max_len_b=8,
+        constraint=LengthCap(None, caps, 20),
+    )
     for h, f, c in zip(capped, free, caps.tolist()):
         assert len(h.tokens) <= c
         if c >= 30:  # (the score may differ in rounding: the batch around it shrinks otherwise)
@@ -90,30 +102,37 @@ def test_a_length_cap_cuts_outputs_at_each_cap_and_changes_nothing_below_it(beam
 def test_a_batch_searched_in_parts_gives_what_the_whole_batch_gives(beam, monkeypatch):
     """At most ROWS_PER_SEARCH hypotheses at once on a CPU: the parts' outputs, in order, and
     the constraint's rows going with their sentences."""
-    from s2s.core import decoding
+    from s2s.core.decode import search as decoding
     from test_decoding import Increasing
 
     model = transformer()
     src = sources([3, 7, 5, 2, 6, 4, 1], vocab=20)
-    whole = generate(model, src, beam=beam, alpha=0.6, max_len_a=0.0, max_len_b=4, constraint=Increasing(src, 20))
+    whole = search(
+        model, src, beam=beam, alpha=0.6, max_len_a=0.0, max_len_b=4, constraint=Increasing(src, 20)
+    )
     monkeypatch.setitem(decoding.ROWS_PER_SEARCH, "cpu", 2 * beam)  # two sentences at a time
-    parts = generate(model, src, beam=beam, alpha=0.6, max_len_a=0.0, max_len_b=4, constraint=Increasing(src, 20))
+    parts = search(
+        model, src, beam=beam, alpha=0.6, max_len_a=0.0, max_len_b=4, constraint=Increasing(src, 20)
+    )
     assert [h.tokens for h in parts] == [h.tokens for h in whole]
     assert [h.score for h in parts] == pytest.approx([h.score for h in whole], abs=1e-5)
-    free = generate(model, src, beam=beam, alpha=0.6, max_len_a=1.0, max_len_b=3)
-    monkeypatch.setitem(decoding.ROWS_PER_SEARCH, "cpu", 10 ** 6)
-    assert [h.tokens for h in free] == [h.tokens for h in generate(model, src, beam=beam, alpha=0.6, max_len_a=1.0,
-                                                                   max_len_b=3)]
+    free = search(model, src, beam=beam, alpha=0.6, max_len_a=1.0, max_len_b=3)
+    monkeypatch.setitem(decoding.ROWS_PER_SEARCH, "cpu", 10**6)
+    assert [h.tokens for h in free] == [
+        h.tokens for h in search(model, src, beam=beam, alpha=0.6, max_len_a=1.0, max_len_b=3)
+    ]
 
 
 def test_decode_batches_by_device_unless_set():
     """decode.max_sentences=0 (the default) means 128 sentences on a CPU and 1,024 on a GPU
     (issue 28 finding 8); a value set is taken as written."""
-    from s2s.core.decoding import sentences_per_batch
-    from s2s.core.settings import DecodeConfig
+    from s2s.core.decode.search import sentences_per_batch
+    from s2s.core.setup.settings import DecodeConfig
 
     assert DecodeConfig().max_sentences == 0
-    assert sentences_per_batch(0, "cpu") == 128 and sentences_per_batch(0, torch.device("cpu")) == 128
+    assert (
+        sentences_per_batch(0, "cpu") == 128 and sentences_per_batch(0, torch.device("cpu")) == 128
+    )
     assert sentences_per_batch(0, "cuda") == 1024 and sentences_per_batch(0, "cuda:1") == 1024
     assert sentences_per_batch(64, "cuda") == 64 and sentences_per_batch(7, "cpu") == 7
 
@@ -122,7 +141,7 @@ def test_top_k_off_the_cpu_is_one_torch_topk():
     """The chunked top-k pays on a CPU only; elsewhere a row's k best are torch.topk's one call."""
     from unittest import mock
 
-    from s2s.core.decoding import top_k
+    from s2s.core.decode.search import top_k
 
     x = mock.MagicMock(shape=(8, 37000))
     x.device.type = "cuda"

@@ -5,6 +5,7 @@ Tiny runs trained once for the module: the demo (translation), the treebank samp
 requests get `s2s generate`'s output lines for their sentences; every bad request gets a 4xx
 with a JSON error naming the fault, and the server goes on answering.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -19,38 +20,65 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-
 from cli_checks import s2s
 from conftest import NLTK_DATA, needs, task_keys, tiny_run
-from s2s.core.config import load_config
-from s2s.core.data import prepare
-from s2s.core.members import build_members, pick
-from s2s.core.registry import Registry
-from s2s.core.serve import MAX_CHARS, MAX_SENTENCES
+from s2s.core.apps.serve import MAX_CHARS, MAX_SENTENCES
+from s2s.core.data.members import build_members, pick
+from s2s.core.data.prepared import prepare_data
+from s2s.core.setup.config import load_config
+from s2s.core.setup.registry import Registry
 
 RAW = ["The dog sees a cat.", "Prices rose 10% in the quarter.", "I don't know (really)."]
 
 
 def demo(tmp: Path) -> Path:
-    return tiny_run(tmp, "demo", "run.log_interval=50", "task.train_size=1000", "task.valid_size=10", "task.test_size=40",
-                     "optim.max_updates=120", "optim.warmup=40", "run.valid_interval=120", "run.save_interval=120",
-                     "model.max_positions=64", "data.max_len=64")
+    return tiny_run(
+        tmp,
+        "demo",
+        "run.log_interval=50",
+        "task.train_size=1000",
+        "task.valid_size=10",
+        "task.test_size=40",
+        "optim.max_updates=120",
+        "optim.warmup=40",
+        "run.valid_interval=120",
+        "run.save_interval=120",
+        "model.max_positions=64",
+        "data.max_len=64",
+    )
 
 
 def parser(tmp: Path) -> Path:
-    return tiny_run(tmp, "ptb_sample_parsing", "run.log_interval=50", f"task.nltk_data={NLTK_DATA}", "model.layers=1", "model.d_model=64",
-                     "model.d_ff=128", "data.max_tokens=2500", "optim.max_updates=60", "optim.warmup=20",
-                     "optim.lr_scale=1.0", "run.valid_interval=60", "run.save_interval=60", "run.valid_max_sentences=4",
-                     "run.average_last=0", "run.precision=fp32", "decode.beam=2")
+    return tiny_run(
+        tmp,
+        "ptb_sample_parsing",
+        "run.log_interval=50",
+        f"task.nltk_data={NLTK_DATA}",
+        "model.layers=1",
+        "model.d_model=64",
+        "model.d_ff=128",
+        "data.max_tokens=2500",
+        "optim.max_updates=60",
+        "optim.warmup=20",
+        "optim.lr_scale=1.0",
+        "run.valid_interval=60",
+        "run.save_interval=60",
+        "run.valid_max_sentences=4",
+        "run.average_last=0",
+        "run.precision=fp32",
+        "decode.beam=2",
+    )
 
 
 def held_out(run_dir: Path, n: int, task: str | None = None) -> list[str]:
     registry = Registry.installed()
     cfg = load_config(run_dir / "config.yaml", [], registry=registry)
-    member = pick(build_members(cfg, registry), task or (None if cfg.tasks is None else next(iter(cfg.tasks))))
-    from s2s.core.members import data_config
+    member = pick(
+        build_members(cfg, registry), task or (None if cfg.tasks is None else next(iter(cfg.tasks)))
+    )
+    from s2s.core.data.members import data_config
 
-    return prepare(member.task, data_config(cfg), quiet=True).texts("test")[0][:n]
+    return prepare_data(member.task, data_config(cfg), quiet=True).texts("test")[0][:n]
 
 
 # -- the server and the client -------------------------------------------------------------------
@@ -67,19 +95,35 @@ def server(run_dir: Path, *args: str, log: Path | None = None):
     port = free_port()
     log = log or run_dir.parent / f"serve_{port}.log"
     with open(log, "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "s2s.core.cli", "serve", str(run_dir), "--port", str(port),
-                                 *args], stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "s2s.core.apps.cli",
+                "serve",
+                str(run_dir),
+                "--port",
+                str(port),
+                *args,
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.time() + 60
         while True:
             if proc.poll() is not None:
-                raise AssertionError(f"s2s serve exited with {proc.returncode}: {log.read_text()[-2000:]}")
+                raise AssertionError(
+                    f"s2s serve exited with {proc.returncode}: {log.read_text()[-2000:]}"
+                )
             with contextlib.suppress(OSError):
                 if get(url + "/health", timeout=2)[0] == 200:
                     break
             if time.time() > deadline:
-                raise AssertionError(f"s2s serve did not answer /health in 60 s: {log.read_text()[-2000:]}")
+                raise AssertionError(
+                    f"s2s serve did not answer /health in 60 s: {log.read_text()[-2000:]}"
+                )
             time.sleep(0.3)
         yield url
     finally:
@@ -106,16 +150,36 @@ def get(url: str, timeout: float = 30) -> tuple[int, dict]:
 def post(url: str, body, timeout: float = 60, method: str = "POST") -> tuple[int, dict]:
     """(status, JSON answer) of a request whose body is `body` as JSON, or as it is (bytes)."""
     data = body if isinstance(body, bytes) else json.dumps(body).encode("utf-8")
-    return _answer(urllib.request.Request(url, data=data, method=method,
-                                          headers={"Content-Type": "application/json"}), timeout)
+    return _answer(
+        urllib.request.Request(
+            url, data=data, method=method, headers={"Content-Type": "application/json"}
+        ),
+        timeout,
+    )
 
 
 def generate_cli(run_dir: Path, lines: list[str], tmp: Path, *args: str) -> list[str]:
     """`s2s generate RUN_DIR ARGS` on `lines`, as a separate process: its output lines."""
     src, out = tmp / "src.txt", tmp / "out.txt"
     src.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
-    subprocess.run([sys.executable, "-m", "s2s.core.cli", "generate", str(run_dir), "--input", str(src),
-                    "--output", str(out), "-q", *args], check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "s2s.core.apps.cli",
+            "generate",
+            str(run_dir),
+            "--input",
+            str(src),
+            "--output",
+            str(out),
+            "-q",
+            *args,
+        ],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     return out.read_text(encoding="utf-8").split("\n")[:-1]
 
 
@@ -137,7 +201,11 @@ def test_concurrent_requests_get_the_output_of_s2s_generate(demo_run, demo_serve
     lines = held_out(demo_run, 40) + RAW
     expected = dict(zip(lines, generate_cli(demo_run, lines, tmp_path)))
     # 8 clients, each sending 6 requests of 1 to 6 sentences, all at once
-    requests = [[lines[(7 * c + 3 * r + k) % len(lines)] for k in range(1 + (c + r) % 6)] for c in range(8) for r in range(6)]
+    requests = [
+        [lines[(7 * c + 3 * r + k) % len(lines)] for k in range(1 + (c + r) % 6)]
+        for c in range(8)
+        for r in range(6)
+    ]
     answers: dict[int, tuple[int, dict]] = {}
 
     def client(c: int) -> None:
@@ -157,22 +225,33 @@ def test_concurrent_requests_get_the_output_of_s2s_generate(demo_run, demo_serve
         assert answer["hypotheses"] == [expected[s] for s in sent]
         assert len(answer["scores"]) == len(sent) and all(s <= 0 for s in answer["scores"])
         timing = answer["timing"]
-        assert timing["batch_sentences"] >= len(sent) and timing["total_ms"] >= timing["decode_ms"] > 0
+        assert (
+            timing["batch_sentences"] >= len(sent) and timing["total_ms"] >= timing["decode_ms"] > 0
+        )
     status, health = get(demo_server + "/health")
-    assert status == 200 and health["status"] == "ok" and health["sentences"] >= sum(map(len, requests))
+    assert (
+        status == 200
+        and health["status"] == "ok"
+        and health["sentences"] >= sum(map(len, requests))
+    )
     # one worker: requests that queued behind a batch were decoded together
     assert max(answers[i][1]["timing"]["batch_requests"] for i in answers) > 1
 
 
 @pytest.mark.slow
 def test_unknown_words_are_named_and_scores_are_the_searchs(demo_run, demo_server):
-    from s2s.core.decoding import generate
-    from s2s.core.inference import load_for_inference, source_batch
+    from s2s.core.decode.batched import source_batch
+    from s2s.core.decode.search import search
+    from s2s.core.inference import load_for_inference
 
-    status, answer = post(demo_server + "/generate", {"text": ["the dog sees a cat", "the zebra sees a cat"]})
+    status, answer = post(
+        demo_server + "/generate", {"text": ["the dog sees a cat", "the zebra sees a cat"]}
+    )
     assert status == 200 and answer["unknown_words"] == [[], ["zebra"]]
     cfg, member, model = load_for_inference(demo_run, Registry.installed())
-    hyp = generate(model, source_batch(member.encode_source(["the dog sees a cat"])), 4, 0.6, 1.0, 10)[0]
+    hyp = search(
+        model, source_batch(member.encode_source(["the dog sees a cat"])), 4, 0.6, 1.0, 10
+    )[0]
     assert abs(answer["scores"][0] - hyp.score) < 1e-3
 
 
@@ -180,10 +259,18 @@ def test_unknown_words_are_named_and_scores_are_the_searchs(demo_run, demo_serve
 def test_health_and_info(demo_run, demo_server):
     status, info = get(demo_server + "/info")
     assert status == 200
-    assert info["tasks"] == ["demo"] and info["default_task"] == "demo" and Path(info["run_dir"]) == demo_run
+    assert (
+        info["tasks"] == ["demo"]
+        and info["default_task"] == "demo"
+        and Path(info["run_dir"]) == demo_run
+    )
     assert Path(info["checkpoint"]).is_file() and info["decode"]["demo"]["beam"] == 4
-    assert info["limits"] == {"sentences": MAX_SENTENCES, "characters": MAX_CHARS, "tokens": 64,
-                              "batch_tokens": info["limits"]["batch_tokens"]}
+    assert info["limits"] == {
+        "sentences": MAX_SENTENCES,
+        "characters": MAX_CHARS,
+        "tokens": 64,
+        "batch_tokens": info["limits"]["batch_tokens"],
+    }
     assert get(demo_server + "/health")[1]["status"] == "ok"
 
 
@@ -219,10 +306,12 @@ def test_every_bad_request_gets_its_4xx_and_the_server_goes_on(demo_server):
         got, answer = post(demo_server + "/generate", body)
         assert (got, needle in answer.get("error", "")) == (status, True), (body[:80], got, answer)
         assert post(demo_server + "/generate", good)[1]["hypotheses"] == expected
-    for path, body, status, needle in (("/attention", {"text": "the dog", "layer": 9}, 400, "2 layers"),
-                                       ("/attention", {"text": "the dog", "layer": True}, 400, "layers"),
-                                       ("/attention", {"text": ["a", "b"]}, 400, "one sentence"),
-                                       ("/nothing", {"text": ["a"]}, 404, "Not Found")):
+    for path, body, status, needle in (
+        ("/attention", {"text": "the dog", "layer": 9}, 400, "2 layers"),
+        ("/attention", {"text": "the dog", "layer": True}, 400, "layers"),
+        ("/attention", {"text": ["a", "b"]}, 400, "one sentence"),
+        ("/nothing", {"text": ["a"]}, 404, "Not Found"),
+    ):
         got, answer = post(demo_server + path, body)
         assert got == status and needle in answer["error"], (path, got, answer)
     assert get(demo_server + "/generate")[0] == 405
@@ -236,7 +325,12 @@ def test_attention_is_the_searchs_output_over_the_source(demo_server):
     sentence = "the dog sees a big cat"
     output = post(demo_server + "/generate", {"text": [sentence]})[1]["hypotheses"][0]
     status, answer = post(demo_server + "/attention", {"text": sentence, "layer": 1})
-    assert status == 200 and answer["output"] == output and answer["layer"] == 1 and answer["layers"] == 2
+    assert (
+        status == 200
+        and answer["output"] == output
+        and answer["layer"] == 1
+        and answer["layers"] == 2
+    )
     assert answer["source_tokens"] == sentence.split() + ["</s>"]
     assert answer["output_tokens"][-1] == "</s>" and len(answer["weights"]) == answer["heads"] == 2
     for head in answer["weights"]:
@@ -264,11 +358,16 @@ def test_a_taken_port_is_one_line_before_the_model_loads(capsys, tmp_path):
     assert code == 2 and f"--port {port}: cannot listen there" in err and "Traceback" not in err
 
 
-@pytest.mark.parametrize("args, needle", [(["--port", "70000"], "--port 70000: a port is a number from 0"),
-                                          (["--port", "-1"], "--port -1: a port"),
-                                          (["--threads", "0"], "--threads 0: at least 1"),
-                                          (["--host", "no-such-host.invalid"], "--host no-such-host.invalid"),
-                                          ([], "no_run: no such run directory")])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--port", "70000"], "--port 70000: a port is a number from 0"),
+        (["--port", "-1"], "--port -1: a port"),
+        (["--threads", "0"], "--threads 0: at least 1"),
+        (["--host", "no-such-host.invalid"], "--host no-such-host.invalid"),
+        ([], "no_run: no such run directory"),
+    ],
+)
 def test_a_bad_command_line_is_one_line(capsys, tmp_path, args, needle):
     code, _, err = s2s(capsys, "serve", tmp_path / "no_run", "--port", "0", *args)
     assert code == 2 and needle in err and len(err.strip().splitlines()) == 1, err
@@ -293,17 +392,27 @@ def test_parsing_outputs_are_s2s_generates_and_every_tree_is_drawn(tmp_path_fact
 
 @pytest.mark.slow
 def test_a_multitask_run_serves_every_member(tmp_path_factory, tmp_path):
-    run = tiny_run(tmp_path_factory.mktemp("multi"), "multitask_demo", "run.log_interval=50",
-                    *task_keys("multitask_demo", "train_size=300", "valid_size=6", "test_size=6"),
-                    "data.max_tokens=300", "optim.warmup=10", "optim.max_updates=30", "run.valid_interval=30",
-                    "run.save_interval=30")
+    run = tiny_run(
+        tmp_path_factory.mktemp("multi"),
+        "multitask_demo",
+        "run.log_interval=50",
+        *task_keys("multitask_demo", "train_size=300", "valid_size=6", "test_size=6"),
+        "data.max_tokens=300",
+        "optim.warmup=10",
+        "optim.max_updates=30",
+        "run.valid_interval=30",
+        "run.save_interval=30",
+    )
     lines = ["the dog sees a cat", "a cat runs"]
     with server(run, "-q") as url:
         info = get(url + "/info")[1]
         assert info["tasks"] == ["translate", "parse"] and info["default_task"] is None
         status, answer = post(url + "/generate", {"text": lines})
         assert status == 400 and "several tasks (translate, parse)" in answer["error"]
-        got = {name: post(url + "/generate", {"text": lines, "task": name})[1]["hypotheses"] for name in info["tasks"]}
+        got = {
+            name: post(url + "/generate", {"text": lines, "task": name})[1]["hypotheses"]
+            for name in info["tasks"]
+        }
         assert post(url + "/generate", {"text": lines, "task": "summarise"})[0] == 400
     for name in ("translate", "parse"):
         assert got[name] == generate_cli(run, lines, tmp_path, "--task", name)

@@ -1,5 +1,6 @@
 """`s2s sweep`: a grid or a list of variants of one preset, each a run directory, resumable,
 with one table and one plot per varied setting; every variant checked before any trains."""
+
 import hashlib
 import json
 import os
@@ -12,27 +13,48 @@ from pathlib import Path
 
 import pytest
 import torch
-
-from s2s.core import checkpoint
-from s2s.core import sweep as sweep_mod
-from s2s.core.cli import build_parser, main
-from s2s.core.config import load_config
+from s2s.core.apps import sweep as sweep_mod
+from s2s.core.apps.cli import build_parser, main
 from s2s.core.errors import ConfigError, UsageError
-from s2s.core.train import Trainer, train
+from s2s.core.setup.config import load_config
+from s2s.core.training import checkpoint
+from s2s.core.training.trainer import Trainer, train
 
 GRID = ["--grid", "model.heads=1,2"]
 
 
 def _tiny(cache: Path, *extra: str) -> list[str]:
     """The conftest `tiny` settings (without run.dir: the sweep sets it) on a small demo corpus."""
-    return ["model.layers=1", "model.d_model=32", "model.d_ff=64", f"data.cache_dir={cache}",
-            "task.train_size=400", "task.valid_size=20", "task.test_size=20", "data.max_tokens=600",
-            "optim.warmup=5", "run.log_interval=5", "run.quiet=true", "run.threads=1", "run.device=cpu", *extra]
+    return [
+        "model.layers=1",
+        "model.d_model=32",
+        "model.d_ff=64",
+        f"data.cache_dir={cache}",
+        "task.train_size=400",
+        "task.valid_size=20",
+        "task.test_size=20",
+        "data.max_tokens=600",
+        "optim.warmup=5",
+        "run.log_interval=5",
+        "run.quiet=true",
+        "run.threads=1",
+        "run.device=cpu",
+        *extra,
+    ]
 
 
 def _sweep(directory: Path, cache: Path, *options: str, budget: int = 4, extra=()) -> list[str]:
-    return ["sweep", "demo", "-q", *(options or GRID), "--budget-updates", str(budget), "--dir", str(directory),
-            *_tiny(cache, *extra)]
+    return [
+        "sweep",
+        "demo",
+        "-q",
+        *(options or GRID),
+        "--budget-updates",
+        str(budget),
+        "--dir",
+        str(directory),
+        *_tiny(cache, *extra),
+    ]
 
 
 def _digest(path: Path) -> tuple:
@@ -41,8 +63,11 @@ def _digest(path: Path) -> tuple:
 
 def _files(run_dir: Path) -> dict:
     """mtime and hash of every file of a finished run directory (the lock and marker aside)."""
-    return {p.relative_to(run_dir): _digest(p) for p in sorted(run_dir.rglob("*"))
-            if p.is_file() and p.name not in (".lock", ".s2s-run")}
+    return {
+        p.relative_to(run_dir): _digest(p)
+        for p in sorted(run_dir.rglob("*"))
+        if p.is_file() and p.name not in (".lock", ".s2s-run")
+    }
 
 
 def _model(run_dir: Path) -> dict:
@@ -72,10 +97,15 @@ def test_a_tiny_grid_writes_a_row_per_variant_and_a_plot(grid):
         assert row["dev_ppl"] > 1 and isinstance(row["dev_metric"], float) and "bleu" in row["test"]
         assert (directory / row["name"] / "result.json").is_file()
     table = (directory / "results.md").read_text().splitlines()
-    assert table[0].startswith("| variant | model.heads | params | updates | dev ppl | dev bleu | test bleu")
+    assert table[0].startswith(
+        "| variant | model.heads | params | updates | dev ppl | dev bleu | test bleu"
+    )
     assert len(table) == 4 and table[2].startswith("| heads-1 | 1 |")
     manifest = json.loads((directory / "sweep.json").read_text())
-    assert manifest["budget"] == {"updates": 4} and [v["state"] for v in manifest["variants"]] == ["done", "done"]
+    assert manifest["budget"] == {"updates": 4} and [v["state"] for v in manifest["variants"]] == [
+        "done",
+        "done",
+    ]
     png = directory / "sweep_model.heads.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     from matplotlib.image import imread
@@ -93,9 +123,12 @@ def test_the_same_command_after_completion_rewrites_the_table_and_trains_nothing
     assert {v: _files(directory / v) for v in ("heads-1", "heads-2")} == before
 
 
-@pytest.mark.parametrize("options, budget, named", [(["--grid", "model.heads=1,4"], 4, "variants"),
-                                                    (GRID, 8, "budget")])
-def test_another_sweep_in_the_same_folder_fails_naming_sweep_json(grid, capsys, options, budget, named):
+@pytest.mark.parametrize(
+    "options, budget, named", [(["--grid", "model.heads=1,4"], 4, "variants"), (GRID, 8, "budget")]
+)
+def test_another_sweep_in_the_same_folder_fails_naming_sweep_json(
+    grid, capsys, options, budget, named
+):
     directory, cache = grid
     argv = _sweep(directory, cache, *options, budget=budget)
     before = _digest(directory / "sweep.json")
@@ -107,8 +140,15 @@ def test_another_sweep_in_the_same_folder_fails_naming_sweep_json(grid, capsys, 
 
 def test_print_commands_prints_train_commands_that_s2s_train_parses(tmp_path, capsys, registry):
     directory = tmp_path / "sw"
-    argv = _sweep(directory, tmp_path / "cache", "--grid", "model.heads=1,2", "--grid", "model.dropout=0,0.1",
-                  extra=["task.seed=3"])
+    argv = _sweep(
+        directory,
+        tmp_path / "cache",
+        "--grid",
+        "model.heads=1,2",
+        "--grid",
+        "model.dropout=0,0.1",
+        extra=["task.seed=3"],
+    )
     assert main([*argv, "--print-commands"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 4 and not directory.exists()  # runs nothing, writes nothing
@@ -118,9 +158,15 @@ def test_print_commands_prints_train_commands_that_s2s_train_parses(tmp_path, ca
         assert words[:3] == ["s2s", "train", "demo"]
         args = build_parser().parse_args(words[1:])
         cfg = load_config(args.preset, args.overrides, registry=registry)
-        assert cfg.optim.max_updates == 4 and cfg.task.seed == 3 and Path(cfg.run.dir).parent == directory
+        assert (
+            cfg.optim.max_updates == 4
+            and cfg.task.seed == 3
+            and Path(cfg.run.dir).parent == directory
+        )
         dirs.add((cfg.model.heads, cfg.model.dropout, Path(cfg.run.dir).name))
-    assert {d[:2] for d in dirs} == {(1, 0.0), (1, 0.1), (2, 0.0), (2, 0.1)} and len({d[2] for d in dirs}) == 4
+    assert {d[:2] for d in dirs} == {(1, 0.0), (1, 0.1), (2, 0.0), (2, 0.1)} and len(
+        {d[2] for d in dirs}
+    ) == 4
 
 
 def test_every_variant_is_checked_before_the_first_trains(tmp_path, capsys):
@@ -149,10 +195,16 @@ def test_every_variant_is_checked_before_the_first_trains(tmp_path, capsys):
 
 def test_a_variants_file_names_and_nests_overrides(tmp_path, registry):
     path = tmp_path / "variants.yaml"
-    path.write_text("- name: base\n- {model.heads: 1, model.pre_norm: true}\n"
-                    "- model: {dropout: 0.0}\n  optim: {label_smoothing: 0}\n")
+    path.write_text(
+        "- name: base\n- {model.heads: 1, model.pre_norm: true}\n"
+        "- model: {dropout: 0.0}\n  optim: {label_smoothing: 0}\n"
+    )
     variants = sweep_mod.read_variants(path)
-    assert [v.name for v in variants] == ["base", "heads-1_pre_norm-true", "dropout-0.0_label_smoothing-0"]
+    assert [v.name for v in variants] == [
+        "base",
+        "heads-1_pre_norm-true",
+        "dropout-0.0_label_smoothing-0",
+    ]
     assert variants[1].overrides == ["model.heads=1", "model.pre_norm=true"]
     assert variants[2].overrides == ["model.dropout=0.0", "optim.label_smoothing=0"]
     plan = sweep_mod.Sweep("demo", variants, {"minutes": 2.5}, tmp_path / "sw")
@@ -169,11 +221,15 @@ def test_a_variants_file_names_and_nests_overrides(tmp_path, registry):
         sweep_mod.read_variants(tmp_path / "nothing.yaml")
 
 
-def test_a_sweep_stopped_mid_variant_resumes_it_bitwise_and_skips_the_finished_one(tmp_path, monkeypatch, registry):
+def test_a_sweep_stopped_mid_variant_resumes_it_bitwise_and_skips_the_finished_one(
+    tmp_path, monkeypatch, registry
+):
     """Stop the second variant after its checkpoint of update 4 (as a kill would), run the same
     command again: the first is untouched, the second ends equal to a run never stopped."""
     directory, cache = tmp_path / "sw", tmp_path / "cache"
-    argv = _sweep(directory, cache, budget=10, extra=["run.save_interval=4", "run.valid_interval=5"])
+    argv = _sweep(
+        directory, cache, budget=10, extra=["run.save_interval=4", "run.valid_interval=5"]
+    )
     step = Trainer.step
 
     def stopping_step(self, *args, **kwargs):
@@ -192,37 +248,62 @@ def test_a_sweep_stopped_mid_variant_resumes_it_bitwise_and_skips_the_finished_o
     assert main(argv) == 0
     assert _files(directory / "heads-1") == first
     assert json.loads((directory / "heads-2" / "result.json").read_text())["update"] == 10
-    cfg = load_config("demo", [*_tiny(cache, "run.save_interval=4", "run.valid_interval=5"), "model.heads=2",
-                               "optim.max_updates=10", f"run.dir={tmp_path / 'never_stopped'}"], registry=registry)
+    cfg = load_config(
+        "demo",
+        [
+            *_tiny(cache, "run.save_interval=4", "run.valid_interval=5"),
+            "model.heads=2",
+            "optim.max_updates=10",
+            f"run.dir={tmp_path / 'never_stopped'}",
+        ],
+        registry=registry,
+    )
     train(cfg, registry, quiet=True)
     assert _same_model(_model(directory / "heads-2"), _model(tmp_path / "never_stopped"))
 
 
 @pytest.mark.slow
 def test_a_sigkilled_sweep_process_resumes(tmp_path, registry):
-    """SIGKILL `python -m s2s.core.cli sweep` once the first variant is finished and the second
+    """SIGKILL `python -m s2s.core.apps.cli sweep` once the first variant is finished and the second
     has a checkpoint; the same command finishes it, equal to a run never stopped."""
     directory, cache = tmp_path / "sw", tmp_path / "cache"
     extra = ["run.save_interval=5", "run.valid_interval=100", "run.log_interval=1"]
-    cmd = [sys.executable, "-m", "s2s.core.cli", *_sweep(directory, cache, budget=200, extra=extra)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "s2s.core.apps.cli",
+        *_sweep(directory, cache, budget=200, extra=extra),
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     log = open(tmp_path / "sweep.log", "w")
     proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
     deadline = time.time() + 300
     while time.time() < deadline and proc.poll() is None:
-        if (directory / "heads-1" / "result.json").is_file() and checkpoint.listed(directory / "heads-2"):
+        if (directory / "heads-1" / "result.json").is_file() and checkpoint.listed(
+            directory / "heads-2"
+        ):
             break
         time.sleep(0.02)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert proc.returncode == -signal.SIGKILL, (tmp_path / "sweep.log").read_text()[-3000:]
-    assert not (directory / "heads-2" / "result.json").exists(), "the second variant finished before the kill"
+    assert not (directory / "heads-2" / "result.json").exists(), (
+        "the second variant finished before the kill"
+    )
     first = _files(directory / "heads-1")
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "| heads-2 | 2 |" in done.stdout
     assert _files(directory / "heads-1") == first
-    cfg = load_config("demo", [*_tiny(cache, *extra), "model.heads=2", "optim.max_updates=200",
-                               f"run.dir={tmp_path / 'never_stopped'}"], registry=registry)
+    cfg = load_config(
+        "demo",
+        [
+            *_tiny(cache, *extra),
+            "model.heads=2",
+            "optim.max_updates=200",
+            f"run.dir={tmp_path / 'never_stopped'}",
+        ],
+        registry=registry,
+    )
     train(cfg, registry, quiet=True)
     assert _same_model(_model(directory / "heads-2"), _model(tmp_path / "never_stopped"))

@@ -1,5 +1,8 @@
 """run.init_from: a new run starts from another run's weights (issue 23)."""
+
 from __future__ import annotations
+
+import s2s.core  # noqa: F401  before torch: the CPU runtime defaults
 
 import os
 import signal
@@ -10,16 +13,24 @@ from pathlib import Path
 
 import pytest
 import torch
+from s2s.core.apps.cli import main
+from s2s.core.setup.config import load_config
+from s2s.core.setup.registry import Registry
+from s2s.core.training import checkpoint
+from s2s.core.training.trainer import Trainer, train
 
-import s2s.core  # noqa: F401  before torch: the CPU runtime defaults
-from s2s.core import checkpoint
-from s2s.core.cli import main
-from s2s.core.config import load_config
-from s2s.core.registry import Registry
-from s2s.core.train import Trainer, train
-
-TINY = ["model.layers=1", "model.d_model=32", "model.d_ff=64", "model.heads=2", "run.quiet=true", "run.threads=1",
-        "task.valid_size=10", "task.test_size=10", "run.valid_interval=2", "run.save_interval=1"]
+TINY = [
+    "model.layers=1",
+    "model.d_model=32",
+    "model.d_ff=64",
+    "model.heads=2",
+    "run.quiet=true",
+    "run.threads=1",
+    "task.valid_size=10",
+    "task.test_size=10",
+    "run.valid_interval=2",
+    "run.save_interval=1",
+]
 
 
 @pytest.fixture(scope="module")
@@ -31,15 +42,34 @@ def registry():
 def source(tmp_path_factory, registry) -> Path:
     """A tiny demo run of 4 updates on 400 pairs."""
     root = tmp_path_factory.mktemp("source")
-    cfg = load_config("demo", [*TINY, "task.train_size=400", "optim.max_updates=4", f"run.dir={root / 'run'}",
-                               f"data.cache_dir={root / 'cache'}"], registry=registry)
+    cfg = load_config(
+        "demo",
+        [
+            *TINY,
+            "task.train_size=400",
+            "optim.max_updates=4",
+            f"run.dir={root / 'run'}",
+            f"data.cache_dir={root / 'cache'}",
+        ],
+        registry=registry,
+    )
     train(cfg, registry, quiet=True)
     return root / "run"
 
 
 def _trainer(registry, tmp_path, *extra) -> Trainer:
-    cfg = load_config("demo", [*TINY, "task.train_size=400", "optim.max_updates=8", f"run.dir={tmp_path / 'run'}",
-                               f"data.cache_dir={tmp_path / 'cache'}", *extra], registry=registry)
+    cfg = load_config(
+        "demo",
+        [
+            *TINY,
+            "task.train_size=400",
+            "optim.max_updates=8",
+            f"run.dir={tmp_path / 'run'}",
+            f"data.cache_dir={tmp_path / 'cache'}",
+            *extra,
+        ],
+        registry=registry,
+    )
     return Trainer(cfg, registry, quiet=True)
 
 
@@ -61,13 +91,20 @@ def test_init_from_carries_the_weights_and_nothing_else_by_default(source, regis
 
 def test_init_keep_takes_the_optimizer_schedule_best_and_data_position(source, registry, tmp_path):
     state = _tested(source)
-    trainer = _trainer(registry, tmp_path, f"run.init_from={source}", "run.init_keep=[optimizer,schedule,best,data]")
+    trainer = _trainer(
+        registry,
+        tmp_path,
+        f"run.init_from={source}",
+        "run.init_keep=[optimizer,schedule,best,data]",
+    )
     try:
         assert trainer.update == state["update"] and trainer.best == state["best"]
         assert [s.state() for s in trainer.streams] == [list(p) for p in state["streams"].values()]
         moments = trainer.optimizer.state_dict()["state"]
-        assert moments and all(torch.equal(moments[k]["exp_avg"], v["exp_avg"])
-                               for k, v in state["optimizer"]["state"].items())
+        assert moments and all(
+            torch.equal(moments[k]["exp_avg"], v["exp_avg"])
+            for k, v in state["optimizer"]["state"].items()
+        )
     finally:
         trainer.close()
 
@@ -82,7 +119,10 @@ def test_rows_are_carried_by_token_string_when_the_vocabulary_differs(source, re
         old = {t: i for i, t in enumerate(load_vocab(source).itos)}
         new_vocab = trainer.members[0].task.tgt_vocab.itos
         assert set(new_vocab) != set(old)  # the vocabularies differ
-        mine, init = trainer.model.state_dict()["tgt_embed.weight"], fresh.model.state_dict()["tgt_embed.weight"]
+        mine, init = (
+            trainer.model.state_dict()["tgt_embed.weight"],
+            fresh.model.state_dict()["tgt_embed.weight"],
+        )
         shared = [t for t in new_vocab if t in old]
         assert 4 < len(shared) < len(old)
         for i, token in enumerate(new_vocab):
@@ -100,25 +140,52 @@ def load_vocab(run: Path):
 
 def test_a_member_is_fine_tuned_out_of_a_multi_task_run(registry, tmp_path):
     joint = tmp_path / "joint"
-    cfg = load_config("multitask_demo", ["model.layers=1", "model.d_model=32", "model.d_ff=64", "model.heads=2",
-                                         "run.quiet=true", "run.threads=1", "optim.max_updates=2",
-                                         "run.valid_interval=2", f"run.dir={joint}", f"data.cache_dir={tmp_path / 'c'}",
-                                         *[f"tasks.{m}.task.{k}" for m in ("translate", "parse")
-                                           for k in ("train_size=200", "valid_size=10", "test_size=10")]],
-                      registry=registry)
+    cfg = load_config(
+        "multitask_demo",
+        [
+            "model.layers=1",
+            "model.d_model=32",
+            "model.d_ff=64",
+            "model.heads=2",
+            "run.quiet=true",
+            "run.threads=1",
+            "optim.max_updates=2",
+            "run.valid_interval=2",
+            f"run.dir={joint}",
+            f"data.cache_dir={tmp_path / 'c'}",
+            *[
+                f"tasks.{m}.task.{k}"
+                for m in ("translate", "parse")
+                for k in ("train_size=200", "valid_size=10", "test_size=10")
+            ],
+        ],
+        registry=registry,
+    )
     train(cfg, registry, quiet=True)
     members = list(cfg.tasks)
-    trainer = _trainer(registry, tmp_path, f"run.init_from={joint}", "run.init_member=parse", "task.mode=parse",
-                       "task.train_size=200", "model.pre_norm=true")  # the joint preset's
+    trainer = _trainer(
+        registry,
+        tmp_path,
+        f"run.init_from={joint}",
+        "run.init_member=parse",
+        "task.mode=parse",
+        "task.train_size=200",
+        "model.pre_norm=true",
+    )  # the joint preset's
     try:
         theirs = _tested(joint)["model"]
-        from s2s.core.idspace import join
-        from s2s.core.members import build_members, load_vocabularies
+        from s2s.core.data.idspace import join
+        from s2s.core.data.members import build_members, load_vocabularies
 
-        joint_members = build_members(load_config(joint / "config.yaml", registry=registry), registry)
+        joint_members = build_members(
+            load_config(joint / "config.yaml", registry=registry), registry
+        )
         load_vocabularies(joint_members, joint)
         parse = joint_members[members.index("parse")]
-        rows = {t: (i + parse.ids.tgt_offset if i >= 4 else i) for i, t in enumerate(parse.task.tgt_vocab.itos)}
+        rows = {
+            t: (i + parse.ids.tgt_offset if i >= 4 else i)
+            for i, t in enumerate(parse.task.tgt_vocab.itos)
+        }
         mine = trainer.model.state_dict()["out.weight"]
         vocab = trainer.members[0].task.tgt_vocab.itos
         assert join(trainer.members)[1] == len(vocab)
@@ -130,12 +197,24 @@ def test_a_member_is_fine_tuned_out_of_a_multi_task_run(registry, tmp_path):
 
 
 def test_a_model_of_another_shape_is_named(source, capsys, tmp_path):
-    argv = ["train", "demo", "-q", *TINY, "model.d_ff=128", "task.train_size=400", "optim.max_updates=2",
-            f"run.dir={tmp_path / 'run'}", f"data.cache_dir={tmp_path / 'cache'}", f"run.init_from={source}"]
+    argv = [
+        "train",
+        "demo",
+        "-q",
+        *TINY,
+        "model.d_ff=128",
+        "task.train_size=400",
+        "optim.max_updates=2",
+        f"run.dir={tmp_path / 'run'}",
+        f"data.cache_dir={tmp_path / 'cache'}",
+        f"run.init_from={source}",
+    ]
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err and "model.d_ff is 64 there and 128 here" in err, err
-    argv[argv.index("model.d_ff=128")] = "model.pre_norm=true"  # the same shapes but for two LayerNorms
+    argv[argv.index("model.d_ff=128")] = (
+        "model.pre_norm=true"  # the same shapes but for two LayerNorms
+    )
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert "model.pre_norm is False there and True here; set model.pre_norm=False" in err, err
@@ -145,19 +224,46 @@ def test_a_model_of_another_shape_is_named(source, capsys, tmp_path):
 def test_sigkill_during_a_fine_tuning_run_resumes_bitwise(source, tmp_path):
     """Killed after a checkpoint of its own, the run resumes from that, not from its source, and
     ends with the model of a run never stopped."""
-    common = [sys.executable, "-m", "s2s.core.cli", "train", "demo", "-q", *TINY, "task.train_size=400",
-              "optim.max_updates=30", f"run.init_from={source}", f"data.cache_dir={tmp_path / 'cache'}"]
+    common = [
+        sys.executable,
+        "-m",
+        "s2s.core.apps.cli",
+        "train",
+        "demo",
+        "-q",
+        *TINY,
+        "task.train_size=400",
+        "optim.max_updates=30",
+        f"run.init_from={source}",
+        f"data.cache_dir={tmp_path / 'cache'}",
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    subprocess.run([*common, f"run.dir={tmp_path / 'whole'}"], env=env, check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        [*common, f"run.dir={tmp_path / 'whole'}"],
+        env=env,
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     broken = tmp_path / "broken"
-    run = subprocess.Popen([*common, f"run.dir={broken}"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    run = subprocess.Popen(
+        [*common, f"run.dir={broken}"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     for _ in range(1200):
-        if len(list((broken / "checkpoints").glob("checkpoint_*.pt"))) >= 3 or run.poll() is not None:
+        if (
+            len(list((broken / "checkpoints").glob("checkpoint_*.pt"))) >= 3
+            or run.poll() is not None
+        ):
             break
         time.sleep(0.05)
     run.send_signal(signal.SIGKILL)
     run.wait(timeout=60)
-    subprocess.run([*common, f"run.dir={broken}"], env=env, check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        [*common, f"run.dir={broken}"], env=env, check=True, capture_output=True, timeout=300
+    )
     a = checkpoint.load(checkpoint.listed(tmp_path / "whole")[-1])
     b = checkpoint.load(checkpoint.listed(broken)[-1])
     assert a["update"] == b["update"] == 30
@@ -173,32 +279,57 @@ def _captions(folder: Path, extra: list[str]) -> Path:
     rng = random.Random(3)
     folder.mkdir(parents=True, exist_ok=True)
     for split, n in (("train", 80), ("valid", 4), ("test", 4)):
-        lines = [" ".join(rng.choice(words) for _ in range(5)) for _ in range(n)] + (extra if split == "train" else [])
-        (folder / f"{split}.en").write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
-        (folder / f"{split}.de").write_text("".join(f"{line.upper()}\n" for line in lines), encoding="utf-8")
+        lines = [" ".join(rng.choice(words) for _ in range(5)) for _ in range(n)] + (
+            extra if split == "train" else []
+        )
+        (folder / f"{split}.en").write_text(
+            "".join(f"{line}\n" for line in lines), encoding="utf-8"
+        )
+        (folder / f"{split}.de").write_text(
+            "".join(f"{line.upper()}\n" for line in lines), encoding="utf-8"
+        )
     return folder
 
 
-def test_rows_are_carried_by_token_string_on_a_vocabulary_that_differs_in_a_few_tokens(registry, tmp_path):
+def test_rows_are_carried_by_token_string_on_a_vocabulary_that_differs_in_a_few_tokens(
+    registry, tmp_path
+):
     """Subword vocabularies trained on text that differs in two lines: the tokens both hold take
     the source's rows wherever their ids moved, the few new ones keep fresh rows."""
+
     def cfg(name: str, extra: list[str], *more: str):
-        return load_config(None, ["task.name=translation", "task.source=text", "task.vocab_size=300",
-                                  f"task.data_dir={_captions(tmp_path / name, extra)}", *TINY[:6],
-                                  "optim.max_updates=2", "run.valid_interval=2", "run.save_interval=2",
-                                  "run.valid_max_sentences=2", "decode.beam=1", f"run.dir={tmp_path / name / 'run'}",
-                                  f"data.cache_dir={tmp_path / 'cache'}", *more], registry=registry)
+        return load_config(
+            None,
+            [
+                "task.name=translation",
+                "task.source=text",
+                "task.vocab_size=300",
+                f"task.data_dir={_captions(tmp_path / name, extra)}",
+                *TINY[:6],
+                "optim.max_updates=2",
+                "run.valid_interval=2",
+                "run.save_interval=2",
+                "run.valid_max_sentences=2",
+                "decode.beam=1",
+                f"run.dir={tmp_path / name / 'run'}",
+                f"data.cache_dir={tmp_path / 'cache'}",
+                *more,
+            ],
+            registry=registry,
+        )
 
     train(cfg("old", []), registry, quiet=True)
     new_words = ["zebra xylophone quokka"] * 30
-    trainer = Trainer(cfg("new", new_words, f"run.init_from={tmp_path / 'old' / 'run'}"), registry, quiet=True)
+    trainer = Trainer(
+        cfg("new", new_words, f"run.init_from={tmp_path / 'old' / 'run'}"), registry, quiet=True
+    )
     fresh = Trainer(cfg("fresh", new_words), registry, quiet=True)
     try:
-        from s2s.core.transfer import tokens_of
+        from s2s.core.training.transfer import tokens_of
 
         theirs = _tested(tmp_path / "old" / "run")["model"]["tgt_embed.weight"]
         old_run = load_config(tmp_path / "old" / "run" / "config.yaml", registry=registry)
-        from s2s.core.members import build_members, load_vocabularies
+        from s2s.core.data.members import build_members, load_vocabularies
 
         old_members = build_members(old_run, registry)
         load_vocabularies(old_members, tmp_path / "old" / "run")
@@ -207,7 +338,10 @@ def test_rows_are_carried_by_token_string_on_a_vocabulary_that_differs_in_a_few_
         differ = [t for t in new if t not in old]
         assert 0 < len(differ) <= 30 and len(new) == len(old)  # a few tokens differ
         assert any(old[t] != i for i, t in enumerate(new) if t in old)  # and shared ones moved
-        mine, init = trainer.model.state_dict()["tgt_embed.weight"], fresh.model.state_dict()["tgt_embed.weight"]
+        mine, init = (
+            trainer.model.state_dict()["tgt_embed.weight"],
+            fresh.model.state_dict()["tgt_embed.weight"],
+        )
         for i, token in enumerate(new):
             assert torch.equal(mine[i], theirs[old[token]] if token in old else init[i]), token
     finally:

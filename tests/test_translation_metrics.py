@@ -1,4 +1,5 @@
 """Translation scores: sacreBLEU exactly, the paper's tokenised BLEU by hand, chrF, bad input."""
+
 from __future__ import annotations
 
 import math
@@ -6,13 +7,11 @@ import random
 
 import pytest
 import sacrebleu
-from omegaconf import OmegaConf
-
 from conftest import MULTI30K, corpus
-from s2s.plugins.translation import TranslationConfig, TranslationTask
-from s2s.plugins.translation import metrics
-from s2s.plugins.translation.moses import split_compounds, tokenize
+from omegaconf import OmegaConf
 from s2s.core.errors import DataError
+from s2s.plugins.translation import TranslationConfig, TranslationTask, metrics
+from s2s.plugins.translation.moses import split_compounds, tokenize
 
 
 def _task(**kw):
@@ -31,14 +30,22 @@ def _edits(refs: list[str]) -> dict[str, list[str]]:
             w[i], w[i + 1] = w[i + 1], w[i]
         swap.append(" ".join(w))
     shuffled = refs[1:] + refs[:1]
-    return {"identical": list(refs), "lowercased": [r.lower() for r in refs], "every_4th_word_dropped": drop,
-            "one_swap": swap, "misaligned": shuffled, "truncated": [r[: len(r) // 2] for r in refs],
-            "empty": [""] * len(refs)}
+    return {
+        "identical": list(refs),
+        "lowercased": [r.lower() for r in refs],
+        "every_4th_word_dropped": drop,
+        "one_swap": swap,
+        "misaligned": shuffled,
+        "truncated": [r[: len(r) // 2] for r in refs],
+        "empty": [""] * len(refs),
+    }
 
 
 @pytest.fixture(scope="module")
 def references() -> list[str]:
-    return corpus(MULTI30K / "test_2016_flickr.de").read_text(encoding="utf-8").splitlines()[:400]  # 400 of 1,000 lines: faster, as telling
+    return (
+        corpus(MULTI30K / "test_2016_flickr.de").read_text(encoding="utf-8").splitlines()[:400]
+    )  # 400 of 1,000 lines: faster, as telling
 
 
 def test_bleu_and_chrf_equal_sacrebleu_on_hypothesis_files(references, tmp_path):
@@ -51,7 +58,9 @@ def test_bleu_and_chrf_equal_sacrebleu_on_hypothesis_files(references, tmp_path)
         score = task.score(hyps, references)
         expected = sacrebleu.corpus_bleu(hyps, [references])
         assert abs(score.value - expected.score) < 0.01, name
-        assert abs(score.figures["chrf"] - sacrebleu.corpus_chrf(hyps, [references]).score) < 0.01, name
+        assert (
+            abs(score.figures["chrf"] - sacrebleu.corpus_chrf(hyps, [references]).score) < 0.01
+        ), name
         assert score.figures["sentences"] == len(references)
         seen.add(round(score.value, 1))
     assert len(seen) == 7 and 100.0 in seen and 0.0 in seen
@@ -60,11 +69,21 @@ def test_bleu_and_chrf_equal_sacrebleu_on_hypothesis_files(references, tmp_path)
 def test_score_fields_and_signatures(references):
     hyps = _edits(references)["one_swap"]
     d = _task(tgt_lang="de").score(hyps, references).as_dict()
-    assert {"bleu", "bleu_tok", "chrf", "sentences", "signature", "bleu_signature", "chrf_signature",
-            "bleu_tok_signature"} <= set(d)
+    assert {
+        "bleu",
+        "bleu_tok",
+        "chrf",
+        "sentences",
+        "signature",
+        "bleu_signature",
+        "chrf_signature",
+        "bleu_tok_signature",
+    } <= set(d)
     assert d["signature"] == d["bleu_signature"]
     assert d["signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:")
-    assert "tok:moses-de+atat" in d["bleu_tok_signature"] and "smooth:none" in d["bleu_tok_signature"]
+    assert (
+        "tok:moses-de+atat" in d["bleu_tok_signature"] and "smooth:none" in d["bleu_tok_signature"]
+    )
     assert d["bleu_tok"] != d["bleu"] and d["bleu"] > 50  # other tokens, another figure
 
 
@@ -72,8 +91,17 @@ def test_bleu_tok_by_hand_with_a_hyphenated_compound():
     ref, hyp = "Die Nord-Süd-Achse ist lang.", "Die Nord-Achse ist lang."
     # ref: Die Nord ##AT##-##AT## Süd ##AT##-##AT## Achse ist lang .   (9 tokens)
     # hyp: Die Nord ##AT##-##AT## Achse ist lang .                      (7 tokens)
-    assert split_compounds(tokenize(ref, "de")).split() == \
-        ["Die", "Nord", "##AT##-##AT##", "Süd", "##AT##-##AT##", "Achse", "ist", "lang", "."]
+    assert split_compounds(tokenize(ref, "de")).split() == [
+        "Die",
+        "Nord",
+        "##AT##-##AT##",
+        "Süd",
+        "##AT##-##AT##",
+        "Achse",
+        "ist",
+        "lang",
+        ".",
+    ]
     # matches: 1-grams 7/7, 2-grams 6/6, 3-grams 4/5, 4-grams 2/4; brevity penalty exp(1 - 9/7)
     expected = 100 * math.exp(1 - 9 / 7) * (1 * 1 * 4 / 5 * 2 / 4) ** 0.25
     assert expected == pytest.approx(59.7628, abs=1e-4)
@@ -81,31 +109,44 @@ def test_bleu_tok_by_hand_with_a_hyphenated_compound():
     assert score.counts == [7, 6, 4, 2] and score.totals == [7, 6, 5, 4]
     assert score.score == pytest.approx(expected, abs=1e-6)
     # without compound splitting "Nord-Achse" would be one unmatched token: a lower score
-    plain = sacrebleu.corpus_bleu([tokenize(hyp, "de")], [[tokenize(ref, "de")]], tokenize="none",
-                                  smooth_method="none")
+    plain = sacrebleu.corpus_bleu(
+        [tokenize(hyp, "de")], [[tokenize(ref, "de")]], tokenize="none", smooth_method="none"
+    )
     assert plain.score < 40
     # the 13a-tokenised sacreBLEU keeps compounds whole too
-    assert metrics.bleu([hyp], [ref]).score == pytest.approx(sacrebleu.corpus_bleu([hyp], [[ref]]).score)
+    assert metrics.bleu([hyp], [ref]).score == pytest.approx(
+        sacrebleu.corpus_bleu([hyp], [[ref]]).score
+    )
 
 
 def test_compound_splitting_as_perl_does_it():
     assert split_compounds("rich-text format") == "rich ##AT##-##AT## text format"
-    assert split_compounds("state-of-the-art") == "state ##AT##-##AT## of ##AT##-##AT## the ##AT##-##AT## art"
+    assert (
+        split_compounds("state-of-the-art")
+        == "state ##AT##-##AT## of ##AT##-##AT## the ##AT##-##AT## art"
+    )
     assert split_compounds("a-b-c") == "a ##AT##-##AT## b-c"  # Perl's s///g: matches do not overlap
     assert split_compounds("- a - b -x") == "- a - b -x"
 
 
-@pytest.mark.parametrize("lang,text,tokens", [
-    ("en", "Hello, world!", "Hello , world !"),
-    ("en", "I don't know, Mr. Smith.", "I don 't know , Mr. Smith ."),
-    ("en", "It costs 1,000 dollars in the U.S.", "It costs 1,000 dollars in the U.S."),
-    ("en", "the 1990's", "the 1990 's"),
-    ("en", "Wait... what?", "Wait ... what ?"),
-    ("fr", "L'homme est là.", "L' homme est là ."),
-    ("de", "Wie geht's?", "Wie geht ' s ?"),
-    ("de", "Ein Mann im T-Shirt (rot) fährt ca. 5 km.", "Ein Mann im T-Shirt ( rot ) fährt ca. 5 km ."),
-    ("de", '"Ja", sagte sie.', '" Ja " , sagte sie .'),
-])
+@pytest.mark.parametrize(
+    "lang,text,tokens",
+    [
+        ("en", "Hello, world!", "Hello , world !"),
+        ("en", "I don't know, Mr. Smith.", "I don 't know , Mr. Smith ."),
+        ("en", "It costs 1,000 dollars in the U.S.", "It costs 1,000 dollars in the U.S."),
+        ("en", "the 1990's", "the 1990 's"),
+        ("en", "Wait... what?", "Wait ... what ?"),
+        ("fr", "L'homme est là.", "L' homme est là ."),
+        ("de", "Wie geht's?", "Wie geht ' s ?"),
+        (
+            "de",
+            "Ein Mann im T-Shirt (rot) fährt ca. 5 km.",
+            "Ein Mann im T-Shirt ( rot ) fährt ca. 5 km .",
+        ),
+        ("de", '"Ja", sagte sie.', '" Ja " , sagte sie .'),
+    ],
+)
 def test_moses_style_tokens(lang, text, tokens):
     assert tokenize(text, lang) == tokens
 
@@ -129,7 +170,7 @@ def test_score_needs_no_vocabulary():
 def test_s2s_score_prints_both_bleu_figures(references, tmp_path, capsys):
     import json
 
-    from s2s.core.cli import main
+    from s2s.core.apps.cli import main
 
     ref, hyp = tmp_path / "ref.de", tmp_path / "hyp.de"
     ref.write_text("\n".join(references) + "\n", encoding="utf-8")
@@ -138,7 +179,9 @@ def test_s2s_score_prints_both_bleu_figures(references, tmp_path, capsys):
     assert main(["score", "translation", "--ref", str(ref), "--hyp", str(hyp), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["bleu"] == pytest.approx(sacrebleu.corpus_bleu(hyps, [references]).score, abs=0.01)
-    assert out["bleu_tok"] == pytest.approx(metrics.bleu_tok(hyps, references, "de").score, abs=0.01)
+    assert out["bleu_tok"] == pytest.approx(
+        metrics.bleu_tok(hyps, references, "de").score, abs=0.01
+    )
     assert "chrf" in out and out["signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")
 
 
@@ -146,7 +189,7 @@ def test_s2s_score_takes_overrides_for_french_rules(tmp_path, capsys):
     """`s2s score translation task.tgt_lang=fr` tokenises with the French Moses rules."""
     import json
 
-    from s2s.core.cli import main
+    from s2s.core.apps.cli import main
 
     refs = ["Il s'agit d'un homme que l'on voit aujourd'hui.", "Une femme et l'enfant jouent."]
     hyps = ["Il s'agit d'un homme qu'on voit aujourd'hui.", "Une femme et l'enfant jouent."]
@@ -155,10 +198,26 @@ def test_s2s_score_takes_overrides_for_french_rules(tmp_path, capsys):
     hyp.write_text("\n".join(hyps) + "\n", encoding="utf-8")
     figures = {}
     for lang in ("de", "fr"):
-        assert main(["score", "translation", f"task.tgt_lang={lang}", "--ref", str(ref), "--hyp", str(hyp),
-                     "--json"]) == 0
+        assert (
+            main(
+                [
+                    "score",
+                    "translation",
+                    f"task.tgt_lang={lang}",
+                    "--ref",
+                    str(ref),
+                    "--hyp",
+                    str(hyp),
+                    "--json",
+                ]
+            )
+            == 0
+        )
         figures[lang] = json.loads(capsys.readouterr().out)["bleu_tok"]
         assert figures[lang] == pytest.approx(metrics.bleu_tok(hyps, refs, lang).score, abs=0.01)
     assert figures["fr"] != figures["de"]  # "qu'on": French rules keep the apostrophe on "qu'"
-    assert main(["score", "translation", "task.tgt_lagn=fr", "--ref", str(ref), "--hyp", str(hyp)]) == 2
+    assert (
+        main(["score", "translation", "task.tgt_lagn=fr", "--ref", str(ref), "--hyp", str(hyp)])
+        == 2
+    )
     assert "task.tgt_lang" in capsys.readouterr().err

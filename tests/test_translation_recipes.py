@@ -1,25 +1,32 @@
 """Translation data recipes: WMT14 offline in the hub's schema, parallel text files, bad input."""
+
 from __future__ import annotations
 
 import gzip
 import logging
 
 import pytest
-from omegaconf import OmegaConf
-
 from conftest import MULTI30K, corpus
+from omegaconf import OmegaConf
+from s2s.core.data.members import task_section
+from s2s.core.errors import DataError
+from s2s.core.setup.config import load_config
 from s2s.data_recipes import parallel_text, wmt14
 from s2s.plugins.translation import TranslationConfig, TranslationTask
-from s2s.core.config import load_config
-from s2s.core.members import task_section
-from s2s.core.errors import DataError
 
 HUB_SPLITS = {"train": 300, "validation": 20, "test": 30}
 
 
 def _rows(split: str, n: int, other: str = "de") -> list[dict]:
-    return [{"translation": {other: f"Das ist Satz {i} aus {split}.", "en": f"This is sentence {i} from {split}."}}
-            for i in range(n)]
+    return [
+        {
+            "translation": {
+                other: f"Das ist Satz {i} aus {split}.",
+                "en": f"This is sentence {i} from {split}.",
+            }
+        }
+        for i in range(n)
+    ]
 
 
 def _hub_dataset(split: str, n: int, other: str = "de"):
@@ -49,7 +56,10 @@ def test_wmt14_offline_from_parquet_in_the_hub_schema(wmt14_parquet):
     for split, hub_split in (("train", "train"), ("valid", "validation"), ("test", "test")):
         pairs = list(task.read_split(split))
         assert len(pairs) == HUB_SPLITS[hub_split]
-        assert pairs[3] == (f"This is sentence 3 from {hub_split}.", f"Das ist Satz 3 aus {hub_split}.")
+        assert pairs[3] == (
+            f"This is sentence 3 from {hub_split}.",
+            f"Das ist Satz 3 aus {hub_split}.",
+        )
     reverse = _task(source="wmt14", src_lang="de", tgt_lang="en", local_dir=str(wmt14_parquet))
     first = next(iter(reverse.read_split("train")))
     assert first == ("Das ist Satz 0 aus train.", "This is sentence 0 from train.")
@@ -57,14 +67,18 @@ def test_wmt14_offline_from_parquet_in_the_hub_schema(wmt14_parquet):
 
 def test_wmt14_reads_rows_lazily(wmt14_parquet):
     pairs = wmt14.read_split("train", "en", "de", local_dir=str(wmt14_parquet))
-    assert not isinstance(pairs, (list, tuple)) and next(pairs)[0] == "This is sentence 0 from train."
+    assert (
+        not isinstance(pairs, (list, tuple)) and next(pairs)[0] == "This is sentence 0 from train."
+    )
 
 
 def test_wmt14_offline_from_save_to_disk(tmp_path):
     import datasets
 
     copy = tmp_path / "copy"
-    datasets.DatasetDict({s: _hub_dataset(s, n) for s, n in HUB_SPLITS.items()}).save_to_disk(str(copy))
+    datasets.DatasetDict({s: _hub_dataset(s, n) for s, n in HUB_SPLITS.items()}).save_to_disk(
+        str(copy)
+    )
     pairs = list(wmt14.read_split("valid", "de", "en", local_dir=str(copy)))
     assert len(pairs) == 20
     assert pairs[0] == ("Das ist Satz 0 aus validation.", "This is sentence 0 from validation.")
@@ -112,13 +126,17 @@ def test_wmt14_errors_name_what_is_missing(wmt14_parquet, tmp_path, monkeypatch,
 
 
 def test_wmt14_preset_reads_a_local_copy(wmt14_parquet):
-    cfg = load_config("wmt14_en_de_base", [f"task.local_dir={wmt14_parquet}"], task_config_cls=TranslationConfig)
+    cfg = load_config(
+        "wmt14_en_de_base", [f"task.local_dir={wmt14_parquet}"], task_config_cls=TranslationConfig
+    )
     task = TranslationTask(task_section(cfg.task))
     assert task.splits == ("train", "valid", "test")
     pairs = list(task.read_split("train"))
     task.build_vocab(iter(pairs))
     ids = task.encode_source([pairs[0][0]])
-    assert len(ids[0]) > 3 and task.decode_target(task.encode_target([pairs[0][1]])[0]) == pairs[0][1]
+    assert (
+        len(ids[0]) > 3 and task.decode_target(task.encode_target([pairs[0][1]])[0]) == pairs[0][1]
+    )
 
 
 # -- parallel text -------------------------------------------------------------------------------
@@ -157,9 +175,13 @@ def test_text_different_line_counts_fail_before_any_pair(tmp_path):
     _write(tmp_path / "train.en", SRC)
     _write(tmp_path / "train.de", TGT[:-1], gz=True)
     with pytest.raises(DataError) as e:
-        parallel_text.read_split(tmp_path, "train", "en", "de")  # raised on the call, not on iteration
+        parallel_text.read_split(
+            tmp_path, "train", "en", "de"
+        )  # raised on the call, not on iteration
     msg = str(e.value)
-    assert f"{tmp_path / 'train.en'} has 5 lines" in msg and f"{tmp_path / 'train.de.gz'} has 4" in msg
+    assert (
+        f"{tmp_path / 'train.en'} has 5 lines" in msg and f"{tmp_path / 'train.de.gz'} has 4" in msg
+    )
 
 
 @pytest.mark.parametrize("gz", [False, True])
@@ -188,28 +210,43 @@ def test_text_missing_files_and_splits(tmp_path):
 
 
 # -- presets ---------------------------------------------------------------------------------------
-@pytest.mark.parametrize("name,size,dropout,updates,average,model", [
-    ("wmt14_en_de_base", 512, 0.1, 100_000, 5, "bpe"),
-    ("wmt14_en_de_big", 1024, 0.3, 300_000, 20, "bpe"),
-    ("wmt14_en_fr_base", 512, 0.1, 100_000, 5, "wordpiece"),
-    ("wmt14_en_fr_big", 1024, 0.1, 300_000, 20, "wordpiece"),
-])
+@pytest.mark.parametrize(
+    "name,size,dropout,updates,average,model",
+    [
+        ("wmt14_en_de_base", 512, 0.1, 100_000, 5, "bpe"),
+        ("wmt14_en_de_big", 1024, 0.3, 300_000, 20, "bpe"),
+        ("wmt14_en_fr_base", 512, 0.1, 100_000, 5, "wordpiece"),
+        ("wmt14_en_fr_big", 1024, 0.1, 300_000, 20, "wordpiece"),
+    ],
+)
 def test_wmt14_presets_carry_the_papers_settings(name, size, dropout, updates, average, model):
     cfg = load_config(name, task_config_cls=TranslationConfig)
     m = cfg.model
     assert (m.layers, m.d_model, m.d_ff, m.heads) == (6, size, 4 * size, size // 64)
-    assert (cfg.model.dropout, cfg.optim.max_updates, cfg.run.average_last) == (dropout, updates, average)
+    assert (cfg.model.dropout, cfg.optim.max_updates, cfg.run.average_last) == (
+        dropout,
+        updates,
+        average,
+    )
     assert (cfg.optim.warmup, cfg.optim.label_smoothing, cfg.data.max_tokens) == (4000, 0.1, 25000)
     assert (cfg.task.tokenizer, cfg.task.vocab_size) == (model, 37000 if model == "bpe" else 32000)
     task = TranslationTask(task_section(cfg.task))
-    assert cfg.task.shared_vocab and (task.decoding.beam, task.decoding.alpha, task.decoding.max_len_b) == (4, 0.6, 50)
+    assert cfg.task.shared_vocab and (
+        task.decoding.beam,
+        task.decoding.alpha,
+        task.decoding.max_len_b,
+    ) == (4, 0.6, 50)
     assert cfg.decode.beam is None and cfg.decode.alpha is None
 
 
 @pytest.mark.parametrize("lang", ["de", "fr"])
 def test_multi30k_presets_read_the_shared_corpus(lang):
-    cfg = load_config(f"multi30k_en_{lang}", [f"task.data_dir={corpus(MULTI30K)}"], task_config_cls=TranslationConfig)
-    peak = cfg.optim.lr_scale * cfg.model.d_model ** -0.5 * cfg.optim.warmup ** -0.5
+    cfg = load_config(
+        f"multi30k_en_{lang}",
+        [f"task.data_dir={corpus(MULTI30K)}"],
+        task_config_cls=TranslationConfig,
+    )
+    peak = cfg.optim.lr_scale * cfg.model.d_model**-0.5 * cfg.optim.warmup**-0.5
     assert peak == pytest.approx(2.0e-3, rel=0.05)  # the preset comment states this figure
     task = TranslationTask(task_section(cfg.task))
     sizes = {split: sum(1 for _ in task.read_split(split)) for split in task.splits}

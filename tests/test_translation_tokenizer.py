@@ -1,21 +1,30 @@
 """The translation vocabularies: exact round trips, specials at 0..3, save and load."""
+
 from __future__ import annotations
 
 import os
 from itertools import islice
 
 import pytest
-from omegaconf import OmegaConf
-
 from conftest import MULTI30K, corpus, needs
-from s2s.plugins.translation import TranslationConfig, TranslationTask
-from s2s.core.subwords import CONTINUATION, Subwords
+from omegaconf import OmegaConf
+from s2s.core.data.subwords import CONTINUATION, Subwords
 from s2s.core.vocab import SPECIALS, UNK
+from s2s.plugins.translation import TranslationConfig, TranslationTask
 
 needs_multi30k = needs(MULTI30K)
-AWKWARD = ["", " ", "  two  spaces  and edges ", "\ttab\tand trailing\t", "a##b ##c ＃＃d",
-           "<s> <unk> </s><pad>", "日本語のテキスト 😀 ÿĀĠ Ġ", "x" * 150, "Straßenbahn-Haltestelle, 3.000 € (ca.)!",
-           "l'été « cité »"]
+AWKWARD = [
+    "",
+    " ",
+    "  two  spaces  and edges ",
+    "\ttab\tand trailing\t",
+    "a##b ##c ＃＃d",
+    "<s> <unk> </s><pad>",
+    "日本語のテキスト 😀 ÿĀĠ Ġ",
+    "x" * 150,
+    "Straßenbahn-Haltestelle, 3.000 € (ca.)!",
+    "l'été « cité »",
+]
 
 
 def _lines(path):
@@ -27,8 +36,14 @@ def _lines(path):
 def subwords(request):
     """A small vocabulary trained on 2,000 lines of each language, so the dev sets hold unseen words."""
     corpus(MULTI30K)
-    lines = [line for lang in ("en", "de", "fr") for line in islice(_lines(MULTI30K / f"train.{lang}"), 2000)]
-    return Subwords.train((lines[i:i + 500] for i in range(0, len(lines), 500)), 2000, request.param)
+    lines = [
+        line
+        for lang in ("en", "de", "fr")
+        for line in islice(_lines(MULTI30K / f"train.{lang}"), 2000)
+    ]
+    return Subwords.train(
+        (lines[i : i + 500] for i in range(0, len(lines), 500)), 2000, request.param
+    )
 
 
 @needs_multi30k
@@ -96,9 +111,11 @@ def _task(**kw):
     return TranslationTask(OmegaConf.merge(OmegaConf.structured(TranslationConfig), kw))
 
 
-PAIRS = [("A man rides a red bicycle.", "Ein Mann fährt ein rotes Fahrrad."),
-         ("Two dogs play in the snow.", "Zwei Hunde spielen im Schnee."),
-         ("A woman sings on a stage.", "Eine Frau singt auf einer Bühne.")] * 20
+PAIRS = [
+    ("A man rides a red bicycle.", "Ein Mann fährt ein rotes Fahrrad."),
+    ("Two dogs play in the snow.", "Zwei Hunde spielen im Schnee."),
+    ("A woman sings on a stage.", "Eine Frau singt auf einer Bühne."),
+] * 20
 
 
 @pytest.mark.parametrize("model", ["bpe", "wordpiece"])
@@ -120,10 +137,16 @@ def test_task_separate_vocabularies(tmp_path):
     task.build_vocab(iter(PAIRS))
     assert not task.shared_vocab
     task.save_vocab(tmp_path)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["tokenizer.src.json", "tokenizer.tgt.json"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "tokenizer.src.json",
+        "tokenizer.tgt.json",
+    ]
     again = _task(shared_vocab=False, vocab_size=400)
     again.load_vocab(tmp_path)
-    src_vocab, tgt_vocab = again.src_vocab.tokenizer.get_vocab(), again.tgt_vocab.tokenizer.get_vocab()
+    src_vocab, tgt_vocab = (
+        again.src_vocab.tokenizer.get_vocab(),
+        again.tgt_vocab.tokenizer.get_vocab(),
+    )
     assert "ĠFahrrad" in tgt_vocab and "ĠFahrrad" not in src_vocab
     assert again.decode_target(again.encode_target(["Zwei Hunde."])[0]) == "Zwei Hunde."
 

@@ -4,15 +4,15 @@ mode=translate: source sentence -> reordered sentence in the target lexicon, sco
 mode=parse: source sentence -> its bracketed tree, scored with labelled-bracket F1.
 Held-out sentences never occur in the training split.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sacrebleu.metrics import BLEU
-
 from s2s.core.checks import one_of, setting
 from s2s.core.task import DecodeDefaults, Score, Task, TaskConfig
 from s2s.core.vocab import WordTokenizer
+from sacrebleu.metrics import BLEU
 
 from . import grammar
 
@@ -37,7 +37,9 @@ class DemoTask(Task):
             self.decoding = DecodeDefaults(beam=4, alpha=0.6, max_len_a=3.0, max_len_b=10)
 
     def _pair(self, tree) -> tuple[str, str]:
-        target = grammar.translate(tree) if self.cfg.mode == "translate" else grammar.bracketed(tree)
+        target = (
+            grammar.translate(tree) if self.cfg.mode == "translate" else grammar.bracketed(tree)
+        )
         return " ".join(grammar.words(tree)), " ".join(target)
 
     def read_split(self, split):
@@ -67,8 +69,12 @@ class DemoTask(Task):
             metric = BLEU()
             bleu = metric.corpus_score(list(hypotheses), [list(references)])
             exact = sum(h == r for h, r in zip(hypotheses, references)) / max(1, len(references))
-            return Score("bleu", round(bleu.score, 2), {"exact_match": round(100 * exact, 2)},
-                         str(metric.get_signature()))
+            return Score(
+                "bleu",
+                round(bleu.score, 2),
+                {"exact_match": round(100 * exact, 2)},
+                str(metric.get_signature()),
+            )
         matched = gold = test = malformed = 0
         for hyp, ref in zip(hypotheses, references):
             g = grammar.spans(ref.split())
@@ -82,5 +88,9 @@ class DemoTask(Task):
             gold, test = gold + len(g), test + len(t)
         p, r = matched / max(1, test), matched / max(1, gold)
         f1 = 2 * p * r / (p + r) if p + r else 0.0
-        return Score("f1", round(100 * f1, 2), {"precision": round(100 * p, 2), "recall": round(100 * r, 2),
-                                                "malformed": malformed}, "labelled spans")
+        return Score(
+            "f1",
+            round(100 * f1, 2),
+            {"precision": round(100 * p, 2), "recall": round(100 * r, 2), "malformed": malformed},
+            "labelled spans",
+        )

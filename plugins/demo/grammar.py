@@ -5,22 +5,49 @@ object; adjectives before nouns); the target language has its own words, puts th
 (S O V) and the adjectives after the noun, so a model must learn both a lexicon and long
 reorderings. The same sentences with their trees make a parsing problem.
 """
+
 from __future__ import annotations
 
 import random
 
 LEXICON = {  # source word -> (part of speech, target word)
-    "the": ("DT", "de"), "a": ("DT", "en"), "every": ("DT", "jeder"),
-    "cat": ("NN", "kat"), "dog": ("NN", "hond"), "bird": ("NN", "fogel"), "man": ("NN", "mann"),
-    "woman": ("NN", "frou"), "child": ("NN", "kint"), "horse": ("NN", "perd"), "fish": ("NN", "fisk"),
-    "tree": ("NN", "boom"), "house": ("NN", "hus"), "ball": ("NN", "bal"), "car": ("NN", "wagen"),
-    "book": ("NN", "boek"), "river": ("NN", "stroom"), "hill": ("NN", "berg"),
-    "sees": ("VBZ", "siet"), "likes": ("VBZ", "mag"), "chases": ("VBZ", "jaagt"),
-    "finds": ("VBZ", "findt"), "holds": ("VBZ", "hout"), "watches": ("VBZ", "kikt"),
-    "follows": ("VBZ", "folgt"), "greets": ("VBZ", "groet"),
-    "big": ("JJ", "grot"), "small": ("JJ", "lyt"), "red": ("JJ", "rod"), "old": ("JJ", "ald"),
-    "young": ("JJ", "jong"), "happy": ("JJ", "blij"), "green": ("JJ", "gruen"),
-    "near": ("IN", "bij"), "under": ("IN", "onder"), "behind": ("IN", "achter"), "with": ("IN", "mit"),
+    "the": ("DT", "de"),
+    "a": ("DT", "en"),
+    "every": ("DT", "jeder"),
+    "cat": ("NN", "kat"),
+    "dog": ("NN", "hond"),
+    "bird": ("NN", "fogel"),
+    "man": ("NN", "mann"),
+    "woman": ("NN", "frou"),
+    "child": ("NN", "kint"),
+    "horse": ("NN", "perd"),
+    "fish": ("NN", "fisk"),
+    "tree": ("NN", "boom"),
+    "house": ("NN", "hus"),
+    "ball": ("NN", "bal"),
+    "car": ("NN", "wagen"),
+    "book": ("NN", "boek"),
+    "river": ("NN", "stroom"),
+    "hill": ("NN", "berg"),
+    "sees": ("VBZ", "siet"),
+    "likes": ("VBZ", "mag"),
+    "chases": ("VBZ", "jaagt"),
+    "finds": ("VBZ", "findt"),
+    "holds": ("VBZ", "hout"),
+    "watches": ("VBZ", "kikt"),
+    "follows": ("VBZ", "folgt"),
+    "greets": ("VBZ", "groet"),
+    "big": ("JJ", "grot"),
+    "small": ("JJ", "lyt"),
+    "red": ("JJ", "rod"),
+    "old": ("JJ", "ald"),
+    "young": ("JJ", "jong"),
+    "happy": ("JJ", "blij"),
+    "green": ("JJ", "gruen"),
+    "near": ("IN", "bij"),
+    "under": ("IN", "onder"),
+    "behind": ("IN", "achter"),
+    "with": ("IN", "mit"),
 }
 BY_TAG: dict[str, list[str]] = {}
 for _word, (_tag, _) in LEXICON.items():

@@ -19,6 +19,7 @@ itself (`rebuild`) and reports how many hypotheses it had to repair as `repaired
 then says the references were rebuilt (their POS tags are placeholders, so tagging accuracy says
 nothing). Without `sources` every line is a tree and `score` is exactly EVALB.
 """
+
 from __future__ import annotations
 
 import functools
@@ -31,15 +32,23 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 from s2s.core.checks import at_least, one_of, setting
+from s2s.core.data.subwords import Subwords
 from s2s.core.errors import DataError
 from s2s.core.files import atomic_write_text
 from s2s.core.task import DecodeDefaults, Score, Task, TaskConfig
-from s2s.core.subwords import Subwords
 from s2s.core.vocab import SPECIALS, Shareable, WordTokenizer
 
 from .constraint import TokenTables, TreeConstraint, leaf_tags
 from .evalb import evalb
-from .linearise import PUNCTUATION_TAGS, SCHEMES, TAG_SCHEMES, WORD_SCHEMES, delinearise, linearise, punctuation_tags
+from .linearise import (
+    PUNCTUATION_TAGS,
+    SCHEMES,
+    TAG_SCHEMES,
+    WORD_SCHEMES,
+    delinearise,
+    linearise,
+    punctuation_tags,
+)
 
 __all__ = ["ParsingTask", "ParsingConfig", "ptb_tokens"]
 
@@ -108,7 +117,9 @@ class ParsingTask(Task):
     def __init__(self, cfg):
         super().__init__(cfg)
         self.tags: list[str] = []  # leaf tags of the tag schemes (tgt_tags.json)
-        self.punct_tagged: list[str] = []  # words the training trees tag as punctuation, punctuation_tags not
+        self.punct_tagged: list[
+            str
+        ] = []  # words the training trees tag as punctuation, punctuation_tags not
         self._tables = None  # the constraint's TokenTables for the current target vocabulary
         self.read_stats: dict = {}  # split -> data_recipes.treebank.ReadStats of the last read
 
@@ -118,7 +129,9 @@ class ParsingTask(Task):
         from s2s.data_recipes import treebank
 
         if split not in self.splits:
-            raise DataError(f"unknown split {split!r}; the parsing task has {', '.join(self.splits)}")
+            raise DataError(
+                f"unknown split {split!r}; the parsing task has {', '.join(self.splits)}"
+            )
         cfg = self.cfg
         silver = cfg.silver_trees if split == "train" else ""  # a preset's ??? fails here, early
         prep = treebank.Preprocessing(cfg.remove_empty, cfg.strip_functions, cfg.root_label)
@@ -134,18 +147,28 @@ class ParsingTask(Task):
             if not path and cfg.data_dir:
                 path = str(Path(cfg.data_dir) / f"{split}.trees")
             if not path:
-                raise DataError(f"neither task.data_dir nor task.{split}_file is set (corpus=lines reads "
-                                "one tree per line from DATA_DIR/{train,valid,test}.trees)")
+                raise DataError(
+                    f"neither task.data_dir nor task.{split}_file is set (corpus=lines reads "
+                    "one tree per line from DATA_DIR/{train,valid,test}.trees)"
+                )
             yield from treebank.line_trees(path, **kw)
         if silver:
             yield from treebank.line_trees(silver, **kw)
         if stats.malformed or stats.empty:
-            log.warning("%s split: skipped %d malformed tree(s) and %d tree(s) left empty; first: %s",
-                        split, stats.malformed, stats.empty, "; ".join(stats.messages[:3]))
+            log.warning(
+                "%s split: skipped %d malformed tree(s) and %d tree(s) left empty; first: %s",
+                split,
+                stats.malformed,
+                stats.empty,
+                "; ".join(stats.messages[:3]),
+            )
 
     def read_split(self, split: str) -> Iterator[tuple[str, str]]:
         for tree in self.trees(split):
-            yield " ".join(tree.leaves()), " ".join(linearise(tree, self.cfg.scheme, self.cfg.root_label))
+            yield (
+                " ".join(tree.leaves()),
+                " ".join(linearise(tree, self.cfg.scheme, self.cfg.root_label)),
+            )
 
     def references(self, split: str) -> Iterator[str]:
         """The gold trees of `split`, one line each, in the form `s2s score --ref` reads."""
@@ -170,21 +193,32 @@ class ParsingTask(Task):
             if self.cfg.scheme in TAG_SCHEMES:
                 leaves = leaf_tags(t, self.cfg.scheme)
                 tags.update(leaves)
-                punct_tagged.update(w for w, rule, tag in zip(words, punctuation_tags(words), leaves)
-                                    if rule is None and tag in punctuation)
+                punct_tagged.update(
+                    w
+                    for w, rule, tag in zip(words, punctuation_tags(words), leaves)
+                    if rule is None and tag in punctuation
+                )
         if "src" in self.joint:  # shared with other members of the run (`shareable`)
             self.src_vocab = self.joint["src"]
         elif self.cfg.src_tokenizer != "word":
             self.src_vocab = self.shareable("src").train([sentences], self.cfg.src_vocab_size)
         else:
-            self.src_vocab = _ranked(Counter({w: c for w, c in src.items() if c >= self.cfg.src_min_count}),
-                                     self.cfg.src_vocab_size)
+            self.src_vocab = _ranked(
+                Counter({w: c for w, c in src.items() if c >= self.cfg.src_min_count}),
+                self.cfg.src_vocab_size,
+            )
         if self.cfg.scheme in WORD_SCHEMES:
             structure = [t for t in tgt if t[0] in "()" or t in tags]
             words = Counter({t: c for t, c in tgt.items() if t[0] not in "()" and t not in tags})
-            cap = max(len(structure) + len(SPECIALS), self.cfg.tgt_vocab_size) if self.cfg.tgt_vocab_size else 0
-            self.tgt_vocab = WordTokenizer(_ranked(Counter({t: tgt[t] for t in structure}), 0).itos[len(SPECIALS):]
-                                           + _ranked(words, cap - len(structure) if cap else 0).itos[len(SPECIALS):])
+            cap = (
+                max(len(structure) + len(SPECIALS), self.cfg.tgt_vocab_size)
+                if self.cfg.tgt_vocab_size
+                else 0
+            )
+            self.tgt_vocab = WordTokenizer(
+                _ranked(Counter({t: tgt[t] for t in structure}), 0).itos[len(SPECIALS) :]
+                + _ranked(words, cap - len(structure) if cap else 0).itos[len(SPECIALS) :]
+            )
         else:
             self.tgt_vocab = _ranked(tgt, self.cfg.tgt_vocab_size)
         self.tags, self.punct_tagged = sorted(tags), sorted(punct_tagged)
@@ -195,15 +229,24 @@ class ParsingTask(Task):
         and the words `punct_tagged`."""
         super().save_vocab(directory)
         if self.tags:
-            atomic_write_text(Path(directory) / "tgt_tags.json", json.dumps(
-                {"tags": self.tags, "punct_tagged": self.punct_tagged}, ensure_ascii=False))
+            atomic_write_text(
+                Path(directory) / "tgt_tags.json",
+                json.dumps(
+                    {"tags": self.tags, "punct_tagged": self.punct_tagged}, ensure_ascii=False
+                ),
+            )
 
     def shareable(self, side: str):
         """A subword source writes English (the treebanks are English); words and trees are not shared."""
         if side != "src" or self.cfg.src_tokenizer == "word":
             return None
-        return Shareable(self.cfg.src_tokenizer, frozenset({"en"}), self.cfg.src_vocab_size,
-                         lambda batches, size: Subwords.train(batches, size, self.cfg.src_tokenizer), Subwords.load)
+        return Shareable(
+            self.cfg.src_tokenizer,
+            frozenset({"en"}),
+            self.cfg.src_vocab_size,
+            lambda batches, size: Subwords.train(batches, size, self.cfg.src_tokenizer),
+            Subwords.load,
+        )
 
     def load_vocab(self, directory: Path) -> None:
         if self.cfg.src_tokenizer != "word":  # src_vocab.json holds a subword tokenizer
@@ -256,15 +299,21 @@ class ParsingTask(Task):
         """With `constrained`, the search writes only well-formed trees over each source's words."""
         if not self.cfg.constrained:
             return None
-        if self._tables is None:  # a run trained before tgt_tags.json: every "tags" leaf token is a tag
+        if (
+            self._tables is None
+        ):  # a run trained before tgt_tags.json: every "tags" leaf token is a tag
             itos = self._vocab("tgt").itos
-            tags = self.tags or [t for t in itos[len(SPECIALS):] if t[0] not in "()"]
+            tags = self.tags or [t for t in itos[len(SPECIALS) :] if t[0] not in "()"]
             self._tables = TokenTables(itos, tags, self.cfg.scheme, self.punct_tagged)
         return TreeConstraint(self._tables, sources)
 
     # -- evaluation ---------------------------------------------------------------------------
-    def score(self, hypotheses: Sequence[str], references: Sequence[str],
-              sources: Sequence[str] | None = None) -> Score:
+    def score(
+        self,
+        hypotheses: Sequence[str],
+        references: Sequence[str],
+        sources: Sequence[str] | None = None,
+    ) -> Score:
         """EVALB (COLLINS.prm) F1 of hypothesis trees against reference trees, line by line.
 
         Needs no vocabulary. Figures: every EVALB summary figure, the same with a
@@ -276,8 +325,10 @@ class ParsingTask(Task):
         """
         hypotheses, references = list(hypotheses), list(references)
         if len(hypotheses) != len(references):
-            raise DataError(f"{len(hypotheses)} test trees for {len(references)} gold trees: "
-                            "EVALB pairs them line by line, the counts must agree")
+            raise DataError(
+                f"{len(hypotheses)} test trees for {len(references)} gold trees: "
+                "EVALB pairs them line by line, the counts must agree"
+            )
         if sources is not None and len(sources) != len(references):
             raise DataError(f"{len(sources)} sources for {len(references)} gold trees")
         rebuilt_refs, repaired = False, 0
@@ -291,12 +342,18 @@ class ParsingTask(Task):
                     rebuilt_refs = True
                 refs.append(r)
         result = evalb(refs, hyps)
-        figures = {k: round(v, 2) if isinstance(v, float) else v for k, v in result.figures().items()}
-        figures.update({k: round(v, 2) if isinstance(v, float) else v for k, v in result.all_sentences.items()})
+        figures = {
+            k: round(v, 2) if isinstance(v, float) else v for k, v in result.figures().items()
+        }
+        figures.update(
+            {k: round(v, 2) if isinstance(v, float) else v for k, v in result.all_sentences.items()}
+        )
         figures["repaired"] = repaired
         s = result.summary
-        signature = (f"evalb COLLINS.prm (s2s) | sentences {s['sentences']} | errors {s['error_sentences']}"
-                     f" | skipped {s['skipped_sentences']} | repaired {figures['repaired']}")
+        signature = (
+            f"evalb COLLINS.prm (s2s) | sentences {s['sentences']} | errors {s['error_sentences']}"
+            f" | skipped {s['skipped_sentences']} | repaired {figures['repaired']}"
+        )
         if rebuilt_refs:
             signature += " | references rebuilt from linearised targets (POS tags not gold)"
         primary = "f1_all" if rebuilt_refs else "f1"
@@ -322,7 +379,9 @@ def _drawn(tree, indent: int = 0, broken: int = 2) -> str:
         return tree
     if broken <= 0 or tree.height() <= 2:
         return tree.pformat(margin=60, indent=indent)
-    children = "\n".join(" " * (indent + 2) + _drawn(child, indent + 2, broken - 1) for child in tree)
+    children = "\n".join(
+        " " * (indent + 2) + _drawn(child, indent + 2, broken - 1) for child in tree
+    )
     return f"({tree.label()}\n{children})"
 
 

@@ -20,15 +20,15 @@ sequences of linearise.py for some tree over the n source words:
 The state of a row is a few tensors (sentence, depth, leaves written, flags, the stack of the
 closing tokens of the open phrases), updated for all rows at once by vectorised operations.
 """
+
 from __future__ import annotations
 
 from typing import Sequence
 
 import torch
-from torch import Tensor
-
 from s2s.core.task import Constraint
 from s2s.core.vocab import EOS, PAD, SPECIALS, UNK
+from torch import Tensor
 
 from .linearise import PLACEHOLDER, PUNCTUATION_TAGS, TAG_SCHEMES, punctuation_tags
 
@@ -43,11 +43,19 @@ class TokenTables:
     punctuation (ParsingTask.punct_tagged: the training trees tag them as punctuation somewhere).
     """
 
-    def __init__(self, itos: Sequence[str], tags: Sequence[str], scheme: str, punct_tagged: Sequence[str] = ()):
+    def __init__(
+        self,
+        itos: Sequence[str],
+        tags: Sequence[str],
+        scheme: str,
+        punct_tagged: Sequence[str] = (),
+    ):
         self.scheme, self.V, self.punct_tagged = scheme, len(itos), frozenset(punct_tagged)
         self.stoi = {t: i for i, t in enumerate(itos)}
         kind = torch.zeros(self.V, dtype=torch.long)
-        close_of = torch.full((self.V,), PAD, dtype=torch.long)  # PAD: no closing token (never allowed)
+        close_of = torch.full(
+            (self.V,), PAD, dtype=torch.long
+        )  # PAD: no closing token (never allowed)
         for i, tok in enumerate(itos):
             if i < len(SPECIALS):
                 continue
@@ -57,15 +65,24 @@ class TokenTables:
             elif tok.startswith(")") and len(tok) > 1:
                 kind[i] = CLOSE
         self.kind, self.close_of = kind, close_of
-        self.open_idx = (kind.eq(OPEN) & close_of.ne(PAD)).nonzero().squeeze(1)  # a phrase opens only if it can close
+        self.open_idx = (
+            (kind.eq(OPEN) & close_of.ne(PAD)).nonzero().squeeze(1)
+        )  # a phrase opens only if it can close
         # leaf tag columns, and a row of allowed tags for each class of word: row 0 any tag (a
         # word in `punct_tagged`), row 1 a word that is not punctuation: any tag but the punctuation tags,
         # which EVALB would delete with the word; row j > 1 a punctuation word: only punct[j - 2]
-        leaf_tags = [PLACEHOLDER] if scheme == "vinyals" else list(tags) if scheme in TAG_SCHEMES else []
-        self.tag_idx = torch.tensor(sorted({self.stoi[t] for t in leaf_tags if t in self.stoi}), dtype=torch.long)
+        leaf_tags = (
+            [PLACEHOLDER] if scheme == "vinyals" else list(tags) if scheme in TAG_SCHEMES else []
+        )
+        self.tag_idx = torch.tensor(
+            sorted({self.stoi[t] for t in leaf_tags if t in self.stoi}), dtype=torch.long
+        )
         tag_set = set(self.tag_idx.tolist())
-        self.punct = sorted({t for t in PUNCTUATION_TAGS.values() if self.stoi.get(t) in tag_set}) \
-            if scheme in TAG_SCHEMES else []
+        self.punct = (
+            sorted({t for t in PUNCTUATION_TAGS.values() if self.stoi.get(t) in tag_set})
+            if scheme in TAG_SCHEMES
+            else []
+        )
         self.classes = torch.ones(2 + len(self.punct), len(self.tag_idx), dtype=torch.bool)
         for j, t in enumerate(self.punct, 2):
             self.classes[j] = self.tag_idx.eq(self.stoi[t])
@@ -73,11 +90,14 @@ class TokenTables:
         self.leaf_cost = 2 if scheme == "tags_words" else 1
         # the word tokens of the word schemes (<unk> included), among which search does not choose
         word = kind.eq(OTHER)
-        word[:len(SPECIALS)] = False
+        word[: len(SPECIALS)] = False
         word[UNK] = True
         word[self.tag_idx] = False
-        self.word_idx = word.nonzero().squeeze(1) if scheme in ("words", "tags_words") else \
-            torch.zeros(0, dtype=torch.long)
+        self.word_idx = (
+            word.nonzero().squeeze(1)
+            if scheme in ("words", "tags_words")
+            else torch.zeros(0, dtype=torch.long)
+        )
 
     def to(self, device) -> "TokenTables":
         for name in ("kind", "close_of", "open_idx", "tag_idx", "classes", "word_idx"):
@@ -98,15 +118,20 @@ class TreeConstraint(Constraint):
         cls = {t: j + 2 for j, t in enumerate(tables.punct)}
         for b, ws in enumerate(words):
             if ws:
-                self.word_id[b, :len(ws)] = torch.tensor([tables.stoi.get(w, UNK) for w in ws])
-                self.leaf_class[b, :len(ws)] = torch.tensor([cls.get(p, 0 if w in tables.punct_tagged else 1)
-                                                             for w, p in zip(ws, punctuation_tags(ws))])
+                self.word_id[b, : len(ws)] = torch.tensor([tables.stoi.get(w, UNK) for w in ws])
+                self.leaf_class[b, : len(ws)] = torch.tensor(
+                    [
+                        cls.get(p, 0 if w in tables.punct_tagged else 1)
+                        for w, p in zip(ws, punctuation_tags(ws))
+                    ]
+                )
 
     def initial(self, device) -> tuple:
         if self.t.kind.device != torch.device(device):
             self.t.to(device)
-        self.n_words, self.word_id, self.leaf_class = (x.to(device) for x in
-                                                       (self.n_words, self.word_id, self.leaf_class))
+        self.n_words, self.word_id, self.leaf_class = (
+            x.to(device) for x in (self.n_words, self.word_id, self.leaf_class)
+        )
         B = self.n_words.size(0)
         zeros = torch.zeros(B, dtype=torch.long, device=device)
         false = torch.zeros(B, dtype=torch.bool, device=device)
@@ -118,7 +143,9 @@ class TreeConstraint(Constraint):
         sent, depth, leaves, nonempty, started, pending, stack = state
         kind = self.t.kind[tokens]
         is_open = kind.eq(OPEN) & ~pending
-        is_close = kind.eq(CLOSE) & ~pending & depth.gt(0)  # (rows out of the search take any token)
+        is_close = (
+            kind.eq(CLOSE) & ~pending & depth.gt(0)
+        )  # (rows out of the search take any token)
         is_leaf_tok = kind.eq(OTHER) & tokens.ne(EOS) & ~pending
         scheme = self.t.scheme
         if scheme == "tags_words":
@@ -130,8 +157,13 @@ class TreeConstraint(Constraint):
             if int(depth.max()) >= stack.size(1):
                 stack = torch.cat([stack, torch.zeros_like(stack)], dim=1)
             at = depth.clamp(max=stack.size(1) - 1)[:, None]
-            stack = stack.scatter(1, at, torch.where(is_open[:, None], self.t.close_of[tokens][:, None],
-                                                     stack.gather(1, at)))
+            stack = stack.scatter(
+                1,
+                at,
+                torch.where(
+                    is_open[:, None], self.t.close_of[tokens][:, None], stack.gather(1, at)
+                ),
+            )
         depth = depth + is_open.long() - is_close.long()
         nonempty = torch.where(is_open, False, nonempty | done_leaf | is_close)
         return sent, depth, leaves + done_leaf.long(), nonempty, started | is_open, pending, stack
@@ -143,8 +175,12 @@ class TreeConstraint(Constraint):
         left = self.n_words[sent] - leaves  # leaves still to write
         pos = leaves.clamp(max=self.word_id.size(1) - 1)
         free = ~pending
-        can_open = free & (~started | depth.gt(0)) & left.ge(1) & \
-            (self.t.leaf_cost * left + depth + 2).le(remaining)
+        can_open = (
+            free
+            & (~started | depth.gt(0))
+            & left.ge(1)
+            & (self.t.leaf_cost * left + depth + 2).le(remaining)
+        )
         can_close = free & depth.gt(0) & nonempty & (depth.gt(1) | left.eq(0))
         can_leaf = self._leaf_due(state)
         mask = torch.zeros((n, self.t.V), dtype=torch.bool, device=sent.device)
@@ -161,7 +197,6 @@ class TreeConstraint(Constraint):
         mask[rows, top] |= can_close
         mask[:, EOS] = depth.eq(0) & left.eq(0) & (started | self.n_words[sent].eq(0)) & free
         return mask
-
 
     def _leaf_due(self, state: tuple) -> Tensor:
         """Rows where a leaf may come next (with "tags_words": its tag; the word follows it)."""
@@ -183,7 +218,9 @@ class TreeConstraint(Constraint):
             if due.any():  # a due word is allowed: its score becomes the word class's total
                 rows = due.nonzero().squeeze(1)
                 word = self.word_id[sent[rows], state[2][rows].clamp(max=self.word_id.size(1) - 1)]
-                scored[rows, word] = logp.index_select(0, rows).index_select(1, self.t.word_idx).logsumexp(dim=1)
+                scored[rows, word] = (
+                    logp.index_select(0, rows).index_select(1, self.t.word_idx).logsumexp(dim=1)
+                )
         return scored
 
 

@@ -41,6 +41,7 @@ closing bracket, a word outside a pre-terminal, or text after the tree make the 
 error; there is no limit on errors, sentence length or line length. Gold and test of different
 lengths raise ValueError (EVALB scores the common prefix).
 """
+
 from __future__ import annotations
 
 import re
@@ -209,16 +210,35 @@ def score_sentence(gold: str, test: str, id: int = 1) -> Sentence:
     row.matched = sum((gold_count & test_count).values())
     row.gold, row.test = len(gb), len(tb)
     row.crossing = sum(
-        any(gs < ts < ge < te or ts < gs < te < ge for _, gs, ge in gb) for _, ts, te in tb)
+        any(gs < ts < ge < te or ts < gs < te < ge for _, gs, ge in gb) for _, ts, te in tb
+    )
     row.words = min(len(gwords), len(twords))
-    row.correct_tags = sum(tag_label(g.tags[i]) == tag_label(t.tags[j]) for i, j in zip(gkeep, tkeep))
+    row.correct_tags = sum(
+        tag_label(g.tags[i]) == tag_label(t.tags[j]) for i, j in zip(gkeep, tkeep)
+    )
     return row
 
 
-SUMMARY_FIELDS = ("sentences", "error_sentences", "skipped_sentences", "valid_sentences",
-                  "recall", "precision", "f1", "complete_match", "average_crossing", "no_crossing",
-                  "two_or_less_crossing", "tagging_accuracy", "matched_brackets", "gold_brackets",
-                  "test_brackets", "crossing_brackets", "words", "correct_tags")
+SUMMARY_FIELDS = (
+    "sentences",
+    "error_sentences",
+    "skipped_sentences",
+    "valid_sentences",
+    "recall",
+    "precision",
+    "f1",
+    "complete_match",
+    "average_crossing",
+    "no_crossing",
+    "two_or_less_crossing",
+    "tagging_accuracy",
+    "matched_brackets",
+    "gold_brackets",
+    "test_brackets",
+    "crossing_brackets",
+    "words",
+    "correct_tags",
+)
 
 
 def summarise(rows: Sequence[Sentence]) -> dict:
@@ -238,22 +258,40 @@ def summarise(rows: Sequence[Sentence]) -> dict:
     }
     n = len(valid)
     out = dict(totals)
-    if n and totals["gold_brackets"] and totals["test_brackets"] and totals["matched_brackets"] \
-            and totals["words"]:
+    if (
+        n
+        and totals["gold_brackets"]
+        and totals["test_brackets"]
+        and totals["matched_brackets"]
+        and totals["words"]
+    ):
         s = _pyevalb_summary(valid)
-        out.update(recall=s.bracket_recall, precision=s.bracket_prec, f1=s.bracker_fmeasure,
-                   complete_match=s.complete_match, average_crossing=s.average_crossing,
-                   no_crossing=s.no_crossing, tagging_accuracy=s.tagging_accuracy)
+        out.update(
+            recall=s.bracket_recall,
+            precision=s.bracket_prec,
+            f1=s.bracker_fmeasure,
+            complete_match=s.complete_match,
+            average_crossing=s.average_crossing,
+            no_crossing=s.no_crossing,
+            tagging_accuracy=s.tagging_accuracy,
+        )
     else:  # EVALB prints 0 where a denominator is 0; PYEVALB would divide by zero
         m = totals["matched_brackets"]
         r = 100.0 * m / totals["gold_brackets"] if totals["gold_brackets"] else 0.0
         p = 100.0 * m / totals["test_brackets"] if totals["test_brackets"] else 0.0
         out.update(
-            recall=r, precision=p, f1=2 * p * r / (p + r) if p + r else 0.0,
-            complete_match=100.0 * sum(r.matched == r.gold == r.test for r in valid) / n if n else 0.0,
+            recall=r,
+            precision=p,
+            f1=2 * p * r / (p + r) if p + r else 0.0,
+            complete_match=100.0 * sum(r.matched == r.gold == r.test for r in valid) / n
+            if n
+            else 0.0,
             average_crossing=totals["crossing_brackets"] / n if n else 0.0,
             no_crossing=100.0 * sum(r.crossing == 0 for r in valid) / n if n else 0.0,
-            tagging_accuracy=100.0 * totals["correct_tags"] / totals["words"] if totals["words"] else 0.0)
+            tagging_accuracy=100.0 * totals["correct_tags"] / totals["words"]
+            if totals["words"]
+            else 0.0,
+        )
     out["two_or_less_crossing"] = 100.0 * sum(r.crossing <= 2 for r in valid) / n if n else 0.0
     return {k: out[k] for k in SUMMARY_FIELDS}
 
@@ -284,8 +322,9 @@ class EvalbResult:
 
     def figures(self) -> dict:
         """A flat dict: the summary, then the length <= 40 summary with a `_len_le_40` suffix."""
-        short = {f"{k}_len_le_40": v for k, v in self.summary_len_le_40.items()
-                 if k in SHORT_FIELDS}
+        short = {
+            f"{k}_len_le_40": v for k, v in self.summary_len_le_40.items() if k in SHORT_FIELDS
+        }
         return {**self.summary, **short}
 
 
@@ -296,12 +335,18 @@ def evalb(gold: Iterable[str], test: Iterable[str]) -> EvalbResult:
     """Score test trees against gold trees, one tree per string, as `evalb -p COLLINS.prm`."""
     gold, test = list(gold), list(test)
     if len(gold) != len(test):
-        raise ValueError(f"gold has {len(gold)} trees but test has {len(test)}; "
-                         "EVALB pairs them line by line")
+        raise ValueError(
+            f"gold has {len(gold)} trees but test has {len(test)}; EVALB pairs them line by line"
+        )
     rows = [score_sentence(g, t, i) for i, (g, t) in enumerate(zip(gold, test), 1)]
     short = [r for r in rows if r.length <= MAX_SHORT_LENGTH]
-    return EvalbResult(rows, summarise(rows), summarise(short), [r.message for r in rows if r.message],
-                       all_sentences_figures(rows, gold))
+    return EvalbResult(
+        rows,
+        summarise(rows),
+        summarise(short),
+        [r.message for r in rows if r.message],
+        all_sentences_figures(rows, gold),
+    )
 
 
 def all_sentences_figures(rows: Sequence[Sentence], gold: Sequence[str]) -> dict:
@@ -313,13 +358,20 @@ def all_sentences_figures(rows: Sequence[Sentence], gold: Sequence[str]) -> dict
     as wrong); with no error or skipped sentence the figures equal EVALB's.
     """
     matched = sum(r.matched for r in rows if r.status == VALID)
-    gold_all = sum(r.gold if r.status != SKIPPED else len(brackets(read_tree(g))[0])
-                   for r, g in zip(rows, gold))
+    gold_all = sum(
+        r.gold if r.status != SKIPPED else len(brackets(read_tree(g))[0])
+        for r, g in zip(rows, gold)
+    )
     test_all = sum(r.test for r in rows if r.status != SKIPPED)
     recall = 100.0 * matched / gold_all if gold_all else 0.0
     precision = 100.0 * matched / test_all if test_all else 0.0
     f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
-    return {"f1_all": f1, "recall_all": recall, "precision_all": precision, "gold_brackets_all": gold_all}
+    return {
+        "f1_all": f1,
+        "recall_all": recall,
+        "precision_all": precision,
+        "gold_brackets_all": gold_all,
+    }
 
 
 def evalb_files(gold_path, test_path) -> EvalbResult:

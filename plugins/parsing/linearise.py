@@ -31,6 +31,7 @@ else to the last top-level phrase if nothing follows it), unknown tokens count a
 several top-level pieces are gathered under one S. Words must not contain whitespace or
 brackets (treebanks write -LRB- / -RRB-).
 """
+
 from __future__ import annotations
 
 from typing import Sequence
@@ -46,9 +47,18 @@ FALLBACK_LABEL = "S"  # gathers several top-level pieces of a repaired output
 
 # Words whose Penn Treebank tag is punctuation for EVALB (COLLINS.prm deletes , : `` '' .).
 PUNCTUATION_TAGS = {
-    ",": ",", ".": ".", "?": ".", "!": ".",
-    ":": ":", ";": ":", "--": ":", "-": ":", "...": ":",
-    "``": "``", "`": "``", "''": "''",
+    ",": ",",
+    ".": ".",
+    "?": ".",
+    "!": ".",
+    ":": ":",
+    ";": ":",
+    "--": ":",
+    "-": ":",
+    "...": ":",
+    "``": "``",
+    "`": "``",
+    "''": "''",
 }
 
 
@@ -82,8 +92,13 @@ def linearise(tree, scheme: str = "vinyals", root_label: str = "TOP") -> list[st
     Iterative (an explicit stack), so that a tree of any depth can be written.
     """
     _check(scheme)
-    if tree.label() == root_label and len(tree) == 1 and not isinstance(tree[0], str) \
-            and not _is_preterminal(tree[0]) and tree[0].label() != root_label:
+    if (
+        tree.label() == root_label
+        and len(tree) == 1
+        and not isinstance(tree[0], str)
+        and not _is_preterminal(tree[0])
+        and tree[0].label() != root_label
+    ):
         tree = tree[0]  # delinearise puts the root back
     out: list[str] = []
     todo = [tree]  # nodes to write, and closing tokens (str) to emit, last first
@@ -128,8 +143,12 @@ class _Node:
         return "".join(parts)
 
 
-def delinearise(tokens: Sequence[str] | str, words: Sequence[str] | str, scheme: str = "vinyals",
-                root_label: str = "TOP") -> tuple[str, bool]:
+def delinearise(
+    tokens: Sequence[str] | str,
+    words: Sequence[str] | str,
+    scheme: str = "vinyals",
+    root_label: str = "TOP",
+) -> tuple[str, bool]:
     """A one-line bracketed tree over exactly `words`, and whether `tokens` needed repair."""
     _check(scheme)
     tokens = tokens.split() if isinstance(tokens, str) else list(tokens)

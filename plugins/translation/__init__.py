@@ -5,6 +5,7 @@ detokenisation), `metrics` (sacreBLEU, the paper's tokenised BLEU, chrF), `moses
 tokeniser and compound splitting behind tokenised BLEU), `languages` (the ISO 639-1 codes
 src_lang / tgt_lang may take). Recipes live in `data_recipes`.
 """
+
 from .task import TranslationConfig, TranslationTask
 
 __all__ = ["TranslationConfig", "TranslationTask"]

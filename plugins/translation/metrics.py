@@ -9,21 +9,25 @@ as `multi-bleu.perl` computes it. It usually reads higher than `bleu` on the sam
 Its signature names the Moses rules used: `tok:moses-fr+atat` for a language with rules of its
 own (`moses.RULES`), `tok:moses-generic+atat` for any other.
 """
+
 from __future__ import annotations
 
 from typing import Sequence
 
-from sacrebleu.metrics import BLEU, CHRF
-
 from s2s.core.errors import DataError
+from sacrebleu.metrics import BLEU, CHRF
 
 from . import moses
 
 
-def _check(hypotheses: Sequence[str], references: Sequence[str]) -> tuple[list[str], list[list[str]]]:
+def _check(
+    hypotheses: Sequence[str], references: Sequence[str]
+) -> tuple[list[str], list[list[str]]]:
     if len(hypotheses) != len(references):
-        raise DataError(f"{len(hypotheses)} hypotheses for {len(references)} references: "
-                        "a partial score is no score")
+        raise DataError(
+            f"{len(hypotheses)} hypotheses for {len(references)} references: "
+            "a partial score is no score"
+        )
     if not references:
         raise DataError("no references to score against")
     return list(hypotheses), [list(references)]

@@ -12,6 +12,7 @@ another period and a letter, or the next word starts in lower case. It does not 
 as HTML entities (BLEU is the same either way) and its abbreviation lists are shorter than Moses's,
 so on rare tokens it may differ from the Perl script.
 """
+
 from __future__ import annotations
 
 import re
@@ -24,18 +25,34 @@ _DOTS = "\ue000"  # stands for a "." inside a dot run while single periods are h
 _LETTERS = dict.fromkeys(string.ascii_uppercase, 1)
 #: abbreviations whose period is kept: 1 always, 2 only before a number
 NONBREAKING = {
-    "en": {**_LETTERS, **dict.fromkeys(
-        "Adj Adm Adv Asst Bart Bldg Brig Bros Capt Cmdr Col Comdr Con Corp Cpl DR Dr Drs Ens Gen Gov Hon "
-        "Hr Hosp Insp Lt MM MR MRS MS Maj Messrs Mlle Mme Mr Mrs Ms Msgr Op Ord Pfc Ph Prof Pvt Rep Reps "
-        "Res Rev Rt Sen Sens Sfc Sgt Sr St Supt Surg v vs i.e rev e.g Jan Feb Mar Apr Jun Jul Aug Sep "
-        "Sept Oct Nov Dec".split(), 1), **dict.fromkeys("No Nos Art Nr pp".split(), 2)},
-    "de": {**_LETTERS, **dict.fromkeys(
-        "Abs Abb Abt Adr Bd Bsp bzw ca Chr Co Dipl Dr Fa ggf Hr Hrn Hrsg inkl Jh Jhd jr Kap Mio Mr Mrd "
-        "Nr Prof St Std Str Tel usw vgl zB zzgl Jan Feb Mrz Apr Jun Jul Aug Sep Sept Okt Nov Dez".split(), 1),
-        **dict.fromkeys("Art No S pp".split(), 2)},
-    "fr": {**_LETTERS, **dict.fromkeys(
-        "M MM Mme Mmes Mlle Mlles Me Mgr Dr Pr St Ste av bd boul cf chap env fig hab p vol éd".split(), 1),
-        **dict.fromkeys("no nº art pp".split(), 2)},
+    "en": {
+        **_LETTERS,
+        **dict.fromkeys(
+            "Adj Adm Adv Asst Bart Bldg Brig Bros Capt Cmdr Col Comdr Con Corp Cpl DR Dr Drs Ens Gen Gov Hon "
+            "Hr Hosp Insp Lt MM MR MRS MS Maj Messrs Mlle Mme Mr Mrs Ms Msgr Op Ord Pfc Ph Prof Pvt Rep Reps "
+            "Res Rev Rt Sen Sens Sfc Sgt Sr St Supt Surg v vs i.e rev e.g Jan Feb Mar Apr Jun Jul Aug Sep "
+            "Sept Oct Nov Dec".split(),
+            1,
+        ),
+        **dict.fromkeys("No Nos Art Nr pp".split(), 2),
+    },
+    "de": {
+        **_LETTERS,
+        **dict.fromkeys(
+            "Abs Abb Abt Adr Bd Bsp bzw ca Chr Co Dipl Dr Fa ggf Hr Hrn Hrsg inkl Jh Jhd jr Kap Mio Mr Mrd "
+            "Nr Prof St Std Str Tel usw vgl zB zzgl Jan Feb Mrz Apr Jun Jul Aug Sep Sept Okt Nov Dez".split(),
+            1,
+        ),
+        **dict.fromkeys("Art No S pp".split(), 2),
+    },
+    "fr": {
+        **_LETTERS,
+        **dict.fromkeys(
+            "M MM Mme Mmes Mlle Mlles Me Mgr Dr Pr St Ste av bd boul cf chap env fig hab p vol éd".split(),
+            1,
+        ),
+        **dict.fromkeys("no nº art pp".split(), 2),
+    },
 }
 
 
@@ -60,7 +77,11 @@ def tokenize(text: str, lang: str = "en") -> str:
             continue
         pre = word[:-1]
         after = words[i + 1] if i + 1 < len(words) else ""
-        if ("." in pre and re.search(_LETTER, pre)) or nonbreaking.get(pre) == 1 or after[:1].islower():
+        if (
+            ("." in pre and re.search(_LETTER, pre))
+            or nonbreaking.get(pre) == 1
+            or after[:1].islower()
+        ):
             continue
         if nonbreaking.get(pre) == 2 and after[:1].isdigit():
             continue

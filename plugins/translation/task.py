@@ -6,6 +6,7 @@ files of Multi30k, fetched once into the user's cache (or a local copy in `data_
 shared by source and target by default (the paper ties all embeddings then); detokenisation is
 exact, so hypotheses are scored as plain text.
 """
+
 from __future__ import annotations
 
 import logging
@@ -16,14 +17,13 @@ from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
 from s2s.core.checks import one_of, setting
-from s2s.core.errors import ConfigError
+from s2s.core.data.subwords import MODELS, Subwords, smallest_vocab
+from s2s.core.errors import ConfigError, DataError
 from s2s.core.task import DecodeDefaults, Score, Task, TaskConfig
 from s2s.core.vocab import Shareable
-from s2s.core.errors import DataError
 
 from . import metrics, moses
 from .languages import LANGUAGE, UNSEGMENTED
-from s2s.core.subwords import MODELS, Subwords, smallest_vocab
 
 log = logging.getLogger(__name__)
 
@@ -63,20 +63,26 @@ class TranslationConfig(TaskConfig):
         if src == tgt:
             raise ConfigError(f"{where}.src_lang and {where}.tgt_lang are both {src!r}")
         if section.source == "wmt14" and not section.hub_config and "en" not in (src, tgt):
-            raise ConfigError(f"{where}.src_lang={src!r}, {where}.tgt_lang={tgt!r}: WMT14 pairs English "
-                              f"with another language (or set {where}.hub_config)")
+            raise ConfigError(
+                f"{where}.src_lang={src!r}, {where}.tgt_lang={tgt!r}: WMT14 pairs English "
+                f"with another language (or set {where}.hub_config)"
+            )
         if section.source == "multi30k" and not section.data_dir:
             from s2s.data_recipes.multi30k import LANGS
 
             for key, lang in (("src_lang", src), ("tgt_lang", tgt)):
                 if lang not in LANGS:
-                    raise ConfigError(f"{where}.{key}={lang!r}: Multi30k is fetched in {', '.join(LANGS)} "
-                                      f"(or set {where}.data_dir to a copy holding .{lang} files)")
+                    raise ConfigError(
+                        f"{where}.{key}={lang!r}: Multi30k is fetched in {', '.join(LANGS)} "
+                        f"(or set {where}.data_dir to a copy holding .{lang} files)"
+                    )
         smallest = smallest_vocab(section.tokenizer)
         if section.vocab_size < smallest:
-            raise ConfigError(f"{where}.vocab_size={section.vocab_size}: must be >= {smallest} with "
-                              f"{where}.tokenizer={section.tokenizer} (the 4 specials and every byte"
-                              f"{' twice' if section.tokenizer == 'wordpiece' else ''})")
+            raise ConfigError(
+                f"{where}.vocab_size={section.vocab_size}: must be >= {smallest} with "
+                f"{where}.tokenizer={section.tokenizer} (the 4 specials and every byte"
+                f"{' twice' if section.tokenizer == 'wordpiece' else ''})"
+            )
 
 
 class TranslationTask(Task):
@@ -97,13 +103,20 @@ class TranslationTask(Task):
             self.splits = ("train", "valid")
         if cfg.tgt_lang not in moses.RULES and cfg.tgt_lang not in _TOLD:
             _TOLD.add(cfg.tgt_lang)
-            log.info("task.tgt_lang=%s: tokenised BLEU (bleu_tok) uses the generic Moses rules, "
-                     "none of its own (signature tok:moses-generic+atat)", cfg.tgt_lang)
+            log.info(
+                "task.tgt_lang=%s: tokenised BLEU (bleu_tok) uses the generic Moses rules, "
+                "none of its own (signature tok:moses-generic+atat)",
+                cfg.tgt_lang,
+            )
         if cfg.tgt_lang in UNSEGMENTED and f"13a-{cfg.tgt_lang}" not in _TOLD:
             _TOLD.add(f"13a-{cfg.tgt_lang}")
-            log.warning("task.tgt_lang=%s: sacreBLEU's 13a tokenisation does not split %s words; bleu "
-                        "and bleu_tok are not comparable with figures computed with a word segmenter "
-                        "(chrf is)", cfg.tgt_lang, cfg.tgt_lang)
+            log.warning(
+                "task.tgt_lang=%s: sacreBLEU's 13a tokenisation does not split %s words; bleu "
+                "and bleu_tok are not comparable with figures computed with a word segmenter "
+                "(chrf is)",
+                cfg.tgt_lang,
+                cfg.tgt_lang,
+            )
 
     # -- data -------------------------------------------------------------------------------
     def read_split(self, split: str) -> Iterator[tuple[str, str]]:
@@ -111,8 +124,15 @@ class TranslationTask(Task):
         if cfg.source == "wmt14":
             from s2s.data_recipes import wmt14
 
-            return wmt14.read_split(split, cfg.src_lang, cfg.tgt_lang, cfg.hub_name, cfg.hub_config,
-                                    cfg.local_dir, cfg.drop_empty)
+            return wmt14.read_split(
+                split,
+                cfg.src_lang,
+                cfg.tgt_lang,
+                cfg.hub_name,
+                cfg.hub_config,
+                cfg.local_dir,
+                cfg.drop_empty,
+            )
         from s2s.data_recipes import parallel_text
 
         prefixes = {"train": cfg.train_prefix, "valid": cfg.valid_prefix, "test": cfg.test_prefix}
@@ -126,16 +146,19 @@ class TranslationTask(Task):
         if not data_dir:
             raise DataError("task.data_dir is not set: the folder of the {prefix}.{lang} files")
         try:
-            return parallel_text.read_split(data_dir, prefixes[split], cfg.src_lang, cfg.tgt_lang,
-                                            cfg.drop_empty)
+            return parallel_text.read_split(
+                data_dir, prefixes[split], cfg.src_lang, cfg.tgt_lang, cfg.drop_empty
+            )
         except DataError as e:
             if not str(e).startswith("file "):  # not a missing file: the message says it all
                 raise
             # a preset's names (multi30k_en_de: val, test_2016_flickr) replace the defaults
-            raise DataError(f"{e}: task.{split}_prefix={prefixes[split]} names the {split} files "
-                            f"{prefixes[split]}.{cfg.src_lang} / .{cfg.tgt_lang} in task.data_dir={data_dir}; set "
-                            f"task.{split}_prefix to your files' prefix (own_translation reads train, valid, "
-                            f"test: docs/own-data.md)") from None
+            raise DataError(
+                f"{e}: task.{split}_prefix={prefixes[split]} names the {split} files "
+                f"{prefixes[split]}.{cfg.src_lang} / .{cfg.tgt_lang} in task.data_dir={data_dir}; set "
+                f"task.{split}_prefix to your files' prefix (own_translation reads train, valid, "
+                f"test: docs/own-data.md)"
+            ) from None
 
     def prepare_source(self, lines: Sequence[str]) -> list[str]:
         """Raw text is what the subword vocabulary reads (byte-level, trained on raw sentences):
@@ -147,36 +170,60 @@ class TranslationTask(Task):
         """A shared subword vocabulary writes both languages; separate ones are not shared."""
         if not self.cfg.shared_vocab:
             return None
-        return Shareable(self.cfg.tokenizer, frozenset((self.cfg.src_lang, self.cfg.tgt_lang)), self.cfg.vocab_size,
-                         lambda batches, size: Subwords.train(batches, size, self.cfg.tokenizer), Subwords.load)
+        return Shareable(
+            self.cfg.tokenizer,
+            frozenset((self.cfg.src_lang, self.cfg.tgt_lang)),
+            self.cfg.vocab_size,
+            lambda batches, size: Subwords.train(batches, size, self.cfg.tokenizer),
+            Subwords.load,
+        )
 
     def build_vocab(self, pairs: Iterator[tuple[str, str]]) -> None:
         train = lambda batches: Subwords.train(batches, self.cfg.vocab_size, self.cfg.tokenizer)  # noqa: E731
-        if self.joint:  # one vocabulary shared with other members of the run (both sides: `shareable`)
+        if (
+            self.joint
+        ):  # one vocabulary shared with other members of the run (both sides: `shareable`)
             self.src_vocab = self.tgt_vocab = self.joint["src"]
             return
         if self.cfg.shared_vocab:
-            self.src_vocab = self.tgt_vocab = train([s for s, _ in chunk] + [t for _, t in chunk] for chunk in _chunks(pairs))
+            self.src_vocab = self.tgt_vocab = train(
+                [s for s, _ in chunk] + [t for _, t in chunk] for chunk in _chunks(pairs)
+            )
             return
-        with tempfile.TemporaryDirectory(prefix="s2s-vocab-") as tmp:  # one pass over the pairs, two sides
+        with tempfile.TemporaryDirectory(
+            prefix="s2s-vocab-"
+        ) as tmp:  # one pass over the pairs, two sides
             sides = [Path(tmp) / "src.txt", Path(tmp) / "tgt.txt"]
-            with open(sides[0], "w", encoding="utf-8") as fs, open(sides[1], "w", encoding="utf-8") as ft:
+            with (
+                open(sides[0], "w", encoding="utf-8") as fs,
+                open(sides[1], "w", encoding="utf-8") as ft,
+            ):
                 for s, t in pairs:
                     fs.write(s.replace("\n", " ") + "\n")
                     ft.write(t.replace("\n", " ") + "\n")
             self.src_vocab, self.tgt_vocab = (train(_chunks(_read(p))) for p in sides)
 
     # -- evaluation -------------------------------------------------------------------------
-    def score(self, hypotheses: Sequence[str], references: Sequence[str],
-              sources: Sequence[str] | None = None) -> Score:
+    def score(
+        self,
+        hypotheses: Sequence[str],
+        references: Sequence[str],
+        sources: Sequence[str] | None = None,
+    ) -> Score:
         """sacreBLEU (primary), tokenised BLEU with compound splitting, and chrF."""
         bleu = metrics.bleu(hypotheses, references)
         tok = metrics.bleu_tok(hypotheses, references, self.cfg.tgt_lang)
         chrf = metrics.chrf(hypotheses, references)
-        figures = {"bleu_tok": round(tok.score, 2), "chrf": round(chrf.score, 2), "sentences": len(references),
-                   "bleu_bp": round(bleu.bp, 3), "bleu_ratio": round(bleu.sys_len / max(1, bleu.ref_len), 3),
-                   "bleu_signature": bleu.signature, "bleu_tok_signature": tok.signature,
-                   "chrf_signature": chrf.signature}
+        figures = {
+            "bleu_tok": round(tok.score, 2),
+            "chrf": round(chrf.score, 2),
+            "sentences": len(references),
+            "bleu_bp": round(bleu.bp, 3),
+            "bleu_ratio": round(bleu.sys_len / max(1, bleu.ref_len), 3),
+            "bleu_signature": bleu.signature,
+            "bleu_tok_signature": tok.signature,
+            "chrf_signature": chrf.signature,
+        }
         return Score("bleu", round(bleu.score, 2), figures, bleu.signature)
 
 

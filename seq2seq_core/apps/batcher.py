@@ -1,0 +1,197 @@
+"""The decoding worker behind `s2s serve`: requests queue, and one thread decodes them in batches.
+
+Requests arrive on the server's event loop and wait in one queue. A single worker thread owns the
+model: it takes the oldest request, adds the requests queued behind it for the same member while
+their source tokens fit the token budget, and decodes them together through `s2s generate`'s path
+(`inference.hypotheses` with the task's post-processing), so that a sentence gets the output
+`s2s generate` writes for it, whatever it was batched with. Each request gets its own outputs back
+with their scores and the time it waited and was decoded.
+
+A score is the model's log-probability of the decoded target (as the task encodes it), EOS
+included, divided by the search's length penalty lp(Y) = ((5 + |Y|) / 6)^alpha: the figure beam
+search ranks hypotheses by (a constraint only narrows the choice; it does not change the figure).
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+
+import torch
+
+from ..data.members import decode_settings
+from ..decode.batched import hypotheses, source_batch
+from ..decode.search import length_penalty, search
+from ..task import DecodeDefaults
+from ..vocab import BOS, EOS, PAD, SPECIALS
+from .attention_maps import source_tokens, target_tokens
+
+log = logging.getLogger("s2s")
+
+
+@dataclass
+class Job:
+    """One request: the sentences of one member (`attention`: one sentence, the weights of `layer`)."""
+
+    member: object
+    sources: list[str]
+    tokens: int  # source tokens, what the budget counts
+    attention_layer: int | None = None
+    future: Future = field(default_factory=Future)
+    queued: float = field(default_factory=time.perf_counter)
+
+
+class Batcher:
+    """One worker thread decoding queued jobs in batches of at most `budget` source tokens (a
+    job larger than the budget is decoded alone); at most `max_queued` jobs wait."""
+
+    def __init__(self, model, cfg, budget: int, max_queued: int = 1024):
+        self.model, self.cfg, self.budget = model, cfg, budget
+        self.device = next(model.parameters()).device
+        self.jobs: queue.Queue[Job] = queue.Queue(max_queued)
+        self.held: Job | None = None  # taken from the queue, but for the next batch
+        self.decoded = {"batches": 0, "sentences": 0}
+        self.thread = threading.Thread(target=self._work, name="s2s-decoder", daemon=True)
+        self.thread.start()
+
+    def submit(self, job: Job) -> Future:
+        """Queue a job (queue.Full when `max_queued` already wait); its future gets the result."""
+        self.jobs.put_nowait(job)
+        return job.future
+
+    def waiting(self) -> int:
+        return self.jobs.qsize() + (self.held is not None)
+
+    def settings(self, member) -> DecodeDefaults:
+        return decode_settings(member, self.cfg.decode)
+
+    # -- the worker ----------------------------------------------------------------------------
+    def _work(self) -> None:
+        while True:
+            first = self.held or self.jobs.get()
+            self.held = None
+            batch = [first]
+            if first.attention_layer is None:
+                tokens = first.tokens
+                while tokens < self.budget:
+                    try:
+                        job = self.jobs.get_nowait()
+                    except queue.Empty:
+                        break
+                    if (
+                        job.attention_layer is not None
+                        or job.member is not first.member
+                        or tokens + job.tokens > self.budget
+                    ):
+                        self.held = job
+                        break
+                    batch.append(job)
+                    tokens += job.tokens
+            try:
+                if first.attention_layer is None:
+                    self._generate(batch)
+                else:
+                    first.future.set_result(self._attention(first))
+            except Exception as e:  # noqa: BLE001 -- the requests answer with it; the worker goes on
+                log.exception("decoding failed")
+                for job in batch:
+                    if not job.future.done():
+                        job.future.set_exception(e)
+
+    def _generate(self, batch: list[Job]) -> None:
+        member, start = batch[0].member, time.perf_counter()
+        sources = [s for job in batch for s in job.sources]
+        settings = self.settings(member)
+        hyps = hypotheses(
+            self.model, member, sources, settings, self.device, self.cfg.decode.max_sentences
+        )
+        outputs = [member.postprocess(h, s) for h, s in zip(hyps, sources)]
+        for line in outputs:
+            if not isinstance(line, str):
+                raise TypeError(
+                    f"task {member.name!r}: postprocess returned {type(line).__name__}, not a str"
+                )
+        scores = self.scores(member, sources, hyps, settings.alpha)
+        done = time.perf_counter()
+        self.decoded["batches"] += 1
+        self.decoded["sentences"] += len(sources)
+        at = 0
+        for job in batch:
+            n = len(job.sources)
+            job.future.set_result(
+                {
+                    "hypotheses": [
+                        o.replace("\r", " ").replace("\n", " ") for o in outputs[at : at + n]
+                    ],
+                    "scores": scores[at : at + n],
+                    "timing": {
+                        "queued_ms": round(1000 * (start - job.queued), 2),
+                        "decode_ms": round(1000 * (done - start), 2),
+                        "batch_sentences": len(sources),
+                        "batch_requests": len(batch),
+                    },
+                }
+            )
+            at += n
+
+    @torch.no_grad()
+    def scores(self, member, sources: list[str], hyps: list[str], alpha: float) -> list[float]:
+        """Each decoded target's log-probability under the model, over lp(Y) (see the module)."""
+        src = source_batch(member.encode_source(sources)).to(self.device)
+        ids = [[i for i in member.task.encode_target([h])[0]] for h in hyps]
+        width = max(map(len, ids)) + 1
+        tgt_in = torch.full((len(ids), width), PAD, dtype=torch.long)
+        tgt_out = torch.full((len(ids), width), PAD, dtype=torch.long)
+        for row, seq in enumerate(ids):
+            tgt_in[row, : len(seq) + 1] = torch.tensor([BOS, *seq])
+            tgt_out[row, : len(seq) + 1] = torch.tensor([*seq, EOS])
+        tgt_in, tgt_out = (
+            member.ids.tgt(tgt_in).to(self.device),
+            member.ids.tgt(tgt_out).to(self.device),
+        )
+        logp = torch.log_softmax(self.model(src, tgt_in).float(), -1)
+        picked = logp.gather(-1, tgt_out[..., None])[..., 0].masked_fill(tgt_out.eq(PAD), 0.0)
+        lengths = tgt_out.ne(PAD).sum(1)
+        return [
+            round(v, 4) for v in (picked.sum(1) / length_penalty(lengths.double(), alpha)).tolist()
+        ]
+
+    @torch.no_grad()
+    def _attention(self, job: Job) -> dict:
+        """The search's output for one sentence and the encoder-decoder attention weights of one
+        layer (every head) in the model's forward pass over (source, output)."""
+        member, line, start = job.member, job.sources[0], time.perf_counter()
+        settings = self.settings(member)
+        src = source_batch(member.encode_source([line])).to(self.device)
+        hyp = search(
+            self.model,
+            src,
+            beam=settings.beam,
+            alpha=settings.alpha,
+            max_len_a=settings.max_len_a,
+            max_len_b=settings.max_len_b,
+            stop=settings.stop,
+            constraint=member.constraint([line]),
+        )[0]
+        tgt_in = torch.tensor([[BOS, *hyp.tokens]], device=self.device)
+        _, weights = self.model(src, tgt_in, return_attention=True)
+        cross = weights.kinds()["cross"]
+        layer = job.attention_layer or len(cross)
+        w = cross[layer - 1][0].float().cpu()  # [heads, output tokens, source tokens]
+        return {
+            "output": member.postprocess(member.decode_target(hyp.tokens), line),
+            "source_tokens": source_tokens(member, src[0].tolist()),
+            "output_tokens": target_tokens(member, tgt_in[0].tolist())[1:] + [SPECIALS[EOS]],
+            "layer": layer,
+            "layers": len(cross),
+            "heads": w.size(0),
+            "weights": [[[round(x, 4) for x in row] for row in head] for head in w.tolist()],
+            "timing": {
+                "queued_ms": round(1000 * (start - job.queued), 2),
+                "decode_ms": round(1000 * (time.perf_counter() - start), 2),
+            },
+        }

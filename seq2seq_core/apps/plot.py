@@ -1,0 +1,122 @@
+"""Learning curves of a run, drawn from its metrics.jsonl: `s2s plot RUN_DIR`.
+
+One PNG per quantity, each with two panels, against updates and against training time (in
+seconds, minutes or hours, whichever suits the run's length: `time_unit`):
+loss.png (training loss, dev loss), lr.png (the learning rate of equation 3) and one for each
+dev metric the task reports (bleu.png, f1.png, ...). A multi-task run's figures carry their
+member's name (`parse/f1`): each PNG then draws one curve per member, and select.png the
+selection figure. matplotlib draws off-screen (Agg); no display is needed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..files import no_such_run
+from ..training.runlog import read_metrics
+
+NOT_METRICS = {"kind", "update", "elapsed", "loss", "nll", "ppl"}
+
+
+def time_unit(seconds: float) -> tuple[str, float]:
+    """(name, seconds per unit) for a time axis that reaches `seconds`: seconds up to 3 minutes,
+    minutes up to 3 hours, then hours."""
+    return (
+        ("seconds", 1.0)
+        if seconds <= 180
+        else ("minutes", 60.0)
+        if seconds <= 3 * 3600
+        else ("hours", 3600.0)
+    )
+
+
+def _curves(
+    records: list[dict], kind: str, key: str, unit: float = 3600.0
+) -> tuple[list, list, list]:
+    """(updates, times, values) of `key` in the records of `kind`, times in units of `unit`
+    seconds; times empty if not recorded."""
+    rows = [r for r in records if r.get("kind") == kind and isinstance(r.get(key), (int, float))]
+    times = [r["elapsed"] / unit for r in rows] if all("elapsed" in r for r in rows) else []
+    return [r["update"] for r in rows], times, [r[key] for r in rows]
+
+
+def _figure(
+    title: str, series: list[tuple[str, tuple]], ylabel: str, path: Path, unit: str = "hours"
+) -> Path:
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(11, 4), layout="constrained")
+    by_update, by_time = fig.subplots(1, 2, sharey=True)
+    for label, (updates, hours, values) in series:
+        marker = "o" if len(values) < 30 else None
+        by_update.plot(updates, values, label=label, marker=marker, markersize=3)
+        if hours:
+            by_time.plot(hours, values, label=label, marker=marker, markersize=3)
+    by_update.set_xlabel("updates")
+    by_time.set_xlabel(f"training time ({unit})")
+    by_update.set_ylabel(ylabel)
+    if not by_time.get_lines():
+        by_time.text(
+            0.5, 0.5, "no training time in metrics.jsonl", transform=by_time.transAxes, ha="center"
+        )
+    for ax in (by_update, by_time):
+        ax.grid(alpha=0.3)
+        if len(series) > 1 and ax.get_lines():
+            ax.legend()
+    fig.suptitle(title)
+    fig.savefig(path, dpi=100)
+    return path
+
+
+def plot_run(run_dir: Path, out_dir: Path | None = None) -> list[Path]:
+    """Write the run's learning curves as PNGs into out_dir (default RUN_DIR/plots)."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise no_such_run(run_dir)
+    records = read_metrics(run_dir)
+    if not records:
+        raise ValueError(f"{run_dir / 'metrics.jsonl'} holds no records yet")
+    out_dir = Path(out_dir) if out_dir is not None else run_dir / "plots"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    name = run_dir.resolve().name
+    longest = max(
+        (r["elapsed"] for r in records if isinstance(r.get("elapsed"), (int, float))), default=0
+    )
+    unit, seconds = time_unit(longest)
+    curves = lambda kind, key: _curves(records, kind, key, seconds)  # noqa: E731
+    draw = lambda *args: _figure(*args, unit=unit)  # noqa: E731
+    written = []
+    keys = [k for k in dict.fromkeys(k for r in records for k in r) if isinstance(k, str)]
+    members = list(dict.fromkeys(k.split("/")[0] for k in keys if "/" in k))
+    loss = [
+        (f"{kind} {key}", curves(kind, key))
+        for kind in ("train", "valid")
+        for key in ["loss", *(f"{m}/loss" for m in members)]
+    ]
+    loss = [(label, c) for label, c in loss if c[2]]
+    if loss:
+        written.append(
+            draw(
+                f"{name}: label-smoothed loss per target token", loss, "loss", out_dir / "loss.png"
+            )
+        )
+    lr = curves("train", "lr")
+    if lr[2]:
+        written.append(
+            draw(f"{name}: learning rate", [("lr", lr)], "learning rate", out_dir / "lr.png")
+        )
+    metrics: dict[
+        str, list[str]
+    ] = {}  # metric -> its keys, one per member (or the one of a single task)
+    for key in sorted(
+        k
+        for k in keys
+        if any(r.get("kind") == "valid" and isinstance(r.get(k), (int, float)) for r in records)
+    ):
+        metric = key.rpartition("/")[2]
+        if metric not in NOT_METRICS:
+            metrics.setdefault(metric, []).append(key)
+    for metric, series in metrics.items():
+        drawn = [(f"dev {key}", curves("valid", key)) for key in series]
+        written.append(draw(f"{name}: dev {metric}", drawn, metric, out_dir / f"{metric}.png"))
+    return written

@@ -1,0 +1,348 @@
+"""`s2s serve RUN_DIR`: a trained run behind HTTP, and a page to try it in a browser.
+
+Built on Starlette (routing, requests, JSON responses) and uvicorn (the HTTP server): two small,
+well-kept libraries, pure Python, that pull in no torch of their own. Endpoints:
+
+    GET  /            the page (seq2seq_core/apps/page: HTML, a script and a style sheet; no build step)
+    GET  /health      {"status": "ok", ...} once the model is loaded
+    GET  /info        the run: its tasks (members), the checkpoint, decoding settings, limits
+    POST /generate    {"text": [sentence, ...], "task": MEMBER?} -> {"hypotheses", "scores",
+                      "unknown_words", "trees", "timing"}: `s2s generate`'s output lines
+    POST /attention   {"text": sentence, "task": MEMBER?, "layer": L?} -> the encoder-decoder
+                      attention weights of layer L (default: the last), every head
+
+Requests wait in one queue and one worker decodes them in batches up to a token budget
+(`batcher`). A bad request gets a 4xx answer {"error": "..."} naming what is wrong, before it is
+queued; the server goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import queue
+import socket
+import sys
+import time
+from pathlib import Path
+
+from ..errors import ConfigError, UsageError
+
+log = logging.getLogger("s2s")
+
+PAGE = Path(__file__).resolve().parent / "page"
+MAX_SENTENCES = 64  # sentences a request
+MAX_CHARS = 2000  # characters a sentence
+MAX_BODY = 1 << 20  # bytes a request body
+BATCH_TOKENS = 4096  # source tokens decoded together, summed over the requests of a batch
+
+
+class Service:
+    """What the endpoints share: the members, the default one, the worker, the run's facts."""
+
+    def __init__(self, batcher, members: dict, default: str | None, info: dict):
+        self.batcher, self.members, self.default, self.info = batcher, members, default, info
+        self.started = time.time()
+
+
+# -- requests ----------------------------------------------------------------------------------
+def bad(status: int, message: str):
+    from starlette.exceptions import HTTPException
+
+    return HTTPException(status, message)
+
+
+async def body_json(request) -> dict:
+    """The request's JSON object, or a 4xx: empty, too large, not UTF-8, not JSON, not an object."""
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_BODY:
+            raise bad(413, f"request body over {MAX_BODY} bytes")
+    if not body.strip():
+        raise bad(400, 'empty request body: send a JSON object, {"text": ["a sentence", ...]}')
+    try:
+        text = bytes(body).decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise bad(
+            400, f"request body is not valid UTF-8 (byte {e.start}: {body[e.start]:#04x})"
+        ) from None
+    try:
+        data = json.loads(text)
+    except ValueError as e:
+        raise bad(400, f"request body is not JSON: {e}") from None
+    if not isinstance(data, dict):
+        raise bad(
+            400, f'request body is a JSON {type(data).__name__}, not an object {{"text": [...]}}'
+        )
+    return data
+
+
+def member_of(service: Service, data: dict):
+    """The member a request names ("task"), else the default; a 4xx for an unknown one."""
+    name = data.get("task", service.default)
+    if name is None:
+        raise bad(
+            400, f'this run has several tasks ({", ".join(service.members)}): name one with "task"'
+        )
+    if not isinstance(name, str) or name not in service.members:
+        raise bad(
+            400,
+            f'"task" {json.dumps(name)[:60]}: this run\'s tasks are {", ".join(service.members)}',
+        )
+    return service.members[name]
+
+
+def sentences(data: dict, many: bool = True) -> list[str]:
+    """The request's "text": a non-empty list of at most MAX_SENTENCES strings (`many`), or one string."""
+    if "text" not in data:
+        raise bad(400, 'no "text" in the request: send {"text": ["a sentence", ...]}')
+    text = data["text"]
+    if not many:
+        text = [text] if isinstance(text, str) else text
+        if not isinstance(text, list) or len(text) != 1:
+            raise bad(400, '"text" must be one sentence (a string)')
+    if not isinstance(text, list):
+        raise bad(
+            400, f'"text" is a JSON {type(text).__name__}: send a list of sentences (strings)'
+        )
+    if not text:
+        raise bad(400, '"text" is an empty list: send at least one sentence')
+    if len(text) > MAX_SENTENCES:
+        raise bad(413, f'"text" holds {len(text)} sentences; at most {MAX_SENTENCES} a request')
+    for i, s in enumerate(text):
+        where = f'"text"[{i}]' if many else '"text"'
+        if not isinstance(s, str):
+            raise bad(400, f"{where} is a JSON {type(s).__name__}, not a string")
+        if len(s) > MAX_CHARS:
+            raise bad(413, f"{where} has {len(s)} characters; at most {MAX_CHARS} a sentence")
+        if "\n" in s or "\r" in s:
+            raise bad(400, f"{where} holds a line break: send one sentence a string")
+        try:
+            s.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise bad(
+                400, f"{where} is not valid UTF-8 text (a lone surrogate at character {e.start})"
+            ) from None
+    return text
+
+
+def measured(
+    member, lines: list[str], max_positions: int, many: bool = True
+) -> tuple[list[str], list[int], list]:
+    """(sources as the task prepares them, their token counts, the unknown words of each); a 413
+    for a sentence longer than the model's positions."""
+    from ..decode.batched import prepared_sources, unknown_words
+
+    sources = prepared_sources(member, lines)
+    ids = member.encode_source(sources)
+    for i, seq in enumerate(ids):
+        if len(seq) + 1 > max_positions:
+            where = f'"text"[{i}]' if many else '"text"'
+            raise bad(
+                413,
+                f"{where} has {len(seq) + 1} source tokens; the model takes at most {max_positions} "
+                "(model.max_positions)",
+            )
+    return (
+        sources,
+        [len(seq) + 1 for seq in ids],
+        [unknown_words(member, s, seq) for s, seq in zip(sources, ids)],
+    )
+
+
+async def decoded(service: Service, job):
+    """The worker's answer to `job` (a 503 when the queue is full)."""
+    try:
+        future = service.batcher.submit(job)
+    except queue.Full:
+        raise bad(503, "the server is busy (its queue is full): try again shortly") from None
+    return await asyncio.wrap_future(future)
+
+
+# -- endpoints ---------------------------------------------------------------------------------
+def build_app(service: Service):
+    """The Starlette application serving `service`."""
+    from starlette.applications import Starlette
+    from starlette.exceptions import HTTPException
+    from starlette.responses import FileResponse, JSONResponse
+    from starlette.routing import Mount, Route
+    from starlette.staticfiles import StaticFiles
+
+    from .batcher import Job
+    from .treesvg import parse, svg
+
+    max_positions = service.batcher.model.max_positions
+
+    async def page(request):
+        return FileResponse(PAGE / "index.html")
+
+    async def health(request):
+        return JSONResponse(
+            {
+                "status": "ok",
+                "queued": service.batcher.waiting(),
+                "uptime_s": round(time.time() - service.started, 1),
+                **service.batcher.decoded,
+            }
+        )
+
+    async def info(request):
+        return JSONResponse(service.info)
+
+    async def generate(request):
+        data = await body_json(request)
+        member = member_of(service, data)
+        lines = sentences(data)
+        start = time.perf_counter()
+        sources, tokens, unknown = measured(member, lines, max_positions)
+        result = await decoded(service, Job(member, sources, sum(tokens)))
+        trees = [parse(h) for h in result["hypotheses"]]
+        return JSONResponse(
+            {
+                "task": member.name,
+                **result,
+                "sources": sources,
+                "unknown_words": unknown,
+                "trees": [svg(t) if t else None for t in trees],
+                "timing": {
+                    **result["timing"],
+                    "total_ms": round(1000 * (time.perf_counter() - start), 2),
+                },
+            }
+        )
+
+    async def attention(request):
+        data = await body_json(request)
+        member = member_of(service, data)
+        lines = sentences(data, many=False)
+        layers = len(service.batcher.model.decoder)
+        layer = data.get("layer", layers)
+        if isinstance(layer, bool) or not isinstance(layer, int) or not 1 <= layer <= layers:
+            raise bad(
+                400,
+                f'"layer" {json.dumps(layer)[:40]}: this model has {layers} layers (numbered 1 to {layers})',
+            )
+        sources, tokens, _ = measured(member, lines, max_positions, many=False)
+        return JSONResponse(
+            await decoded(service, Job(member, sources, tokens[0], attention_layer=layer))
+        )
+
+    async def error(request, exc: HTTPException):
+        return JSONResponse({"error": exc.detail}, status_code=exc.status_code, headers=exc.headers)
+
+    async def failed(request, exc: Exception):
+        return JSONResponse(
+            {"error": f"internal error: {type(exc).__name__}: {exc}"}, status_code=500
+        )
+
+    routes = [
+        Route("/", page),
+        Route("/health", health),
+        Route("/info", info),
+        Route("/generate", generate, methods=["POST"]),
+        Route("/attention", attention, methods=["POST"]),
+        Mount("/page", StaticFiles(directory=PAGE), name="page"),
+    ]
+    return Starlette(routes=routes, exception_handlers={HTTPException: error, Exception: failed})
+
+
+# -- the command -------------------------------------------------------------------------------
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A socket bound to (host, port), or a UsageError naming them (taken, not an address here)."""
+    if not 0 <= port <= 65535:
+        raise UsageError(f"--port {port}: a port is a number from 0 (any free one) to 65535")
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as e:
+        raise UsageError(f"--host {host}: {e.strerror}") from None
+    family, _, _, _, address = infos[0]
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(address)
+    except OSError as e:
+        sock.close()
+        raise UsageError(
+            f"--host {host} --port {port}: cannot listen there ({e.strerror or e})"
+        ) from None
+    return sock
+
+
+def serve(
+    path,
+    registry,
+    task: str | None,
+    host: str,
+    port: int,
+    threads: int | None,
+    precision: str | None,
+    overrides=(),
+    quiet: bool = False,
+) -> None:
+    """Load the run at `path` (as `s2s generate` does) and serve it on host:port until interrupted."""
+    import torch
+    import uvicorn
+
+    from ..data.members import build_members, decode_settings, load_vocabularies
+    from ..inference import load_for_inference
+    from ..setup.config import load_config
+    from ..training.checkpoint import tested
+    from ..training.rundir import run_dir_of
+    from .batcher import Batcher
+
+    if threads is not None and threads < 1:
+        raise UsageError(f"--threads {threads}: at least 1")
+    sock = listening_socket(host, port)  # a taken port fails before the model loads
+    overrides = [*overrides, *([f"decode.precision={precision}"] if precision else [])]
+    run_dir = run_dir_of(path)
+    cfg = load_config(run_dir / "config.yaml", list(overrides), registry=registry)
+    names = list(cfg.tasks) if cfg.tasks is not None else [cfg.task.name]
+    cfg, member, model = load_for_inference(path, registry, overrides, task or names[0])
+    members = {member.name: member}
+    if len(names) > 1:  # every member, in the run's id space, beside the one loaded with the model
+        others = build_members(cfg, registry)
+        load_vocabularies(others, run_dir)
+        members = {m.name: (member if m.name == member.name else m) for m in others}
+    for m in members.values():
+        beam = decode_settings(m, cfg.decode).beam
+        if beam > m.task.tgt_vocab_size:
+            raise ConfigError(
+                f"decode.beam={beam}: the beam is larger than task {m.name!r}'s target vocabulary "
+                f"({m.task.tgt_vocab_size} tokens)"
+            )
+    torch.set_num_threads(threads or cfg.run.threads or torch.get_num_threads())
+    checkpoint = Path(path) if Path(path).is_file() else tested(run_dir)[1]
+    info = {
+        "run_dir": str(run_dir),
+        "checkpoint": str(checkpoint),
+        "tasks": list(members),
+        "default_task": task or (names[0] if len(names) == 1 else None),
+        "decode": {
+            name: {**vars(decode_settings(m, cfg.decode)), "precision": str(cfg.decode.precision)}
+            for name, m in members.items()
+        },
+        "threads": torch.get_num_threads(),
+        "layers": len(model.decoder),
+        "limits": {
+            "sentences": MAX_SENTENCES,
+            "characters": MAX_CHARS,
+            "tokens": model.max_positions,
+            "batch_tokens": BATCH_TOKENS,
+        },
+    }
+    service = Service(Batcher(model, cfg, BATCH_TOKENS), members, info["default_task"], info)
+    bound = sock.getsockname()
+    print(
+        f"s2s serve: {run_dir} ({', '.join(members)}; {checkpoint.name}) on http://{bound[0]}:{bound[1]}/",
+        file=sys.stderr,
+        flush=True,
+    )
+    config = uvicorn.Config(
+        build_app(service),
+        log_level="warning" if quiet else "info",
+        access_log=not quiet,
+        timeout_graceful_shutdown=5,
+    )
+    uvicorn.Server(config).run(sockets=[sock])

@@ -1,0 +1,138 @@
+"""What a command that finished its work says to a person: the figures, the files it wrote, and
+the commands that come next. The machine-readable forms stay where they were (`--json`,
+result.json, metrics.jsonl); these lines are for reading."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+from ..task import Score
+
+
+def _arg(path) -> str:
+    """A path as a shell argument."""
+    return shlex.quote(str(path))
+
+
+def tested(result: dict) -> dict[str, Score]:
+    """The test figures of a result.json, by member ("" for a single task)."""
+    test = result.get("test") or {}
+    if test and all(isinstance(v, dict) for v in test.values()):
+        return {member: Score.from_dict(record) for member, record in test.items()}
+    return {"": Score.from_dict(test)} if test else {}
+
+
+def chosen(result: dict) -> str:
+    """Which checkpoint was tested and why, in one sentence."""
+    name, dev = result.get("checkpoint"), result.get("dev_select", {})
+    if name is None:
+        return "no checkpoint was written (no update ran)"
+    why = (
+        f"the average of the last {result['averaged']} checkpoints"
+        if result.get("averaged")
+        else None
+    )
+    others = [f"{other} {figure:.2f}" for other, figure in dev.items() if other != name]
+    if name.endswith("checkpoint_best.pt"):
+        why = f"the best validated model (update {result.get('best_update')})"
+    text = f"tested {name}" + (f", {why}" if why else "")
+    if name in dev:
+        text += f": dev figure {dev[name]:.2f}"
+        text += f" against {', '.join(others)}" if others else ", the only candidate"
+    return text
+
+
+def train_lines(result: dict, run_dir: Path, preset: str) -> list[str]:
+    """The end of `s2s train`: updates, the tested checkpoint and why, each member's test
+    figures with their signature, the files written, and the next commands."""
+    run = _arg(run_dir)
+    skipped = result.get("skipped_updates", 0)
+    lines = [
+        f"trained {preset} to update {result.get('update', 0)}"
+        + (f" ({skipped} skipped: a non-finite gradient)" if skipped else "")
+        + f"; run directory {run_dir}",
+        chosen(result),
+    ]
+    scores = tested(result)
+    for member, score in scores.items():
+        lines.append(f"test figures{f' of {member}' if member else ''}:")
+        lines += [f"  {line}" for line in score.lines()]
+    hyps = [run_dir / f"test{f'.{m}' if m else ''}.hyp.txt" for m in scores]
+    written = [
+        *(str(h) for h in hyps),
+        str(run_dir / "result.json"),
+        str(run_dir / "metrics.jsonl"),
+    ]
+    lines.append(f"wrote {', '.join(written)}")
+    task = f" --task {next(iter(scores))}" if len(scores) > 1 else ""
+    lines += [
+        "next:",
+        f"  s2s generate {run} --input FILE{task}     # translate or parse your own lines",
+    ]
+    if len(hyps) == 1:
+        lines.append(
+            f"  s2s score {shlex.quote(preset)} --ref REFS --hyp {_arg(hyps[0])}     # score outputs"
+        )
+    lines += [
+        f"  s2s plot {run}     # learning curves as PNG files",
+        f"  s2s export {run} --to ctranslate2 --output DIR     # deploy",
+        f"  s2s serve {run}     # a page and a JSON endpoint on 127.0.0.1:8000",
+    ]
+    return lines
+
+
+def written_lines(paths, use: str) -> list[str]:
+    """The end of a command that writes files: each file by name, then what to do with them."""
+    paths = [str(p) for p in paths]
+    if not paths:
+        return ["wrote nothing"]
+    return ["wrote:", *(f"  {p}" for p in paths), use]
+
+
+#: the lines that load an export, by format ({out}: its folder)
+LOADERS = {
+    "huggingface": [
+        "from transformers import AutoTokenizer, MarianMTModel",
+        'tokenizer = AutoTokenizer.from_pretrained("{out}")',
+        'model = MarianMTModel.from_pretrained("{out}")',
+    ],
+    "safetensors": [
+        "from s2s.core.inference.export import load_safetensors",
+        'model = load_safetensors("{out}")  # the engine\'s Transformer',
+    ],
+}
+
+
+def _ctranslate2_loader(out: Path) -> list[str]:
+    """The lines that load a CTranslate2 export and its source tokenizer (or word list)."""
+    translator = f'translator = ctranslate2.Translator("{out}")'
+    for name in ("tokenizer.json", "tokenizer.src.json"):
+        if (out / name).exists():
+            return [
+                "import ctranslate2, tokenizers",
+                translator,
+                f'tokenizer = tokenizers.Tokenizer.from_file("{out / name}")',
+            ]
+    return [
+        "import ctranslate2, json",
+        translator,
+        f'vocab = json.load(open("{out / "vocab.json"}"))  # the words',
+    ]
+
+
+def export_lines(run_dir, to: str, out: Path) -> list[str]:
+    """The end of `s2s export`: the files written and the lines that load them."""
+    out = Path(out)
+    files = sorted(p for p in out.rglob("*") if p.is_file())
+    loader = (
+        _ctranslate2_loader(out)
+        if to == "ctranslate2"
+        else [line.format(out=out) for line in LOADERS[to]]
+    )
+    return [
+        f"exported {run_dir} as {to} into {out}",
+        *written_lines(files, "load it in Python with:"),
+        *(f"  {line}" for line in loader),
+        "docs/export.md has the loop that decodes as `s2s generate --beam 1` does",
+    ]

@@ -1,0 +1,507 @@
+"""A sweep: variants of one preset, each a list of overrides trained to the same budget in its own
+run directory SWEEP_DIR/NAME, one after another, then one table and one plot per varied setting.
+
+The variants are a grid (the cartesian product of `KEY=V1,V2` options) or a YAML list of
+override mappings, each optionally named. SWEEP_DIR/sweep.json (the manifest: preset, common
+overrides, budget, variants and their state) makes the sweep resumable: the same command again
+skips the variants that have a result.json, resumes an interrupted one through its run
+directory (bit for bit, `s2s.core.training.trainer`) and trains the rest; a finished sweep only rewrites
+results.md, results.json and the plots. Another sweep in the same folder is an error naming
+sweep.json. Every variant's config is loaded and checked before the first one trains.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import itertools
+import json
+import logging
+import math
+import re
+import shlex
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from ..errors import ConfigError, UsageError
+from ..files import atomic_write_text
+
+log = logging.getLogger("s2s")
+
+MANIFEST, LOCK = "sweep.json", ".lock"
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.,=+-]*")
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.+-]+")
+BUDGET_KEYS = {"updates": "optim.max_updates", "minutes": "run.max_minutes"}
+#: the other key of each budget, lifted so that only the budget stops training (a common override wins)
+LIFTED = {"updates": ("run.max_minutes", "0"), "minutes": ("optim.max_updates", "10000000")}
+
+
+@dataclass
+class Variant:
+    name: str
+    overrides: list[str]  # KEY=VALUE, as `s2s train` takes them
+
+
+@dataclass
+class Sweep:
+    preset: str
+    variants: list[Variant]
+    budget: dict  # {"updates": N} or {"minutes": M}
+    directory: Path
+    common: list[str] = field(default_factory=list)
+    plugins: list[str] = field(default_factory=list)
+
+    def run_dir(self, variant: Variant) -> Path:
+        return Path(self.directory) / variant.name
+
+    def overrides(self, variant: Variant) -> list[str]:
+        """What `s2s train` gets for `variant`: common, budget, the variant's own, run.dir."""
+        ((kind, value),) = self.budget.items()
+        lifted_key, lifted = LIFTED[kind]
+        lift = [] if lifted_key in keys(self.common) else [f"{lifted_key}={lifted}"]
+        return [
+            *self.common,
+            *lift,
+            f"{BUDGET_KEYS[kind]}={value}",
+            *variant.overrides,
+            f"run.dir={self.run_dir(variant)}",
+        ]
+
+    def manifest(self) -> dict:
+        return {
+            "preset": self.preset,
+            "common": list(self.common),
+            "budget": dict(self.budget),
+            "variants": [{"name": v.name, "overrides": list(v.overrides)} for v in self.variants],
+        }
+
+
+def keys(overrides) -> list[str]:
+    return [o.partition("=")[0] for o in overrides]
+
+
+# -- the variants ---------------------------------------------------------------------------
+def _derived_names(variants: list[list[str]]) -> list[str]:
+    """Filesystem-safe names from the overrides: `heads-1_dropout-0` (the keys' last parts, or
+    the whole keys where those collide), `base` for no overrides; made unique with a suffix."""
+
+    def name(overrides, whole):
+        parts = [
+            f"{k if whole else k.rpartition('.')[2]}-{v}"
+            for k, _, v in (o.partition("=") for o in overrides)
+        ]
+        text = _UNSAFE.sub("_", "_".join(parts)).lstrip("._-")[:80]
+        return text or "base"
+
+    names = [name(o, False) for o in variants]
+    if len(set(names)) < len(names):
+        names = [name(o, True) for o in variants]
+    counts, seen = Counter(names), Counter()
+    for i, n in enumerate(names):
+        seen[n] += 1
+        names[i] = f"{n}-{seen[n]}" if counts[n] > 1 else n
+    return names
+
+
+def grid(options: list[str]) -> list[Variant]:
+    """The cartesian product of `--grid KEY=V1,V2,...` options (the first key varies slowest)."""
+    axes = []
+    for option in options:
+        key, sep, text = option.partition("=")
+        values = text.split(",")
+        if not sep or not key or not all(values):
+            raise UsageError(
+                f"--grid {option}: write KEY=V1,V2,... (e.g. --grid model.heads=1,2,4)"
+            )
+        if key in (k for k, _ in axes):
+            raise UsageError(
+                f"--grid {option}: {key} is varied twice; give its values in one --grid"
+            )
+        if len(set(values)) < len(values):
+            raise UsageError(f"--grid {option}: a value is given twice")
+        axes.append((key, values))
+    combos = [
+        [f"{k}={v}" for (k, _), v in zip(axes, combo)]
+        for combo in itertools.product(*(v for _, v in axes))
+    ]
+    return [Variant(n, o) for n, o in zip(_derived_names(combos), combos)]
+
+
+def _text(value) -> str:
+    """A YAML value as the command line would spell it."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    return json.dumps(value) if isinstance(value, list) else str(value)
+
+
+def _flat(mapping: dict, prefix: str = "") -> list[str]:
+    out = []
+    for key, value in mapping.items():
+        if isinstance(value, dict):
+            out += _flat(value, f"{prefix}{key}.")
+        else:
+            out.append(f"{prefix}{key}={_text(value)}")
+    return out
+
+
+def read_variants(path: str | Path) -> list[Variant]:
+    """A YAML list of override mappings (`- {name: heads1, model.heads: 1}`; nested sections work too)."""
+    import yaml
+
+    path = Path(path)
+    if not path.is_file():
+        raise UsageError(f"--variants {path}: no such file")
+    try:
+        items = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        raise ConfigError(
+            f"{path}{f', line {mark.line + 1}' if mark else ''}: not YAML "
+            f"({getattr(e, 'problem', None) or 'cannot parse'})"
+        ) from None
+    if not isinstance(items, list) or not items:
+        raise ConfigError(
+            f"{path}: must be a YAML list of variants (mappings of KEY: VALUE, each with an optional name)"
+        )
+    given, overrides = [], []
+    for i, item in enumerate(items, 1):
+        item = {} if item is None else item  # `- ` alone: the preset as it is
+        if not isinstance(item, dict):
+            raise ConfigError(f"{path}: variant {i} must be a mapping of KEY: VALUE, got {item!r}")
+        item = dict(item)
+        name = item.pop("name", None)
+        if name is not None and not _NAME.fullmatch(str(name)):
+            raise ConfigError(
+                f"{path}: variant {i} name {name!r}: letters, digits and _ . , = + - only (it names a folder)"
+            )
+        given.append(None if name is None else str(name))
+        overrides.append(_flat(item))
+    derived = _derived_names(overrides)
+    names = [g or d for g, d in zip(given, derived)]
+    for n in names:
+        if names.count(n) > 1:
+            raise ConfigError(f"{path}: two variants are named {n!r}; name them apart (name: ...)")
+    return [Variant(n, o) for n, o in zip(names, overrides)]
+
+
+# -- checks before any training -------------------------------------------------------------
+def configs(sweep: Sweep, registry) -> list:
+    """Every variant's config, loaded and checked; the first bad one fails naming its variant and key."""
+    from ..setup.config import load_config
+
+    taken = {"run.dir", *BUDGET_KEYS.values()}
+    ((kind, value),) = sweep.budget.items()
+    if not value > 0:  # run.max_minutes=0 would mean no budget at all
+        raise UsageError(f"--budget-{kind} {value}: must be a number > 0")
+    for key in keys(sweep.common):
+        if key == "run.dir" or key == BUDGET_KEYS[kind]:
+            raise UsageError(
+                f"common override {key}: the sweep sets it (run.dir=SWEEP_DIR/NAME; the budget option)"
+            )
+    for v in sweep.variants:
+        if (
+            not _NAME.fullmatch(v.name)
+            or v.name in (MANIFEST, LOCK)
+            or v.name.startswith(("results", "sweep_"))
+        ):
+            raise ConfigError(
+                f"variant name {v.name!r}: must be a folder name of letters, digits and _ . , = + - "
+                "other than sweep.json, results.* and sweep_*"
+            )
+        for key in keys(v.overrides):
+            if key in taken:
+                raise UsageError(
+                    f"variant {v.name}: {key} is set by the sweep (run.dir, the budget) for every variant"
+                )
+    load_config(
+        sweep.preset, sweep.overrides(Variant("", [])), registry=registry
+    )  # the common part alone
+    out = []
+    for v in sweep.variants:
+        try:
+            out.append(load_config(sweep.preset, sweep.overrides(v), registry=registry))
+        except ConfigError as e:
+            raise ConfigError(f"variant {v.name}: {e}") from None
+    return out
+
+
+def commands(sweep: Sweep, registry) -> list[str]:
+    """One `s2s train` command per variant (shell-quoted), for a scheduler of one's own."""
+    configs(sweep, registry)
+    plugins = [a for p in sweep.plugins for a in ("--plugin", p)]
+    return [
+        shlex.join(["s2s", "train", *plugins, sweep.preset, *sweep.overrides(v)])
+        for v in sweep.variants
+    ]
+
+
+def _claim(sweep: Sweep):
+    """SWEEP_DIR, held by this sweep, with its manifest: a new one, or the same sweep's."""
+    d = Path(sweep.directory)
+    path, wanted = d / MANIFEST, sweep.manifest()
+    names = {v.name for v in sweep.variants}
+    if d.is_dir() and not path.is_file():
+        foreign = sorted(p.name for p in d.iterdir() if p.name not in names and p.name != LOCK)
+        if foreign:
+            raise UsageError(
+                f"--dir {d} holds files s2s sweep did not write ({', '.join(foreign[:3])}): "
+                "use a new or empty folder"
+            )
+    d.mkdir(parents=True, exist_ok=True)
+    lock = open(d / LOCK, "a+")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.close()
+        raise UsageError(
+            f"--dir {d} is being swept by another process (it holds {d / LOCK})"
+        ) from None
+    if path.is_file():
+        try:
+            old = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as e:
+            lock.close()
+            raise UsageError(
+                f"{path} cannot be read ({e}); move the folder aside or use another --dir"
+            ) from None
+        for key in ("preset", "budget", "common", "variants"):
+            was = old.get(key)
+            if key == "variants" and isinstance(was, list):
+                was = [
+                    {"name": v.get("name"), "overrides": v.get("overrides")}
+                    for v in was
+                    if isinstance(v, dict)
+                ]
+            if was != wanted[key]:
+                lock.close()
+                raise UsageError(
+                    f"{path} holds another sweep: its {key} was {json.dumps(was)[:200]}, now "
+                    f"{json.dumps(wanted[key])[:200]}; run the command it was made with, or use another --dir"
+                )
+    return lock
+
+
+def _save_states(sweep: Sweep, states: dict) -> None:
+    manifest = sweep.manifest()
+    for v in manifest["variants"]:
+        v["state"] = states[v["name"]]
+    atomic_write_text(Path(sweep.directory) / MANIFEST, json.dumps(manifest, indent=1) + "\n")
+
+
+def run(sweep: Sweep, registry, quiet: bool = False) -> dict:
+    """Train every variant not yet finished, one after another, then write the table and plots."""
+    from ..training.trainer import train
+
+    cfgs = configs(sweep, registry)
+    lock = _claim(sweep)
+    try:
+        done = lambda v: (sweep.run_dir(v) / "result.json").is_file()  # noqa: E731
+        states = {v.name: "done" if done(v) else "pending" for v in sweep.variants}
+        _save_states(sweep, states)
+        for i, (v, cfg) in enumerate(zip(sweep.variants, cfgs), 1):
+            if states[v.name] == "done":
+                log.info(
+                    "sweep %s: variant %d/%d %s is finished", sweep.directory, i, len(cfgs), v.name
+                )
+                continue
+            log.info(
+                "sweep %s: variant %d/%d %s: %s",
+                sweep.directory,
+                i,
+                len(cfgs),
+                v.name,
+                " ".join(v.overrides) or "(the preset)",
+            )
+            states[v.name] = "running"
+            _save_states(sweep, states)
+            train(cfg, registry, quiet=quiet)
+            states[v.name] = "done"
+            _save_states(sweep, states)
+        return write_results(sweep, cfgs)
+    finally:
+        lock.close()
+
+
+# -- the table and the plots ----------------------------------------------------------------
+def _count_parameters(run_dir: Path) -> int | None:
+    """Parameters of the model as trained (the newest rolling checkpoint); a tied matrix once."""
+    from ..training import checkpoint
+
+    paths = checkpoint.listed(run_dir)
+    if not paths:
+        return None
+    tensors = checkpoint.load(paths[-1])["model"].values()
+    return sum(
+        t.numel()
+        for t in {
+            (t.untyped_storage().data_ptr(), t.storage_offset(), t.shape): t for t in tensors
+        }.values()
+    )
+
+
+def _plain(value):
+    value = OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
+    return value if isinstance(value, (int, float, bool, type(None), list, dict)) else str(value)
+
+
+def collect(sweep: Sweep, cfgs: list) -> dict:
+    """One row per variant: varied settings, parameters, updates, dev ppl, dev and test metric."""
+    from ..training.runlog import read_metrics
+
+    varied = list(dict.fromkeys(k for v in sweep.variants for k in keys(v.overrides)))
+    rows, metric = [], None
+    for v, cfg in zip(sweep.variants, cfgs):
+        run_dir = sweep.run_dir(v)
+        result = json.loads((run_dir / "result.json").read_text(encoding="utf-8"))
+        valid = [r for r in read_metrics(run_dir) if r.get("kind") == "valid"]
+        test = result.get("test") or {}
+        single = bool(test) and not all(isinstance(t, dict) for t in test.values())
+        scores = {"": test} if single else test
+        tests = {
+            f"{m}/{next(iter(s))}" if m else next(iter(s)): next(iter(s.values()))
+            for m, s in scores.items()
+            if s
+        }
+        metric = metric or (next(iter(test)) if single else "select")
+        rows.append(
+            {
+                "name": v.name,
+                "settings": {k: _plain(OmegaConf.select(cfg, k)) for k in varied},
+                "overrides": v.overrides,
+                "run_dir": str(run_dir),
+                "params": _count_parameters(run_dir),
+                "updates": result.get("update"),
+                "elapsed_s": valid[-1].get("elapsed") if valid else None,
+                "dev_ppl": valid[-1].get("ppl") if valid else None,
+                "dev_metric": (result.get("dev_select") or {}).get(result.get("checkpoint")),
+                "checkpoint": result.get("checkpoint"),
+                "test": tests,
+            }
+        )
+    return {**sweep.manifest(), "varied": varied, "metric": metric, "rows": rows}
+
+
+def _cell(value, digits: int = 2) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return _text(value)
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else str(value)
+
+
+def table(results: dict) -> str:
+    """results.md's Markdown table."""
+    labels = list(dict.fromkeys(k for r in results["rows"] for k in r["test"]))
+    head = [
+        "variant",
+        *results["varied"],
+        "params",
+        "updates",
+        "dev ppl",
+        f"dev {results['metric']}",
+        *(f"test {label}" for label in labels),
+    ]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in results["rows"]:
+        cells = [
+            r["name"],
+            *(_cell(r["settings"][k]) for k in results["varied"]),
+            _cell(r["params"]),
+            _cell(r["updates"]),
+            _cell(r["dev_ppl"], 3),
+            _cell(r["dev_metric"]),
+            *(_cell(r["test"].get(label)) for label in labels),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def plot(results: dict, key: str, path: Path) -> Path:
+    """Dev and test metric against setting `key`: one line per combination of the other varied
+    settings that varies `key` (every point alone when none does); a categorical axis unless
+    every value is a number."""
+    from matplotlib.figure import Figure
+
+    rows, others = results["rows"], [k for k in results["varied"] if k != key]
+    values = [r["settings"][key] for r in rows]
+    numeric = all(_number(v) for v in values)
+    categories = list(dict.fromkeys(map(_text, values)))
+    x = (lambda v: v) if numeric else (lambda v: categories.index(_text(v)))  # noqa: E731
+    groups: dict[tuple, list] = {}
+    for r in rows:
+        groups.setdefault(tuple(str(r["settings"][k]) for k in others), []).append(r)
+    lines = [g for g in groups.values() if len(g) > 1] or list(groups.values())
+    labels = list(dict.fromkeys(k for r in rows for k in r["test"]))
+    fig = Figure(figsize=(11, 4), layout="constrained")
+    dev, test = fig.subplots(1, 2)
+    panels = (
+        (dev, f"dev {results['metric']}", [(None, lambda r: r["dev_metric"])]),
+        (
+            test,
+            "test" if len(labels) > 1 else f"test {labels[0] if labels else ''}",
+            [(label, lambda r, label=label: r["test"].get(label)) for label in labels],
+        ),
+    )
+    for ax, title, series in panels:
+        for group in lines:
+            group = sorted(group, key=lambda r: x(r["settings"][key]))
+            fixed = ", ".join(
+                f"{k.rpartition('.')[2]} {_text(group[0]['settings'][k])}" for k in others
+            )
+            for label, figure in series:
+                points = [(x(r["settings"][key]), figure(r)) for r in group if _number(figure(r))]
+                legend = "; ".join(
+                    s
+                    for s in (label if len(labels) > 1 else None, fixed if len(lines) > 1 else None)
+                    if s
+                )
+                ax.plot(
+                    [p[0] for p in points], [p[1] for p in points], marker="o", label=legend or "_"
+                )
+        ax.set_title(title)
+        ax.set_xlabel(key)
+        ax.grid(alpha=0.3)
+        if not numeric:
+            ax.set_xticks(range(len(categories)), categories)
+        elif len(set(values)) <= 12:
+            ax.set_xticks(sorted(set(values)))
+        if any(not line.get_label().startswith("_") for line in ax.get_lines()):
+            ax.legend(fontsize="small")
+    ((kind, budget),) = results["budget"].items()
+    fig.suptitle(f"{results['preset']}: {budget:g} {kind} per variant")
+    fig.savefig(path, dpi=100)
+    return path
+
+
+def write_results(sweep: Sweep, cfgs: list) -> dict:
+    """SWEEP_DIR/results.md, results.json and sweep_KEY.png for each varied setting."""
+    d = Path(sweep.directory)
+    results = collect(sweep, cfgs)
+    results["plots"] = [
+        str(plot(results, key, d / f"sweep_{_UNSAFE.sub('_', key)}.png"))
+        for key in results["varied"]
+    ]
+    atomic_write_text(d / "results.md", table(results))
+    atomic_write_text(d / "results.json", json.dumps(results, indent=1) + "\n")
+    return results
+
+
+def grid_item(text: str) -> str:
+    """A --grid value: KEY=V1,V2 (argparse names the flag when this refuses one)."""
+    key, eq, values = text.partition("=")
+    if not (key and eq and values):
+        raise argparse.ArgumentTypeError(
+            f"takes KEY=V1,V2 (e.g. --grid model.heads=1,2), got {text!r}"
+        )
+    return text

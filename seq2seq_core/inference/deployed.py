@@ -1,0 +1,92 @@
+"""Decoding with an exported model (CTranslate2, Hugging Face) the way `s2s generate` does.
+
+With the task's settings and `s2s generate`'s per-sentence maximum length int(a*|x| + b) (|x|
+with its EOS), PAD and BOS never generated. Greedy search gives the same tokens as
+`s2s generate --beam 1`; beam search in those tools scores hypotheses with their own length
+penalty and stopping rule, so beam outputs may differ. docs/export.md shows both in use.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+from ..vocab import BOS, EOS, PAD, SPECIALS
+from .export import tokenizers_of, tokens_of
+
+
+def decode_ctranslate2(
+    translator,
+    task,
+    sources: Sequence[str],
+    settings,
+    beam: int | None = None,
+    max_batch_size: int = 128,
+    max_positions: int | None = None,
+) -> list[list[int]]:
+    """Target ids (no specials) for each source line, decoded by a ctranslate2.Translator over an
+    export, with the task's settings and `s2s generate`'s maximum lengths; `beam` overrides
+    settings.beam; `max_positions`: the model's, which also bounds the length. One batch decodes to its longest sentence's limit; greedy search is
+    prefix-consistent, so cutting each sentence at its own limit gives what a search with that
+    limit gives."""
+    src, tgt = tokenizers_of(task)
+    src_tokens = tokens_of(src)
+    tgt_ids = {t: i for i, t in enumerate(tokens_of(tgt))}
+    ids = task.encode_source(list(sources))
+    order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
+    out: list[list[int]] = [[] for _ in ids]
+    beam = settings.beam if beam is None else beam
+    for start in range(0, len(order), max_batch_size):
+        batch = order[start : start + max_batch_size]
+        limits = [max_len(len(ids[i]) + 1, settings, max_positions) for i in batch]
+        results = translator.translate_batch(
+            [[src_tokens[t] for t in ids[i]] for i in batch],
+            beam_size=beam,
+            length_penalty=settings.alpha,
+            max_decoding_length=max(limits) + 1,
+            min_decoding_length=0,
+            max_input_length=0,
+            suppress_sequences=[[SPECIALS[PAD]], [SPECIALS[BOS]]],
+        )
+        for i, limit, r in zip(batch, limits, results):
+            out[i] = [tgt_ids[t] for t in r.hypotheses[0]][:limit]
+    return out
+
+
+def max_len(src_len: int, settings, max_positions: int | None = None) -> int:
+    """The engine's maximum output length for a source of src_len tokens (EOS included)."""
+    n = int(settings.max_len_a * src_len + settings.max_len_b)
+    return max(0, n if max_positions is None else min(n, max_positions - 1))
+
+
+def decode_huggingface(
+    hf_model, task, sources: Sequence[str], settings, max_batch_size: int = 64
+) -> list[list[int]]:
+    """Target ids (no specials) for each source line, greedy, with `s2s generate`'s maximum
+    lengths (a batch decodes to its longest limit; each sentence is cut at its own)."""
+    ids = task.encode_source(list(sources))
+    order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
+    out: list[list[int]] = [[] for _ in ids]
+    positions = hf_model.config.max_position_embeddings
+    for start in range(0, len(order), max_batch_size):
+        batch = order[start : start + max_batch_size]
+        limits = [max_len(len(ids[i]) + 1, settings, positions) for i in batch]
+        width = max(len(ids[i]) for i in batch) + 1
+        src = torch.full((len(batch), width), PAD, dtype=torch.long)
+        for row, i in enumerate(batch):
+            src[row, : len(ids[i]) + 1] = torch.tensor(ids[i] + [EOS])
+        with torch.inference_mode():
+            gen = hf_model.generate(
+                input_ids=src,
+                attention_mask=src.ne(PAD),
+                num_beams=1,
+                do_sample=False,
+                max_length=max(limits) + 2,
+                min_length=0,
+            )  # the start token counts
+        for i, limit, row in zip(batch, limits, gen.tolist()):
+            hyp = row[1:]
+            hyp = hyp[: hyp.index(EOS)] if EOS in hyp else hyp
+            out[i] = [t for t in hyp if t != PAD][:limit]
+    return out

@@ -1,0 +1,142 @@
+"""Scaled dot-product and multi-head attention (section 3.2), and the weights they attend with.
+
+`attention` is equation 1; `MultiHeadAttention` projects d_model to h heads of d_k (queries,
+keys) and d_v (values) dimensions and back, d_k = d_v = d_model / h unless the model's settings
+give them (Table 3, rows A and B). A module records its attention weights while `recorded` is a
+list (`Transformer.forward(..., return_attention=True)` sets it): the weights that computed the
+output, from the same code; otherwise nothing is kept and the fused kernel runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+def attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Optional[Tensor],
+    causal: bool,
+    dropout: float,
+    need_weights: bool = False,
+):
+    """Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V (equation 1), over q [B, h, T, d_k],
+    k [B, h, S, d_k] and v [B, h, S, d_v]; mask [B, 1, 1, S] True where a key may be attended,
+    `causal`: query i sees keys 0..i; `dropout` on the attention weights. With `need_weights`,
+    (output, the weights [B, h, T, S] before dropout).
+
+    PyTorch's fused scaled_dot_product_attention, except where the weights are asked for (the fused
+    kernel does not return them) and bf16 on CPU, where its fused kernel is slower than unfused bf16
+    products and its math kernel casts q, k and v to fp32 and back: there both products are in the
+    input's dtype, the softmax fp32 by torch's kernel (docs/performance.md)."""
+    if not need_weights and not (q.dtype == torch.bfloat16 and q.device.type == "cpu"):
+        return F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, is_causal=causal, dropout_p=dropout
+        )
+    scores = torch.matmul(q, k.transpose(-1, -2)).mul_(q.size(-1) ** -0.5)
+    if causal:
+        T, S = scores.shape[-2:]
+        scores.masked_fill_(
+            torch.ones(T, S, dtype=torch.bool, device=q.device).triu_(1), float("-inf")
+        )
+    elif mask is not None:
+        scores.masked_fill_(~mask, float("-inf"))
+    weights = torch.softmax(scores, -1)
+    out = torch.matmul(F.dropout(weights, dropout) if dropout > 0.0 else weights, v)
+    return (out, weights) if need_weights else out
+
+
+class MultiHeadAttention(nn.Module):
+    """MultiHead(Q, K, V) = Concat(head_1..head_h) W^O, head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V),
+    W^Q, W^K: d_model x h d_k, W^V: d_model x h d_v, W^O: h d_v x d_model.
+
+    Keys and values are projected separately (`keys_values`) so that the decoder can compute the
+    encoder-decoder ones once per sentence and cache its own step by step."""
+
+    def __init__(
+        self,
+        d_model: int,
+        heads: int,
+        dropout: float,
+        d_k: Optional[int] = None,
+        d_v: Optional[int] = None,
+    ):
+        super().__init__()
+        if d_k is None or d_v is None:
+            assert d_model % heads == 0, f"d_model {d_model} is not a multiple of heads {heads}"
+        self.h, self.dropout = heads, dropout
+        self.d_k = d_model // heads if d_k is None else d_k
+        self.d_v = d_model // heads if d_v is None else d_v
+        self.w_q, self.w_k = (
+            nn.Linear(d_model, heads * self.d_k),
+            nn.Linear(d_model, heads * self.d_k),
+        )
+        self.w_v, self.w_o = (
+            nn.Linear(d_model, heads * self.d_v),
+            nn.Linear(heads * self.d_v, d_model),
+        )
+        self.recorded: Optional[list[Tensor]] = (
+            None  # a list: each call appends its weights [B, h, T, S]
+        )
+
+    def split_heads(self, x: Tensor) -> Tensor:  # [B, T, h d] -> [B, h, T, d]
+        return x.view(x.size(0), x.size(1), self.h, -1).transpose(1, 2)
+
+    def keys_values(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        return self.split_heads(self.w_k(x)), self.split_heads(self.w_v(x))
+
+    def cached_keys_values(self, x: Tensor) -> Tensor:
+        """x's keys and values as one tensor [B, 2, h, S, max(d_k, d_v)] (the smaller one padded)."""
+        k, v = self.keys_values(x)
+        if self.d_k != self.d_v:
+            d = max(self.d_k, self.d_v)
+            k, v = F.pad(k, (0, d - self.d_k)), F.pad(v, (0, d - self.d_v))
+        return torch.stack((k, v), 1)
+
+    def split_cached(self, kv: Tensor) -> tuple[Tensor, Tensor]:
+        """kv [B, 2, h, S, d] (as `cached_keys_values` lays it out) -> views of keys and values."""
+        if self.d_k == self.d_v:
+            return kv[:, 0], kv[:, 1]
+        return kv[:, 0, ..., : self.d_k], kv[:, 1, ..., : self.d_v]
+
+    def forward(
+        self, x: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor] = None, causal: bool = False
+    ) -> Tensor:
+        """Queries from x [B*g, T, d_model] attend over k [B, h, S, d_k], v [B, h, S, d_v].
+
+        mask [B, 1, 1, S] is True where a key may be attended. When x holds g > 1 rows per row
+        of k, v (g beam hypotheses of one sentence, consecutive), their queries are folded into
+        one query sequence of length g*T: they share the keys, which are never copied."""
+        n, T, d = x.shape
+        B = k.size(0)
+        q = self.split_heads(self.w_q(x.reshape(B, -1, d)))
+        dropout = self.dropout if self.training else 0.0
+        if self.recorded is None:
+            out = attention(q, k, v, mask, causal, dropout)
+        else:
+            out, w = attention(q, k, v, mask, causal, dropout, need_weights=True)
+            self.recorded.append(
+                w.view(B, self.h, n // B, T, -1).transpose(1, 2).reshape(n, self.h, T, -1)
+            )
+        return self.w_o(out.transpose(1, 2).reshape(n, T, -1))
+
+
+@dataclass
+class AttentionWeights:
+    """The attention weights of one forward pass, a list over layers (first to last) of
+    [B, h, queries, keys] tensors: each row a distribution over the keys it may attend."""
+
+    encoder: list[Tensor] = field(default_factory=list)  # encoder self-attention, source x source
+    decoder: list[Tensor] = field(
+        default_factory=list
+    )  # decoder self-attention, target x target (causal)
+    cross: list[Tensor] = field(default_factory=list)  # encoder-decoder attention, target x source
+
+    def kinds(self) -> dict[str, list[Tensor]]:
+        return {"encoder": self.encoder, "decoder": self.decoder, "cross": self.cross}

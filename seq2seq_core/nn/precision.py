@@ -1,0 +1,176 @@
+"""Arithmetic precision: which one a run computes in, and running the model in it.
+
+Training (`run.precision`):
+* fp32: everything in float32.
+* bf16: mixed precision with fp32 master weights. The parameters, Adam's moments and the loss
+  stay fp32; `LowPrecision` casts the floating parameters and buffers to bfloat16 once per
+  forward pass and runs the forward and backward passes in bfloat16 without autocast (no
+  per-operation casts). The casts' backward turns each bf16 gradient into fp32 and accumulates
+  it into the fp32 parameter, where DDP all-reduces it and the optimiser reads it. Embedding
+  look-ups and LayerNorm compute from fp32 tensors (`LowPrecision` says why); the loss
+  (`s2s.core.nn.loss.label_smoothed_loss`) multiplies the bf16 decoder states by the bf16 output
+  weight a chunk of rows at a time and reduces each chunk in fp32. On CPU bf16 attention is
+  equation 1 written out in bf16 products (s2s.core.nn.model.attention), and dropout draws its mask
+  in bf16.
+* fp16: autocast to float16 with dynamic loss scaling (fp16's narrow range needs both).
+* auto: bf16 where the device computes bf16 natively (a CPU with avx512_bf16 or amx_bf16, a GPU
+  from Ampere on: compute capability 8.0), fp16 on a Volta or Turing GPU (7.x: fp16 tensor
+  cores, no bf16), else fp32.
+Asking for bf16 where the device lacks it natively (a CPU without the flags, a GPU before sm_80,
+which torch.cuda.is_bf16_supported() counts because it emulates bf16) falls back to fp32 with a
+warning: emulated bf16 would be slower than fp32. On a GPU from Ampere on, fp32 matrix products
+run in TF32 (fp32 range, 10-bit mantissa inputs, fp32 sums): `resolve` turns it on there.
+
+Search (`decode.precision`), on a copy of the model made by `for_inference`:
+* fp32: the model as trained.
+* bf16: weights and activations in bfloat16; the search's scores stay fp32 (it takes the
+  log-softmax of the logits in fp32).
+* int8: dynamic quantisation of every linear layer (torch.ao.quantization.quantize_dynamic:
+  int8 weights, activations quantised per call from their range); embeddings, LayerNorm and
+  attention stay fp32.
+The search itself (s2s.core.decode.search) is the same exact search in every precision.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import logging
+import platform
+import warnings
+from functools import lru_cache
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from ..errors import ConfigError
+
+log = logging.getLogger("s2s")
+
+
+@lru_cache(maxsize=None)
+def cpu_has_bf16() -> bool:
+    """True when this CPU multiplies bf16 natively (x86 avx512_bf16 or amx_bf16, Arm bf16)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return platform.system() == "Darwin" and platform.machine() == "arm64"  # Apple M2 and later
+    flags = set()
+    for line in text.splitlines():
+        if line.startswith(("flags", "Features")):
+            flags.update(line.split(":", 1)[1].split())
+    return bool(flags & {"avx512_bf16", "amx_bf16", "bf16"})
+
+
+AMPERE, VOLTA = (8, 0), (7, 0)  # compute capabilities: native bf16 and TF32; fp16 tensor cores
+
+
+def cuda_capability(device: torch.device) -> tuple[int, int]:
+    """The compute capability of a CUDA device, (major, minor): (8, 0) for an A100."""
+    return tuple(torch.cuda.get_device_capability(device))
+
+
+def device_has_bf16(device: torch.device) -> bool:
+    if device.type == "cuda":
+        return cuda_capability(device) >= AMPERE
+    return device.type == "cpu" and cpu_has_bf16()
+
+
+def resolve(precision: str, device: torch.device, setting: str = "run.precision") -> str:
+    """The precision to compute in: `auto` decided for this device, and bf16 where the device
+    lacks it replaced by fp32 (with a warning naming the setting). On a CUDA device from
+    Ampere on, fp32 matrix products are set to TF32 (`torch.backends.cuda.matmul.allow_tf32`)."""
+    precision = getattr(precision, "value", precision)  # the config's enum, or a plain string
+    device = torch.device(device)
+    if device.type == "cuda" and cuda_capability(device) >= AMPERE:
+        torch.backends.cuda.matmul.allow_tf32 = True  # TF32 for the fp32 products (CUDA only)
+        torch.backends.cudnn.allow_tf32 = True
+    if precision == "auto":
+        if device_has_bf16(device):
+            return "bf16"
+        return "fp16" if device.type == "cuda" and cuda_capability(device) >= VOLTA else "fp32"
+    if precision == "bf16" and not device_has_bf16(device):
+        log.warning(
+            "%s=bf16: this %s has no native bf16 arithmetic, computing in fp32 instead%s",
+            setting,
+            device.type.upper(),
+            " (fp16 uses its tensor cores)" if device.type == "cuda" else "",
+        )
+        return "fp32"
+    return precision
+
+
+class LowPrecision(nn.Module):
+    """Runs `module` with its floating parameters and buffers cast to `dtype`, once per call.
+
+    The casts are part of the autograd graph: the backward pass computes in `dtype` and the
+    gradients arrive, in the parameters' own dtype, in the parameters' .grad. A tensor that
+    several modules share is cast once. Embeddings and LayerNorms keep their fp32 tensors: their
+    backward passes sum a gradient over every position (each occurrence of a token; each
+    position's gain and bias), which in bf16 stalls, so the embedding look-up reads the fp32
+    table and returns bf16 rows (s2s.core.nn.model.Transformer.embed), and LayerNorm computes in
+    fp32 (s2s.core.nn.model.LayerNorm). The tied pre-softmax projection still multiplies in bf16.
+    """
+
+    KEEP_FP32 = (nn.Embedding, nn.LayerNorm)
+
+    def __init__(self, module: nn.Module, dtype: torch.dtype = torch.bfloat16):
+        super().__init__()
+        self.module, self.dtype = module, dtype
+
+    @contextlib.contextmanager
+    def cast(self):
+        """Within: every module's floating tensors are their casts; afterwards the originals.
+        (torch.func.functional_call leaves a module registered under two names untied.)"""
+        swapped, casts = [], {}
+        for m in self.module.modules():  # each module once, however many names it has
+            if isinstance(m, self.KEEP_FP32):
+                continue
+            for store in (m._parameters, m._buffers):
+                for name, t in store.items():
+                    if t is not None and t.is_floating_point() and t.dtype != self.dtype:
+                        swapped.append((store, name, t))
+                        store[name] = casts.setdefault(id(t), t.to(self.dtype))
+        try:
+            yield
+        finally:
+            for store, name, t in swapped:
+                store[name] = t
+
+    def forward(self, *args, **kwargs):
+        with self.cast():
+            return self.module(*args, **kwargs)
+
+
+def for_training(model: nn.Module, precision: str, device: torch.device):
+    """(the module to call, a context factory to call it in) for a resolved training precision."""
+    if precision == "bf16":
+        return LowPrecision(model, torch.bfloat16), contextlib.nullcontext
+    if precision == "fp16":
+        return model, lambda: torch.autocast(device_type=device.type, dtype=torch.float16)
+    return model, contextlib.nullcontext
+
+
+def for_inference(model: nn.Module, precision: str) -> nn.Module:
+    """The model to search with in a resolved decode precision: the model itself for fp32,
+    otherwise a converted copy (the trained model is left as it is), in eval mode."""
+    if precision == "fp32":
+        return model
+    device = next(model.parameters()).device
+    if precision == "bf16":
+        return copy.deepcopy(model).to(torch.bfloat16).eval()
+    if precision == "int8":
+        if device.type != "cpu":
+            raise ConfigError(
+                f"decode.precision=int8 runs on CPU only (dynamic quantisation), and this model is on {device}: "
+                "use decode.precision=bf16 on a GPU"
+            )
+        with (
+            warnings.catch_warnings()
+        ):  # torch 2.10+ points to torchao for this; it still works, on fbgemm
+            warnings.simplefilter("ignore")
+            return torch.ao.quantization.quantize_dynamic(
+                copy.deepcopy(model).eval(), {nn.Linear}, dtype=torch.qint8
+            )
+    raise ValueError(f"unknown decode precision {precision!r}")
