@@ -131,23 +131,26 @@ def fingerprint(path: str | Path) -> dict:
 
 def remove_stale_temporaries(folder: str | Path) -> list[Path]:
     """Remove what killed s2s processes left in `folder`: `.NAME.tmpPID` files (`replacing`) and
-    folders (`s2s export`), `.write_probePID` files, each only when process PID is gone
+    folders (`s2s export`), `.NAME.tmpHOST-PID` folders (the data cache, which machines may
+    share: only this machine's), `.write_probePID` files, each only when process PID is gone
     (os.kill(PID, 0) finds none). A temporary of a live process, and anything else, stays.
     Returns what was removed; one that cannot be removed is left (and logged)."""
     import logging
     import re
     import shutil
 
-    stale = re.compile(r"\..+\.tmp(\d+)|\.write_probe(\d+)")
+    import socket
+
+    stale = re.compile(r"\..+\.tmp(?:(?P<host>.+)-)?(?P<pid>\d+)|\.write_probe(?P<probe>\d+)")
     removed: list[Path] = []
     folder = Path(folder)
     if os.name == "nt" or not folder.is_dir():  # os.kill(pid, 0) ends the process on Windows
         return removed
     for path in folder.iterdir():
         m = stale.fullmatch(path.name)
-        if not m:
-            continue
-        pid = int(m.group(1) or m.group(2))
+        if not m or m["host"] not in (None, socket.gethostname()):
+            continue  # not a temporary, or one of another machine, whose processes we cannot see
+        pid = int(m["pid"] or m["probe"])
         try:
             if pid <= 0:
                 continue

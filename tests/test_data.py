@@ -1,5 +1,7 @@
 """Binarised data and token-count batches."""
 
+import os
+
 import numpy as np
 import pytest
 from omegaconf import OmegaConf
@@ -75,3 +77,26 @@ def test_failed_prepare_leaves_no_half_written_folder(registry, tmp_path):
     with pytest.raises(DataError, match="valid"):
         prepare_data(task, cfg, quiet=True)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_killed_preparation_s_folder_is_removed_on_its_machine_only(tmp_path):
+    """The cache's temporaries carry HOST-PID (the cache may be shared by machines): one whose
+    process is gone on this machine is removed; another machine's, or a live one's, stays."""
+    import socket
+    import subprocess
+    import sys
+
+    from s2s.core.files import remove_stale_temporaries
+
+    done = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True
+    )
+    dead = int(done.stdout)
+    host = socket.gethostname()
+    mine = tmp_path / f".demo-abc.tmp{host}-{dead}"
+    theirs = tmp_path / f".demo-abc.tmpother-machine-{dead}"
+    alive = tmp_path / f".demo-abc.tmp{host}-{os.getpid()}"
+    for folder in (mine, theirs, alive):
+        folder.mkdir()
+    assert remove_stale_temporaries(tmp_path) == [mine]
+    assert theirs.is_dir() and alive.is_dir()

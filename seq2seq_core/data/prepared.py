@@ -300,25 +300,6 @@ def _problem(directory: Path) -> str | None:
     return None
 
 
-def _remove_orphans(root: Path) -> None:
-    """Delete temporary folders of preparations killed on this machine (their process is gone)."""
-    host = socket.gethostname()
-    for tmp in root.glob(".*.tmp*"):
-        owner = tmp.name.rpartition(".tmp")[2]
-        owner_host, _, pid = owner.rpartition("-")
-        if not tmp.is_dir() or not pid.isdigit() or owner_host not in ("", host):
-            continue
-        try:
-            os.kill(int(pid), 0)
-            continue  # still preparing
-        except ProcessLookupError:
-            pass
-        except PermissionError:
-            continue  # alive, someone else's
-        log.info("removing %s, left by a preparation that was killed", tmp)
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
 def prepare_data(
     task: Task, data_cfg, quiet: bool = False, fit: tuple[int, bool] | None = None
 ) -> Prepared:
@@ -358,7 +339,7 @@ def prepare_data(
 def _build_into(task: Task, data_cfg, root: Path, directory: Path, quiet: bool) -> None:
     """Build the cache in a temporary folder of `root` and switch it in as `directory`."""
     try:
-        _remove_orphans(root)
+        files.remove_stale_temporaries(root)
         tmp = root / f".{directory.name}.tmp{socket.gethostname()}-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
