@@ -135,7 +135,7 @@ def load(preset: str, run: str | None, cache_dir: str):
 def batches_of(
     task, sources: list[str], max_sentences: int
 ) -> list[tuple[list[int], torch.Tensor]]:
-    """(sentence numbers, padded source ids + EOS) per batch, sorted by length as `translate` does."""
+    """(sentence numbers, padded source ids + EOS) per batch, sorted by length as `decode_sources` does."""
     from s2s.core.data.prepared import chunks
     from s2s.core.decode.batched import source_batch
 
@@ -169,7 +169,7 @@ def decode_batch(model, task, sources, batch, settings, incremental: bool) -> fl
 
 
 def rates(model, task, sources, variants: dict, repeats: int, max_sentences: int) -> dict:
-    """For each variant (name -> decoding settings): sentences/s of `translate` (what `s2s
+    """For each variant (name -> decoding settings): sentences/s of `decode_sources` (what `s2s
     generate` runs: tokenise, search batches of similar length, ids to text) over all sources,
     the median of `repeats` runs, variants interleaved so that a change in the machine's load
     touches them alike. Also the rate had the process had its threads' cores to itself
@@ -232,7 +232,7 @@ def rates(model, task, sources, variants: dict, repeats: int, max_sentences: int
 
 
 def constraint_speed(model, task, sources, settings, repeats: int, max_sentences: int) -> dict:
-    """Parsing: sentences/s of `translate` with the tree constraint on and off (task setting
+    """Parsing: sentences/s of `decode_sources` with the tree constraint on and off (task setting
     `constrained`), same model and settings, interleaved, medians of `repeats` runs; with the
     repairs the unconstrained outputs needed (the constrained ones need none by construction)."""
     from s2s.core.decode.batched import hypotheses

@@ -7,7 +7,7 @@ Multi30k's 29,000 training pairs are repeated to `--pairs` lines and written as 
 to a temporary folder, next to Multi30k's own dev and test files; then the translation plugin
 (the multi30k_en_de preset's task section: byte-level BPE, 8,000 shared tokens) and
 `s2s.core.data.prepared.prepare_data` train the tokenizer and binarise every split, in a fresh process
-whose peak RSS is the figure reported. Pairs/s counts training pairs over the whole `prepare`
+whose peak RSS is the figure reported. Pairs/s counts training pairs over the whole `prepare_data`
 call (reading, tokenizer training, binarising, writing); the tokenizer's share is timed apart.
 """
 

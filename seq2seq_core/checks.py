@@ -13,7 +13,7 @@ A field may also be a path (`setting("", path=True)`; by default a field whose n
 `_dir`, or is `nltk_data`): a leading `~` is expanded when the config loads. A config dataclass
 may check relations between its own fields in a static method `check_relations(section, where)`
 that raises `ConfigError` (e.g. translation's vocab_size against its tokenizer's smallest size).
-`validate` runs all of it over a loaded config, after it has been merged.
+`check_sections` runs all of it over a loaded config, after it has been merged.
 """
 
 from __future__ import annotations

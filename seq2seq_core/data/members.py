@@ -24,9 +24,9 @@ from .prepared import prepare_data as prepare_data
 class Member:
     """One task of the run, as the trainer and the search see it: ids in the run's space.
 
-    `encode_source`, `decode_target`, `constraint`, `postprocess`, `score` and `decoding` are
-    the task's, mapped into the run's id space, so that `s2s.core.evaluate.translate` serves a
-    member exactly as it serves a task.
+    `encode_source`, `decode_target`, `constraint`, `postprocess`, `prepare_source`, `display`,
+    `score` and `decoding` are the task's, mapped into the run's id space, so that batched
+    decoding (`s2s.core.decode.batched`) serves a member exactly as it serves a task.
     """
 
     def __init__(
@@ -70,6 +70,12 @@ class Member:
 
     def postprocess(self, hypothesis: str, source: str) -> str:
         return self.task.postprocess(hypothesis, source)
+
+    def prepare_source(self, lines: Sequence[str]) -> list[str]:
+        return self.task.prepare_source(lines)
+
+    def display(self, output: str) -> str:
+        return self.task.display(output)
 
     def constraint(self, sources: Sequence[str]) -> Constraint | None:
         inner = self.task.constraint(sources)

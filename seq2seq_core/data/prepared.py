@@ -1,6 +1,6 @@
 """Prepared data: ids binarised into memory-mapped files, and token-count batches over them.
 
-`prepare` reads each split through the task, trains its vocabulary on the training pairs,
+`prepare_data` reads each split through the task, trains its vocabulary on the training pairs,
 encodes the pairs in chunks and appends the ids to flat int32 files; only the per-pair lengths
 are held in memory (8 bytes a pair), so a corpus of tens of millions of pairs never sits in
 Python lists. The result is cached under a key derived from the task section and the length

@@ -13,7 +13,6 @@ from typing import Sequence
 
 import torch
 
-from ..data.members import Member
 from ..data.prepared import chunks
 from ..errors import plugin_error
 from ..task import DecodeDefaults, Task
@@ -31,24 +30,24 @@ def source_batch(ids: Sequence[Sequence[int]]) -> torch.Tensor:
     return src
 
 
-def prepared_sources(task: Task | Member, lines: Sequence[str]) -> list[str]:
-    """Input lines as the task's sources (`Task.prepare_source`: parsing tokenises raw text)."""
-    inner = task.task if isinstance(task, Member) else task
-    out = inner.prepare_source(list(lines))
+def prepared_sources(task: Task, lines: Sequence[str]) -> list[str]:
+    """Input lines as the task's sources (`Task.prepare_source`: parsing tokenises raw text);
+    `task` is a task or a run's member, which serves as one."""
+    out = task.prepare_source(list(lines))
     if (
         not isinstance(out, list)
         or len(out) != len(lines)
         or not all(isinstance(x, str) for x in out)
     ):
         raise plugin_error(
-            inner,
+            task,
             "prepare_source",
             f"returned {type(out).__name__}, not a list of {len(lines)} str (one a line)",
         )
     return out
 
 
-def unknown_words(task: Task | Member, source: str, ids: Sequence[int]) -> list[str]:
+def unknown_words(task: Task, source: str, ids: Sequence[int]) -> list[str]:
     """The words of a (prepared) source line that its ids `ids` read as <unk>: the vocabulary
     never saw them, so the model cannot know what they mean."""
     if UNK not in ids:
@@ -68,7 +67,7 @@ def decode_sources(
 ) -> list[str]:
     """The task's output line for every source line, in input order: `hypotheses`, post-processed.
     `raw`: the lines are input as a person types it (`s2s generate`, the server), made into
-    sources first (`prepared`); else they are sources already (a split's, say)."""
+    sources first (`prepared_sources`); else they are sources already (a split's, say)."""
     sources = prepared_sources(task, sources) if raw else sources
     hyps = hypotheses(model, task, sources, settings, device, max_sentences, progress)
     out = [task.postprocess(h, s) for h, s in zip(hyps, sources)]

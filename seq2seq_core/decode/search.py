@@ -238,7 +238,7 @@ def search(
 def _search(
     model, src, beam, alpha, max_len_a, max_len_b, incremental, stop, constraint, state
 ) -> list[Hypothesis]:
-    """`generate` for one part of the batch; `state`: the constraint's initial rows for it."""
+    """`search` for one part of the batch; `state`: the constraint's initial rows for it."""
     memory, src_pad = model.encode(src)
     src_len = (~src_pad).sum(1)
     max_len = (max_len_a * src_len.double() + max_len_b).long().clamp(0, model.max_positions - 1)

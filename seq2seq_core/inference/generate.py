@@ -14,7 +14,7 @@ from typing import IO, Iterable
 import torch
 
 from .. import textio
-from ..data.members import Member, decode_settings
+from ..data.members import decode_settings
 from ..decode.batched import decode_sources, prepared_sources, unknown_words
 from ..decode.search import sentences_per_batch
 from ..errors import ConfigError, DataError, UsageError
@@ -46,7 +46,7 @@ def generate_lines(
     device = next(model.parameters()).device
     block = sentences_per_batch(cfg.decode.max_sentences, device) * max(
         1, torch.get_num_threads()
-    )  # what one translate call shares out
+    )  # what one decode_sources call shares out
     raw = iter(raw)
     number = bad = 0
     while chunk := list(islice(raw, block)):
@@ -69,15 +69,14 @@ def generate_lines(
             result[i] = h.replace("\r", " ").replace("\n", " ")
         bad += len(lines) - len(good)
         if pretty:
-            inner = task.task if isinstance(task, Member) else task
-            result = [inner.display(h).rstrip("\n") + "\n" if h else "" for h in result]
+            result = [task.display(h).rstrip("\n") + "\n" if h else "" for h in result]
         out.write("".join(h + "\n" for h in result))
         out.flush()
     return number, bad
 
 
 def _source_line(raw: bytes, name: str, number: int, task, max_positions: int) -> str | None:
-    """The source of one input line (`prepared`), or None (with a warning) when it cannot be decoded."""
+    """The source of one input line (`prepared_sources`), or None (with a warning) when it cannot be decoded."""
     try:
         line = prepared_sources(task, [textio.decode_line(raw, name, number)])[0]
     except DataError as e:
