@@ -32,7 +32,7 @@ from ..nn.model import Transformer
 from ..setup.config import load_config
 from ..task import DecodeDefaults, Task
 from ..training import checkpoint
-from ..training.agreement import check_config, check_members
+from ..training.agreement import Read, check_config, check_members
 from ..training.distributed import resolve_device
 from ..training.rundir import run_dir_of
 
@@ -57,8 +57,9 @@ def load_for_inference(path: str | Path, registry, overrides=(), task: str | Non
     else:
         state = checkpoint.load(p)
     # the run directory's files must be those the weights were trained with (issue 24)
-    check_config(cfg, members, state, run_dir, p, overrides)
-    check_members(members, state, run_dir, p)
+    read = Read(state, p, run_dir)
+    check_config(cfg, members, read, overrides)
+    check_members(members, read)
     checkpoint.check_tokenizer_files(state, run_dir, p)
     sizes = load_vocabularies(members, run_dir)  # the run's id space
     model = Transformer(cfg.model, *sizes)

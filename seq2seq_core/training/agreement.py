@@ -1,6 +1,8 @@
 """A checkpoint checked against the config and tasks that would use it, once for resume,
 `s2s generate`, export and fine-tuning: the settings its weights were trained with
-(`config_difference`, `check_config`) and its tasks in their order (`check_members`).
+(`config_difference`, `check_config`) and its tasks in their order (`check_members`). The
+checkpoint is handed over as `Read`: what it holds and where it was read from, which the errors
+name.
 """
 
 from __future__ import annotations
@@ -17,6 +19,16 @@ log = logging.getLogger("s2s")
 
 
 _TRAINING_ONLY = ("dropout", "attention_dropout")
+
+
+@dataclasses.dataclass(frozen=True)
+class Read:
+    """A checkpoint as read: its contents, its file, and the run directory whose config.yaml
+    and vocabulary files serve it (what a refusal names)."""
+
+    state: dict
+    path: Path
+    run_dir: Path
 
 
 def _paths(task) -> set:
@@ -89,11 +101,11 @@ def _shown(value) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def check_config(cfg, members, state: dict, run_dir: Path, path: Path, overrides=()) -> None:
+def check_config(cfg, members, read: Read, overrides=()) -> None:
     """A CheckpointError naming RUN_DIR/config.yaml, the first differing key and both values when
-    the config (with the command line's overrides) and the one stored in the checkpoint at `path`
+    the config (with the command line's overrides) and the one stored in the checkpoint `read`
     disagree on what the weights mean. A checkpoint without a config passes."""
-    saved = state.get("config")
+    saved = read.state.get("config")
     if not isinstance(saved, dict):
         return
     found = config_difference(cfg, saved, members)
@@ -104,22 +116,28 @@ def check_config(cfg, members, state: dict, run_dir: Path, path: Path, overrides
     overridden = {str(o).partition("=")[0].strip().lstrip("+~") for o in overrides} & {
         ".".join(parts[:n]) for n in range(1, len(parts) + 1)
     }
-    where = f"{run_dir / 'config.yaml'}{' with the overrides' if overridden else ''}"
+    where = f"{read.run_dir / 'config.yaml'}{' with the overrides' if overridden else ''}"
     raise CheckpointError(
-        f"{where} does not match checkpoint {path}: {key} is {_shown(mine)} there but "
+        f"{where} does not match checkpoint {read.path}: {key} is {_shown(mine)} there but "
         f"{_shown(theirs)} in the checkpoint, whose weights were trained with it; "
         f"set {key} back to {_shown(theirs)}"
     )
 
 
-def check_members(members, state: dict, run_dir: Path, path: Path) -> None:
-    """A CheckpointError when the members built from RUN_DIR/config.yaml are not the checkpoint's
-    tasks in its order (each member's ids would index another member's rows)."""
-    trained = state.get("tasks")
+def check_members(members, read: Read, resuming: bool = False) -> None:
+    """A CheckpointError when `members` are not the tasks of the checkpoint `read` in its order:
+    each member's ids would index another member's rows. `resuming`: the members are those of the
+    config a run resumes with (the command's, which RUN_DIR/config.yaml is not yet), not those
+    of RUN_DIR/config.yaml, which `s2s generate` and export read."""
+    trained = read.state.get("tasks")
     names = [m.name for m in members]
-    if trained is not None and list(trained) != names:
-        raise CheckpointError(
-            f"{run_dir / 'config.yaml'} lists the tasks {', '.join(names)} but checkpoint {path} "
-            f"was trained with {', '.join(map(str, trained))} in this order; list the same tasks in "
-            "the checkpoint's order"
-        )
+    if trained is None or list(trained) == names:
+        return
+    config = read.run_dir / "config.yaml"
+    listing = "this config" if resuming else str(config)
+    remedy = f", as {config} does, or train in a new run.dir" if resuming else ""
+    raise CheckpointError(
+        f"{listing} lists the tasks {', '.join(names)} but checkpoint {read.path} was trained "
+        f"with {', '.join(map(str, trained))} in this order; list the same tasks in the "
+        f"checkpoint's order{remedy}"
+    )

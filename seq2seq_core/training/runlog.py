@@ -3,7 +3,8 @@
 metrics.jsonl holds one JSON object per line: kind (train | valid | test | stopped), update,
 elapsed training seconds, then the figures. A multi-task run adds each member's figures under
 `MEMBER/FIGURE` keys (`parse/loss`, `translate/bleu`); `s2s plot` draws one curve per member.
-Only rank 0 writes.
+Only rank 0 writes. The console shows a record on one line (`shown`); a valid record's line
+names only the figures a person watches (a parser's EVALB gives dozens), metrics.jsonl has all.
 """
 
 from __future__ import annotations
@@ -17,12 +18,49 @@ from ..files import atomic_write_text
 log = logging.getLogger("s2s")
 
 
+#: the figures of a dev record that are the run's, not a member's
+_VALID_RUN = ("kind", "update", "elapsed", "select", "seconds")
+#: the per-token figures that open each member's dev figures, before its metric's
+_PER_TOKEN = ("loss", "nll", "ppl")
+
+
+def _value(v) -> str:
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+
+def _valid_figures(record: dict) -> str:
+    """A valid record's figures for the console: the selection figure, then each member's
+    metric (its primary figure, the first after loss, nll and ppl) and dev loss, then the
+    seconds validating took: "select 31.2 | translate bleu 31.2 loss 2.41 | parse f1 88.1 loss
+    0.92 | seconds 41.3". A multi-task run's loss over all members' tokens is left out."""
+    members: dict[str, list[str]] = {}  # member prefix ("" for a lone one) -> its figures
+    for key in record:
+        if key not in _VALID_RUN:
+            name, _, figure = key.rpartition("/")
+            members.setdefault(name, []).append(figure)
+    parts = [f"select {_value(record['select'])}"]
+    for name, figures in members.items():
+        primary = next((f for f in figures if f not in _PER_TOKEN), None)
+        if primary is None:  # the run's loss, nll and ppl over every member's dev tokens
+            continue
+        prefix = f"{name}/" if name else ""
+        part = [name, f"{primary} {_value(record[prefix + primary])}"]
+        if "loss" in figures:
+            part.append(f"loss {_value(record[prefix + 'loss'])}")
+        parts.append(" ".join(filter(None, part)))
+    if "seconds" in record:
+        parts.append(f"seconds {_value(record['seconds'])}")
+    return " | ".join(parts)
+
+
 def shown(record: dict) -> str:
-    """A record as a console line: "train update 100: loss 3.214 lr 0.0004 ... elapsed 61.2 s"."""
-    rest = {k: v for k, v in record.items() if k not in ("kind", "update", "elapsed")}
-    figures = " ".join(
-        f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in rest.items()
-    )
+    """A record as a console line: "train update 100: loss 3.214 lr 0.0004 ... elapsed 61.2 s",
+    every figure but a valid record's (`_valid_figures`)."""
+    if record.get("kind") == "valid" and "select" in record:
+        figures = _valid_figures(record)
+    else:
+        rest = {k: v for k, v in record.items() if k not in ("kind", "update", "elapsed")}
+        figures = " ".join(f"{k} {_value(v)}" for k, v in rest.items())
     elapsed = f" elapsed {record['elapsed']:g} s" if "elapsed" in record else ""
     return f"{record.get('kind', '?')} update {record.get('update', '?')}: {figures}{elapsed}"
 

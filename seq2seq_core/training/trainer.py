@@ -7,12 +7,14 @@ so 2 processes with batch B, 1 process with batch 2B and 1 process with batch B 
 2 take the same step. Each process trains on its own share of the batches
 (DistributedDataParallel over `s2s.core.training.distributed.Group`); only rank 0 writes files.
 
-One training holds a run directory at a time (`s2s.core.training.rundir.claim`). Running the same
-command on the same run directory resumes from the newest readable checkpoint: model, optimiser, loss scale, update count, every member's data position and every
-process's RNG states. Validation (`s2s.core.training.validation`) runs with the RNG states saved and
-restored around it, so a resumed run follows the same path as one never stopped, bit for bit
-on CPU. Figures go to RUN_DIR/metrics.jsonl (`s2s.core.training.runlog`); the end of a run, the
-model chosen on dev and its test figures, is `s2s.core.training.result`.
+One training holds a run directory at a time (`s2s.core.training.rundir.claim`). Running the
+same command on the same run directory resumes from the newest readable checkpoint: model,
+optimiser, loss scale, update count, every member's data position and every process's RNG
+states. Validation (`s2s.core.training.validation`) runs with the RNG states saved and restored
+around it, so a resumed run follows the same path as one never stopped, bit for bit on CPU.
+Figures go to RUN_DIR/metrics.jsonl (`s2s.core.training.runlog`, the train records summed up by
+`s2s.core.training.tally`). At the end the Trainer chooses the model to test on dev (`select`)
+and tests it (`test`); `s2s.core.training.result` writes the outputs and result.json.
 """
 
 from __future__ import annotations
@@ -27,19 +29,21 @@ import torch
 from omegaconf import OmegaConf
 
 from ..data.members import Member, build_members, prepare_members
-from ..errors import TrainingError
+from ..errors import ConfigError, TrainingError
 from ..files import atomic_write_text
 from ..nn import precision
 from ..nn.model import Transformer
 from ..nn.optim import adam, lrate
 from ..vocab import PAD
 from . import checkpoint, result, rundir, transfer
+from .agreement import Read, check_members
 from .distributed import Group
 from .prefetch import Prefetch
 from .rng import rng_state, seed_everything, set_rng_state
 from .runlog import RunLog
 from .schedule import Stream, draw, probabilities
-from .validation import evaluate_dev
+from .tally import Tally
+from .validation import DevModels, evaluate_dev
 
 log = logging.getLogger("s2s")
 clock = time.monotonic  # what run.save_minutes is measured with (tests substitute their own)
@@ -50,129 +54,203 @@ class Trainer:
     run.max_minutes) with logging, validation and checkpoints, then selects and tests the model."""
 
     def __init__(self, cfg, registry, quiet: bool = False):
+        """Set up a run from `cfg`, its tasks from `registry`, step by step: the processes and
+        the run directory, the members and their data, the model and its optimiser, each
+        member's stream of batches; then where training starts (this run's newest checkpoint,
+        another run's weights, or update 0), the run's files and its log."""
         self.cfg, self.run_dir = cfg, Path(cfg.run.dir)
-        self.group = g = Group(cfg.run.device, cfg.run.timeout_minutes, cfg.run.wait_minutes)
-        self.device = g.device
-        if cfg.run.threads:
-            torch.set_num_threads(cfg.run.threads)
-        self.lock = None  # rank 0's hold on the run directory
+        quiet = quiet or cfg.run.quiet
+        self._setup_processes()
+        self._setup_run_dir()
+        sizes = self._setup_members(registry, quiet)
+        self._setup_model(sizes)
+        self._setup_optimizer()
+        self._setup_data()
+        resumed = self._start_from(registry)
+        self._write_run_files(resumed)
+        self._setup_log(quiet)
+
+    # -- setup, in the order __init__ takes it -------------------------------------------------
+    def _setup_processes(self) -> None:
+        """This process's place in the run (torchrun's environment), its device and threads."""
+        run = self.cfg.run
+        self.group = Group(run.device, run.timeout_minutes, run.wait_minutes)
+        self.device = self.group.device
+        if run.threads:
+            torch.set_num_threads(run.threads)
+
+    def _setup_run_dir(self) -> None:
+        """Rank 0's hold on the run directory (`rundir.claim`): one training at a time."""
+        self.lock = None
 
         def claim():
             self.lock = rundir.claim(self.run_dir)
 
-        g.agreed(claim, rank0_only=True)
-        self.members = build_members(cfg, registry)
-        if len(self.members) > 1 and not cfg.model.pre_norm and g.rank == 0:
+        self.group.agreed(claim, rank0_only=True)
+
+    def _setup_members(self, registry, quiet: bool) -> tuple:
+        """The run's members (`s2s.core.data.members`) with their data prepared and checked;
+        returns the sizes of the id space they share."""
+        self.members = build_members(self.cfg, registry)
+        if len(self.members) > 1 and not self.cfg.model.pre_norm and self.group.rank == 0:
             log.warning(
                 "a multi-task run with model.pre_norm=false: in post-norm layers the encoder can learn to "
                 "ignore its source behind the task token every source shares (docs/multitask.md); "
                 "model.pre_norm=true avoids it"
             )
-        sizes = prepare_members(
-            self.members, cfg, g, quiet or cfg.run.quiet
-        )  # the data, early checks; the id space
+        return prepare_members(self.members, self.cfg, self.group, quiet)
 
-        torch.manual_seed(cfg.run.seed)  # the same initial parameters on every process
+    def _setup_model(self, sizes: tuple) -> None:
+        """The model, the same initial parameters on every process, then each process's own
+        dropout stream; the model as the run's precision computes it (`net`, fp32 parameters in
+        every case), wrapped for DistributedDataParallel over several processes (`ddp`)."""
+        cfg, g = self.cfg, self.group
+        torch.manual_seed(cfg.run.seed)
         self.model = Transformer(cfg.model, *sizes).to(self.device)
-        seed_everything(cfg.run.seed * 1000 + g.rank)  # each process its own dropout stream
+        seed_everything(cfg.run.seed * 1000 + g.rank)
         self.n_params = sum(p.numel() for p in {id(p): p for p in self.model.parameters()}.values())
         self.tokenizer = {
             "prepared": {m.name: str(m.data.directory) for m in self.members},
             "files": {},
         }
-
         self.precision = precision.resolve(cfg.run.precision, self.device)
         self.search_precision = precision.resolve(
             cfg.decode.precision, self.device, "decode.precision"
         )
-        # net: the model as the run's precision computes it (fp32 parameters in every case)
         self.net, self.autocast = precision.for_training(self.model, self.precision, self.device)
         self.ddp = self.net
         if g.world > 1:
             self.ddp = torch.nn.parallel.DistributedDataParallel(
                 self.net, device_ids=[self.device.index] if self.device.type == "cuda" else None
             )
-        self.optimizer = adam(self.model.parameters(), cfg.optim)
+
+    def _setup_optimizer(self) -> None:
+        """Adam (section 5.3) and, for fp16, the loss scale."""
+        self.optimizer = adam(self.model.parameters(), self.cfg.optim)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.precision == "fp16")
+
+    def _setup_data(self) -> None:
+        """Which member each update trains (`p`), each member's stream of batches, and on a GPU
+        the next update's batches built meanwhile (`prefetch`)."""
+        cfg, g = self.cfg, self.group
         self.p = probabilities(self.members, cfg.multitask.temperature)
         self.streams = [
             Stream(m, cfg.data.max_tokens, cfg.run.seed, g.rank, g.world) for m in self.members
         ]
-        self.prefetch = Prefetch(self.device)  # on a GPU, the next update's batches built meanwhile
+        self.prefetch = Prefetch(self.device)
 
+    def _start_from(self, registry) -> bool:
+        """Where training starts: this run's newest readable checkpoint (`_resume`), else the
+        weights of run.init_from (and what run.init_keep takes, `_keep_from_source`), else
+        update 0. True when resumed."""
         self.update, self.skipped_updates, self.nonfinite_in_row, self.elapsed = 0, 0, 0, 0.0
         self.member_updates = [0] * len(self.members)  # the updates each member has trained
         self.best = None  # {"update", "select"}: the validated model with the highest dev figure
         self.validated = None  # (update, figure) of this process's latest validation
-        state, path = checkpoint.resume(self.run_dir, g)
+        state, path = checkpoint.resume(self.run_dir, self.group)
         if state is not None:
-            trained, names = state.get("tasks"), [m.name for m in self.members]
-            if (
-                trained is not None and list(trained) != names
-            ):  # each member's ids would index another's rows
-                raise TrainingError(
-                    f"checkpoint {path} was trained with the tasks {', '.join(map(str, trained))} in "
-                    f"this order, this config lists {', '.join(names)}: list the same tasks in the "
-                    "checkpoint's order (as RUN_DIR/config.yaml does) or train in a new run.dir"
-                )
-            try:
-                self.model.load_state_dict(state["model"])
-                self.optimizer.load_state_dict(state["optimizer"])
-                self.scaler.load_state_dict(state["scaler"])
-                # written before multi-task runs: one stream, kept as (epoch, batch_pos)
-                positions = state.get("streams") or {
-                    self.members[0].name: [state["epoch"], state["batch_pos"]]
-                }
-                for s in self.streams:
-                    s.restore(positions[s.member.name])
-            except (RuntimeError, ValueError, KeyError) as e:
-                raise TrainingError(
-                    f"checkpoint {path} does not fit this config ({str(e).splitlines()[0]}); "
-                    "resume with the config it was written with (RUN_DIR/config.yaml) or "
-                    "train in a new run.dir"
-                ) from None
-            self.update = state["update"]
-            done = state.get("member_updates") or {self.members[0].name: self.update}
-            self.member_updates = [done[m.name] for m in self.members]
-            self.skipped_updates = state.get("skipped_updates", 0)
-            self.nonfinite_in_row = state.get("nonfinite_in_row", 0)
-            self.best, self.elapsed = state.get("best"), state.get("elapsed", 0.0)
-            rngs = state["rng"]
-            if len(rngs) == g.world:
-                set_rng_state(rngs[g.rank])
-            else:  # the data is now shared out differently: continue at the same share of each epoch
-                for s in self.streams:
-                    s.pos = s.pos * len(rngs) // g.world
-                if g.rank == 0:
-                    log.warning(
-                        "checkpoint %s was written by %d processes, now %d: the data position is "
-                        "approximate and the RNG streams restart",
-                        path,
-                        len(rngs),
-                        g.world,
-                    )
-            if g.rank == 0:
-                log.info("resumed from %s at update %d", path, self.update)
-        elif cfg.run.init_from:  # a new run that starts from another run's weights
-            transfer.keep(self, transfer.init_from(self.model, self.members, cfg, registry))
+            self._resume(state, path)
+        elif self.cfg.run.init_from:  # a new run that starts from another run's weights
+            self._keep_from_source(transfer.init_from(self.model, self.members, self.cfg, registry))
+        return state is not None
 
-        def write_run_files():  # a resumed run keeps the vocabulary its checkpoints were trained with
+    def _resume(self, state: dict, path: Path) -> None:
+        """Continue from checkpoint `state` (read from `path`): model, optimiser, loss scale,
+        every member's data position and update count, the best model so far, the training time,
+        and this process's RNG states when the number of processes is the same."""
+        g = self.group
+        check_members(self.members, Read(state, path, self.run_dir), resuming=True)
+        try:
+            self.model.load_state_dict(state["model"])
+            self.optimizer.load_state_dict(state["optimizer"])
+            self.scaler.load_state_dict(state["scaler"])
+            # written before multi-task runs: one stream, kept as (epoch, batch_pos)
+            positions = state.get("streams") or {
+                self.members[0].name: [state["epoch"], state["batch_pos"]]
+            }
+            for s in self.streams:
+                s.restore(positions[s.member.name])
+        except (RuntimeError, ValueError, KeyError) as e:
+            raise TrainingError(
+                f"checkpoint {path} does not fit this config ({str(e).splitlines()[0]}); "
+                "resume with the config it was written with (RUN_DIR/config.yaml) or "
+                "train in a new run.dir"
+            ) from None
+        self.update = state["update"]
+        done = state.get("member_updates") or {self.members[0].name: self.update}
+        self.member_updates = [done[m.name] for m in self.members]
+        self.skipped_updates = state.get("skipped_updates", 0)
+        self.nonfinite_in_row = state.get("nonfinite_in_row", 0)
+        self.best, self.elapsed = state.get("best"), state.get("elapsed", 0.0)
+        rngs = state["rng"]
+        if len(rngs) == g.world:
+            set_rng_state(rngs[g.rank])
+        else:  # the data is now shared out differently: continue at the same share of each epoch
+            for s in self.streams:
+                s.pos = s.pos * len(rngs) // g.world
+            if g.rank == 0:
+                log.warning(
+                    "checkpoint %s was written by %d processes, now %d: the data position is "
+                    "approximate and the RNG streams restart",
+                    path,
+                    len(rngs),
+                    g.world,
+                )
+        if g.rank == 0:
+            log.info("resumed from %s at update %d", path, self.update)
+
+    def _keep_from_source(self, state: dict) -> None:
+        """What run.init_keep takes from the source checkpoint of run.init_from besides the
+        weights (`s2s.core.training.transfer`): the optimiser state, the schedule's step, the
+        best dev figure, the data position."""
+        kept = set(self.cfg.run.init_keep)
+        if "optimizer" in kept:
+            try:
+                self.optimizer.load_state_dict(state["optimizer"])
+            except (KeyError, ValueError, RuntimeError) as e:
+                raise ConfigError(
+                    f"run.init_keep=optimizer: the source's optimiser state does not fit this model "
+                    f"({str(e).splitlines()[0]}); it needs the same vocabulary and parameters"
+                ) from None
+        if "schedule" in kept:
+            self.update = state["update"]
+        if "best" in kept:
+            self.best = state.get("best")
+        if "data" in kept:
+            positions = state.get("streams") or {}
+            for s in self.streams:
+                if s.member.name not in positions:
+                    raise ConfigError(
+                        f"run.init_keep=data: the source has no data position for task {s.member.name!r}"
+                    )
+                s.restore(positions[s.member.name])
+
+    def _write_run_files(self, resumed: bool) -> None:
+        """Rank 0 checks the run directory has room for the checkpoints, writes each member's
+        vocabulary files (a resumed run keeps those its checkpoints were trained with), then
+        RUN_DIR/config.yaml."""
+
+        def vocabularies():
             # parameters in fp32 plus Adam's two moments: 12 bytes a parameter per checkpoint
             rundir.check_run_dir(
-                self.run_dir, need_bytes=self.n_params * 12 * (cfg.run.keep_last + 1)
+                self.run_dir, need_bytes=self.n_params * 12 * (self.cfg.run.keep_last + 1)
             )
             for m in self.members:
                 where = self.run_dir / m.vocab_subdir
                 self.tokenizer["files"].update(
-                    checkpoint.save_tokenizer(m.task, self.run_dir, where, state is not None)
+                    checkpoint.save_tokenizer(m.task, self.run_dir, where, resumed)
                 )
 
-        g.agreed(write_run_files, rank0_only=True)
-        g.agreed(
-            lambda: atomic_write_text(self.run_dir / "config.yaml", OmegaConf.to_yaml(cfg)),
+        self.group.agreed(vocabularies, rank0_only=True)
+        self.group.agreed(
+            lambda: atomic_write_text(self.run_dir / "config.yaml", OmegaConf.to_yaml(self.cfg)),
             rank0_only=True,
         )
-        self.log = RunLog(self.run_dir, quiet or cfg.run.quiet, writer=g.rank == 0)
+
+    def _setup_log(self, quiet: bool) -> None:
+        """metrics.jsonl from this update on (`RunLog`), and the clocks of training time and
+        of run.save_minutes."""
+        self.log = RunLog(self.run_dir, quiet, writer=self.group.rank == 0)
         self.log.start(self.update)
         self._t0 = time.monotonic()
         self._last_save = clock()
@@ -196,9 +274,8 @@ class Trainer:
         }
 
     def _state(self) -> dict:
-        rngs = self.group.gather(
-            rng_state()
-        )  # every rank's, so that each resumes its own dropout stream
+        # every rank's RNG states, so that each resumes its own dropout stream
+        rngs = self.group.gather(rng_state())
         return {
             **self._model_state(),
             "optimizer": self.optimizer.state_dict(),
@@ -298,22 +375,18 @@ class Trainer:
         # the next update's batches (if this one counts) are built while the device catches up
         following = draw(self.p, cfg.run.seed, self.update + 2)
         self.prefetch.ahead(self.members[following], self.streams[following], cfg.optim.update_freq)
-        out["member"], out["lr"] = (
-            k,
-            lrate(self.update + 1, cfg.model.d_model, cfg.optim.warmup, cfg.optim.lr_scale),
-        )
+        out["member"] = k
+        out["lr"] = lrate(self.update + 1, cfg.model.d_model, cfg.optim.warmup, cfg.optim.lr_scale)
         for group in self.optimizer.param_groups:
             group["lr"] = out["lr"]
         self.scaler.unscale_(self.optimizer)
         grads = [p.grad for p in self.model.parameters() if p.grad is not None]
         if cfg.optim.clip_norm > 0:  # the total norm is non-finite iff a gradient is
             norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.optim.clip_norm)
+        elif grads:
+            norm = torch.nn.utils.get_total_norm(grads)
         else:
-            norm = (
-                torch.nn.utils.get_total_norm(grads)
-                if grads
-                else torch.zeros((), device=self.device)
-            )
+            norm = torch.zeros((), device=self.device)
         # one process's NaN skips the update everywhere: the step's one wait for the device
         finite = bool(
             self.group.all(torch.isfinite(out["loss_sum"]) & torch.isfinite(norm).to(self.device))
@@ -357,15 +430,9 @@ class Trainer:
 
     def validate(self) -> tuple[dict, float]:
         """The valid record of this update and its selection figure (s2s.core.training.validation)."""
-        return evaluate_dev(
-            self.net,
-            precision.for_inference(self.model, self.search_precision),
-            self.members,
-            self.group,
-            self.cfg,
-            self.autocast,
-            self.update,
-        )
+        search = precision.for_inference(self.model, self.search_precision)
+        models = DevModels(self.net, search, self.autocast)
+        return evaluate_dev(models, self.members, self.group, self.cfg, self.update)
 
     def _keep_if_best(self, figure: float) -> None:
         """Write RUN_DIR/checkpoint_best.pt when this update's dev figure is the highest so far
@@ -383,15 +450,14 @@ class Trainer:
 
     # -- the loop -----------------------------------------------------------------------------
     def run(self) -> dict:
+        """Train until optim.max_updates (or run.max_minutes), recording, validating and saving
+        on the way, then select the model to test and test it (`finish`)."""
         cfg = self.cfg
         from ..progress import progress
 
         self.model.train()
-        # since the last train record, per member: loss, nll and target tokens of the updates,
-        # summed on the device and read once per record; this process's tokens, sentences, updates
-        since = torch.zeros(len(self.members), 3, dtype=torch.float64, device=self.device)
-        counts = [[0, 0, 0] for _ in self.members]
-        t_log = time.time()
+        prefixes = [m.prefix for m in self.members]
+        since, t_log = Tally.zero(prefixes, self.device), time.time()
         bar = progress(
             self.log.quiet or self.group.rank != 0,
             total=cfg.optim.max_updates,
@@ -410,80 +476,39 @@ class Trainer:
             )
         last = self.update >= cfg.optim.max_updates or self._out_of_time()
         while not last:
+            # one update; None when it was skipped (a non-finite loss or gradient)
             out = self.step()
             if out is None:
                 continue
             bar.update(1)
-            since[out["member"]] += torch.stack(
-                [out["loss_sum"], out["nll_sum"], out["ntokens"]]
-            ).double()
-            c = counts[out["member"]]
-            c[0], c[1], c[2] = c[0] + out["local_tokens"], c[1] + out["local_sentences"], c[2] + 1
-            if (
-                self.update % cfg.run.log_interval == 0
-            ):  # the only point where figures leave the device
+            # its figures added to its member's, on the device
+            since.add(out)
+            # a train record every run.log_interval updates: the only point figures leave the device
+            if self.update % cfg.run.log_interval == 0:
                 now = time.time()
-                self.record(self._train_record(since, counts, out["lr"], now - t_log))
-                since.zero_()
-                counts = [[0, 0, 0] for _ in self.members]
-                t_log = now
+                seconds, skipped = now - t_log, self.skipped_updates
+                self.record(since.record(self.group, self.update, out["lr"], seconds, skipped))
+                since, t_log = Tally.zero(prefixes, self.device), now
+            # the end: optim.max_updates reached, or run.max_minutes spent
             last = self.update == cfg.optim.max_updates or self._out_of_time()
             if last:
                 self._say_budget_spent("the last validation and checkpoint")
+            # validation every run.valid_interval updates from run.valid_after on, and at the end
             if (
                 self.update % cfg.run.valid_interval == 0 and self.update >= cfg.run.valid_after
             ) or last:
                 record, figure = self.validate()
                 self.record(record)
                 self._keep_if_best(figure)
-                if (
-                    not last and self._out_of_time()
-                ):  # spent while validating: this update, just validated, is the last
+                # the budget spent while validating: this update, just validated, is the last
+                if not last and self._out_of_time():
                     last = True
                     self._say_budget_spent("its validation done; the last checkpoint")
+            # a checkpoint every run.save_interval updates, after run.save_minutes, and at the end
             if self._save_due(last):
                 self.save()
         bar.close()
         return self.finish()
-
-    def _train_record(self, since: torch.Tensor, counts: list, lr: float, seconds: float) -> dict:
-        """Loss and nll per target token over the updates since the last record (and per member
-        in a multi-task run, with its number of those updates), the learning rate, and the
-        target tokens a second of all processes."""
-        losses = self.group.sum(since[:, :2].clone()).tolist()  # the updates' losses, all processes
-        ntokens = since[:, 2].tolist()  # each update's count is already every process's
-        tokens, sentences = self.group.sum(
-            torch.tensor(
-                [sum(c[0] for c in counts), sum(c[1] for c in counts)],
-                dtype=torch.float64,
-                device=self.device,
-            )
-        ).tolist()
-
-        def per_token(rows):
-            n = sum(ntokens[k] for k in rows)
-            return {
-                "loss": sum(losses[k][0] for k in rows) / n,
-                "nll": sum(losses[k][1] for k in rows) / n,
-            }
-
-        trained = [k for k in range(len(self.members)) if counts[k][2] > 0]
-        record = {
-            "kind": "train",
-            "update": self.update,
-            **per_token(trained),
-            "lr": lr,
-            "tgt_tokens_per_s": round(tokens / seconds, 1),
-            "sentences": int(sentences),
-            "skipped": self.skipped_updates,
-        }
-        for k in trained:  # a lone member's own figures are the run's (its prefix is empty)
-            prefix = self.members[k].prefix
-            record.update(
-                {f"{prefix}{key}": v for key, v in per_token([k]).items()},
-                **{f"{prefix}updates": counts[k][2]},
-            )
-        return record
 
     def _say_budget_spent(self, then: str) -> None:
         """Log (rank 0) that run.max_minutes ended the run at this update, and what follows it."""
@@ -503,15 +528,86 @@ class Trainer:
             return False
         return self.group.rank0_says(self._elapsed() >= 60 * self.cfg.run.max_minutes)
 
+    # -- the end: the model chosen on dev, then tested ------------------------------------------
     def finish(self) -> dict:
-        """Select the model to test on the dev figure, then test every member (`s2s.core.training.result`)."""
+        """Select the model to test on the dev figure, then test every member (rank 0); returns
+        what result.json records."""
         chosen = {
             "update": self.update,
             "skipped_updates": self.skipped_updates,
-            **result.select(self),
+            **self.select(),
             "member_updates": dict(zip((m.name for m in self.members), self.member_updates)),
         }
-        return result.test(self, chosen) if self.group.rank == 0 else chosen
+        return self.test(chosen) if self.group.rank == 0 else chosen
+
+    def select(self) -> dict:
+        """Load the model to test into `model`: the average of the last run.average_last
+        checkpoints (or, without averaging, the model as trained) or the best validated model
+        (checkpoint_best.pt), whichever has the higher dev figure (section 6.1 averages the last
+        checkpoints). Every process takes part (validation is shared out); rank 0 alone reads
+        checkpoints while the others wait (run.wait_minutes), then broadcasts the parameters: k
+        checkpoints with their optimiser state are read once, not once per process. Returns
+        what result.json records: the checkpoint tested, relative to the run directory, and
+        each candidate's dev figure."""
+        run_dir, k = self.run_dir, self.cfg.run.average_last
+        paths = checkpoint.listed(run_dir)
+        averaged = k > 1 and len(paths) > 1
+        if averaged:
+
+            def average():
+                avg = checkpoint.average(paths[-k:])
+                checkpoint.atomic_save(avg, run_dir / checkpoint.AVERAGE)
+                self.model.load_state_dict(avg["model"])
+                return len(avg["averaged"])
+
+            n = self.write(average, str(run_dir / checkpoint.AVERAGE), "the checkpoints are intact")
+            self._broadcast_model()
+            chosen = {"checkpoint": checkpoint.AVERAGE, "averaged": n}
+        else:  # the model as trained, which the last save wrote
+            chosen = {"checkpoint": str(paths[-1].relative_to(run_dir)) if paths else None}
+        known = not averaged and self.validated is not None and self.validated[0] == self.update
+        figure = self.validated[1] if known else self.validate()[1]
+        chosen["dev_select"] = {chosen["checkpoint"]: figure}
+        best = self.best  # a candidate unless it is the model as trained
+        if (
+            best is not None
+            and (averaged or best["update"] != self.update)
+            and (run_dir / checkpoint.BEST).is_file()
+        ):
+            chosen["dev_select"][checkpoint.BEST] = best["select"]
+            chosen["best_update"] = best["update"]
+            if best["select"] > figure:
+
+                def read_best():
+                    self.model.load_state_dict(checkpoint.load(run_dir / checkpoint.BEST)["model"])
+
+                self.group.agreed(read_best, rank0_only=True)
+                self._broadcast_model()
+                chosen["checkpoint"] = checkpoint.BEST
+        return chosen
+
+    def _broadcast_model(self) -> None:
+        """Rank 0's parameters and buffers into every process's model."""
+        model = self.model
+        self.group.broadcast([t.detach() for t in (*model.parameters(), *model.buffers())])
+
+    def test(self, chosen: dict) -> dict:
+        """Decode each member's test split with the model in `model` (the selected one), write
+        its outputs to test{.MEMBER}.hyp.txt and record its figure; then result.json: `chosen`
+        (what `select` returned) with the test figures (`s2s.core.training.result`). Rank 0's."""
+        search_model = precision.for_inference(self.model, self.search_precision)
+        tested = {}
+        for m in self.members:
+            score = result.score_test_split(
+                search_model, m, self.cfg.decode, self.device, self.run_dir
+            )
+            if score is None:
+                continue
+            tested[m.name] = score.as_dict()
+            self.record(
+                {"kind": "test", "update": self.update, f"{m.prefix}{score.name}": score.value}
+            )
+        return result.write_result(self.run_dir, chosen, tested, bool(self.members[0].prefix))
 
     def close(self) -> None:
         self.prefetch.close()
@@ -521,12 +617,14 @@ class Trainer:
 
 
 def train(cfg, registry, quiet: bool = False) -> dict:
+    """Train the run `cfg` describes to its end (`Trainer.run`); returns what result.json holds
+    (on rank 0; the other processes' lack the test figures)."""
     trainer = None
     try:
         trainer = Trainer(cfg, registry, quiet)
-        result = trainer.run()
+        outcome = trainer.run()
         trainer.group.close()
-        return result
+        return outcome
     finally:
         if trainer is not None:
             trainer.close()

@@ -3,10 +3,11 @@
 A new run (one with no checkpoint of its own yet) takes the model weights of the checkpoint
 another run tested, or of a checkpoint file. Everything else starts fresh, as a new run does:
 optimiser state, the schedule's step, the best-so-far dev figure and the data position; each can
-be kept instead with `run.init_keep` (optimizer, schedule, best, data). Fresh is the default
-because a fine-tuning run usually trains other data, often another task, and carrying Adam's
-moments, a decayed learning rate or the old run's best figure into it is what fairseq's users
-most often have to undo by hand (its --reset-* flags).
+be kept instead with `run.init_keep` (optimizer, schedule, best, data), which the `Trainer` takes
+from the checkpoint `init_from` returns. Fresh is the default because a fine-tuning run usually
+trains other data, often another task, and carrying Adam's moments, a decayed learning rate or
+the old run's best figure into it is what fairseq's users most often have to undo by hand (its
+--reset-* flags).
 
 The model's shape must be the source's, but for the vocabulary: the rows of the embeddings and
 of the output projection are copied by token string, each token the new run's vocabulary shares
@@ -137,28 +138,3 @@ def init_from(model: torch.nn.Module, members, cfg, registry) -> dict:
         *carried["tgt"],
     )
     return state
-
-
-def keep(trainer, state: dict) -> None:
-    """What run.init_keep takes from the source checkpoint besides the weights."""
-    kept = set(trainer.cfg.run.init_keep)
-    if "optimizer" in kept:
-        try:
-            trainer.optimizer.load_state_dict(state["optimizer"])
-        except (KeyError, ValueError, RuntimeError) as e:
-            raise ConfigError(
-                f"run.init_keep=optimizer: the source's optimiser state does not fit this model "
-                f"({str(e).splitlines()[0]}); it needs the same vocabulary and parameters"
-            ) from None
-    if "schedule" in kept:
-        trainer.update = state["update"]
-    if "best" in kept:
-        trainer.best = state.get("best")
-    if "data" in kept:
-        positions = state.get("streams") or {}
-        for s in trainer.streams:
-            if s.member.name not in positions:
-                raise ConfigError(
-                    f"run.init_keep=data: the source has no data position for task {s.member.name!r}"
-                )
-            s.restore(positions[s.member.name])

@@ -2,7 +2,8 @@
 so that every process gets the same figures.
 
 The record holds the loss, nll and ppl over all members' dev tokens, each member's figures
-(under `MEMBER/...` keys when there are several), `select`: the mean of the members' primary
+(under `MEMBER/...` keys when there are several: loss, nll, ppl, then its metric's, the primary
+first, the order the console line reads them in), `select`: the mean of the members' primary
 figures weighted by their `select` weights, the one figure a run is compared and selected by
 (a single task's is its primary figure), and `seconds`: what validating took (it counts in
 run.max_minutes).
@@ -22,7 +23,8 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from typing import Callable
 
 import torch
 
@@ -91,19 +93,33 @@ class _Capped:
         )
 
 
-def dev_loss(net, member: Member, group, max_tokens: int, eps: float, autocast) -> torch.Tensor:
-    """Sums (label-smoothed loss, nll, target tokens) over the member's dev pairs, all processes."""
+@dataclass(frozen=True)
+class DevModels:
+    """The model as validation runs it: `net` as training computes it, under `autocast` (the
+    run's precision), for the dev loss; `search` the copy dev search decodes with
+    (decode.precision)."""
+
+    net: torch.nn.Module
+    search: torch.nn.Module
+    autocast: Callable
+
+
+def dev_loss(models: DevModels, member: Member, group, cfg) -> torch.Tensor:
+    """Sums (label-smoothed loss, nll, target tokens) over the member's dev pairs, all processes,
+    in batches of data.max_tokens."""
     valid = member.data.splits["valid"]
-    batches = token_batches(valid.src_lens, valid.tgt_lens, max_tokens, seed=0, shuffle=False)
+    batches = token_batches(
+        valid.src_lens, valid.tgt_lens, cfg.data.max_tokens, seed=0, shuffle=False
+    )
     sums = torch.zeros(3, dtype=torch.float64, device=group.device)
     for idx in batches[group.rank :: group.world]:
         b = member.batch("valid", idx)
-        with autocast():
-            loss, nll = net(
+        with models.autocast():
+            loss, nll = models.net(
                 b["src"].to(group.device),
                 b["tgt_in"].to(group.device),
                 b["tgt_out"].to(group.device),
-                eps,
+                cfg.optim.label_smoothing,
             )
         sums += torch.stack(
             [
@@ -160,7 +176,7 @@ def _figures(sums: torch.Tensor, score) -> dict:
 
 
 def evaluate_dev(
-    net, search_model, members: list[Member], group, cfg, autocast, update: int
+    models: DevModels, members: list[Member], group, cfg, update: int
 ) -> tuple[dict, float]:
     """The valid record of `update` and the figure the run selects its checkpoint by: the
     task's primary figure (higher is better), or a multi-task run's `select`. The RNG states are
@@ -169,21 +185,15 @@ def evaluate_dev(
     record = {"kind": "valid", "update": update}
     t0 = time.monotonic()
     with rng_preserved():
-        net.eval()
+        models.net.eval()
         try:
             with torch.no_grad():
                 results = [
-                    (
-                        m,
-                        dev_loss(
-                            net, m, group, cfg.data.max_tokens, cfg.optim.label_smoothing, autocast
-                        ),
-                        dev_score(search_model, m, group, cfg),
-                    )
+                    (m, dev_loss(models, m, group, cfg), dev_score(models.search, m, group, cfg))
                     for m in members
                 ]
         finally:
-            net.train()
+            models.net.train()
     # a lone member's figures are the run's own: its prefix is empty and its loss the run's
     record.update(_per_token(sum(sums for _, sums, _ in results)))
     weights = sum(m.select for m in members)
