@@ -6,6 +6,7 @@ from __future__ import annotations
 import s2s.core  # noqa: F401  before torch: the CPU runtime defaults
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -151,3 +152,21 @@ def test_a_plugin_imports_the_engine_not_another_plugin():
                     if n.startswith("s2s.plugins.") and n.split(".")[2] != plugin.name
                 ]
                 assert not others, f"{path.relative_to(plugins)} imports {others}"
+
+
+def test_docs_layout_names_every_engine_module_in_its_wing():
+    """docs/layout.md describes each wing's modules in one clause; a new module is added there."""
+    layout = (ENGINE.parent / "docs" / "layout.md").read_text(encoding="utf-8")
+    sections = re.split(r"^\*\*", layout, flags=re.M)[1:]
+    named = {
+        (section.split("**")[0].strip("()`").removeprefix("The root"), name)
+        for section in sections
+        for name in re.findall(r"^- `([\w/]+)`", section, flags=re.M)
+    }
+    for path in ENGINE.rglob("*.py"):
+        parts = path.relative_to(ENGINE).parts
+        if len(parts) > 1 and parts[-1] == "__init__.py":
+            continue  # a wing's own docstring
+        wing = "" if len(parts) == 1 else parts[0]
+        name = f"{parts[1]}/" if len(parts) > 2 else path.stem
+        assert (wing, name) in named, f"docs/layout.md does not name {'/'.join(parts)}"

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
@@ -48,40 +49,49 @@ AXES = {
 }
 
 
-def draw_attention(
-    run_dir,
-    registry,
-    input_path,
-    output,
-    task: str | None = None,
-    layer: int | None = None,
-    head: int | None = None,
-    beam: int | None = None,
-    overrides: Sequence[str] = (),
-) -> list[Path]:
-    """Write the attention maps of every line of `input_path` into folder `output`; layers and
-    heads are numbered from 1 (`layer`, `head`: only that one). Returns the files written."""
-    overrides = [*overrides, *([f"decode.beam={beam}"] if beam is not None else [])]
-    _readable(input_path)
-    out = Path(output)
+@dataclass(frozen=True)
+class AttentionRequest:
+    """Which maps `s2s attention` draws and where: its command-line options. Layers and heads
+    are numbered from 1; None draws them all."""
+
+    input: str | Path  # the source lines
+    output: str | Path  # the folder for the PNG and JSON files
+    task: str | None = None  # the member of a multi-task run (None: its only one)
+    layer: int | None = None  # only this layer
+    head: int | None = None  # a page for this head alone (None: all heads on a page)
+    beam: int | None = None  # the search's beam (None: decode.beam)
+    overrides: tuple[str, ...] = ()  # key=value, over the run's config.yaml
+
+
+def draw_attention(run_dir, registry, request: AttentionRequest) -> list[Path]:
+    """Write the attention maps of every line of `request.input` into folder `request.output`,
+    decoded by the run at `run_dir`. Returns the files written."""
+    beam = [f"decode.beam={request.beam}"] if request.beam is not None else []
+    overrides = [*request.overrides, *beam]
+    _readable(request.input)
+    out = Path(request.output)
     if out.exists() and not out.is_dir():
         raise UsageError(f"--output {out} is a file, not a folder")
     if out.resolve() == run_dir_of(run_dir).resolve():
         raise UsageError(
             f"--output {out} is the run directory: write the maps into a folder of their own"
         )
-    cfg, member, model = load_for_inference(run_dir, registry, overrides, task)
+    cfg, member, model = load_for_inference(run_dir, registry, overrides, request.task)
     settings = decode_settings(member, cfg.decode)
     if settings.beam > member.task.tgt_vocab_size:
+        setting = "--beam" if request.beam is not None else "decode.beam"
         raise ConfigError(
-            f"{'--beam' if beam is not None else 'decode.beam'}={settings.beam}: the beam is larger "
-            f"than the target vocabulary of {run_dir} ({member.task.tgt_vocab_size} tokens)"
+            f"{setting}={settings.beam}: the beam is larger than the target vocabulary of "
+            f"{run_dir} ({member.task.tgt_vocab_size} tokens)"
         )
     n_layers, n_heads = len(model.encoder), model.encoder[0].self_attn.h
-    for name, value, most in (("--layer", layer, n_layers), ("--head", head, n_heads)):
+    for name, value, most in (
+        ("--layer", request.layer, n_layers),
+        ("--head", request.head, n_heads),
+    ):
         if value is not None and not 1 <= value <= most:
             raise UsageError(f"{name} {value}: this model has {most} (numbered 1 to {most})")
-    raw = textio.read_lines(input_path)
+    raw = textio.read_lines(request.input)
     lines = prepared_sources(
         member, raw
     )  # as s2s generate reads them (parsing: Penn Treebank tokens)
@@ -90,7 +100,7 @@ def draw_attention(
     for i in sorted(set(range(len(ids))) - set(keep)):
         log.warning(
             "%s, line %d: %d source tokens do not fit model.max_positions=%d; no maps drawn",
-            input_path,
+            request.input,
             i + 1,
             len(ids[i]) + 1,
             model.max_positions,
@@ -113,7 +123,8 @@ def draw_attention(
         hyps.update((i, h.tokens) for i, h in zip(batch, found))
     out.mkdir(parents=True, exist_ok=True)
     remove_stale_temporaries(out)
-    layers = [layer] if layer is not None else list(range(1, n_layers + 1))
+    head = request.head  # a page for this head alone, else every head on one page
+    layers = [request.layer] if request.layer is not None else list(range(1, n_layers + 1))
     width = len(str(len(lines)))
     written = []
     for i in keep:
@@ -153,17 +164,8 @@ def draw_attention(
                     f", head {head} of {n_heads}" if head else f", all {n_heads} heads"
                 )
                 name = f"{stem}.{kind}.layer{L}" + (f".head{head}" if head else "") + ".png"
-                written.append(
-                    draw(
-                        w[[H - 1 for H in heads]],
-                        rows,
-                        cols,
-                        heads,
-                        kind,
-                        f"{title}  (line {i + 1})",
-                        out / name,
-                    )
-                )
+                page = Page(kind, f"{title}  (line {i + 1})", heads, rows, cols)
+                written.append(draw(page, w[[H - 1 for H in heads]], out / name))
         atomic_write_text(out / f"{stem}.json", json.dumps(record, ensure_ascii=False) + "\n")
         written.append(out / f"{stem}.json")
     return written
@@ -249,15 +251,19 @@ def _from_bytes(piece: str) -> str:
 
 
 # -- drawing -----------------------------------------------------------------------------------
-def draw(
-    weights: np.ndarray,
-    rows: list[str],
-    cols: list[str],
-    heads: list[int],
-    kind: str,
-    title: str,
-    path: Path,
-) -> Path:
+@dataclass(frozen=True)
+class Page:
+    """What one page of maps shows: the kind of attention (a key of KINDS), its title, the heads
+    drawn (numbered from 1) and the tokens along each axis (rows: queries, cols: keys)."""
+
+    kind: str
+    title: str
+    heads: Sequence[int]
+    rows: Sequence[str]
+    cols: Sequence[str]
+
+
+def draw(page: Page, weights: np.ndarray, path: Path) -> Path:
     """One page: a heatmap per head of weights [heads, queries, keys], tokens on both axes, one
     colour bar; the page grows with the sentence (a quarter inch a token, up to 14 inches a map).
     Colour follows the square root of a weight on one scale, 0 to 1, for every page (a uniform head
@@ -267,10 +273,12 @@ def draw(
     from matplotlib.colors import PowerNorm
     from matplotlib.figure import Figure
 
-    n = len(heads)
+    n = len(page.heads)
     ncols = min(n, 2 if n <= 4 else 4)  # 4 heads 2 x 2, 8 heads 4 x 2, 16 heads 4 x 4
     nrows = math.ceil(n / ncols)
-    pw, ph = (min(14.0, max(2.2, 0.24 * len(t) + 0.8)) for t in (cols, rows))  # a map's inches
+    pw, ph = (
+        min(14.0, max(2.2, 0.24 * len(t) + 0.8)) for t in (page.cols, page.rows)
+    )  # a map's inches
     fig = Figure(figsize=(ncols * (pw + 1.4) + 1.2, nrows * (ph + 1.6) + 0.8), layout="constrained")
     axes = fig.subplots(nrows, ncols, squeeze=False)
     cmap = colormaps["viridis"].with_extremes(bad="#d9d9d9")
@@ -280,14 +288,14 @@ def draw(
             ax.set_axis_off()
             continue
         w = weights[k]
-        if kind == "decoder":  # the future a query may not see: grey, not a weight of 0
+        if page.kind == "decoder":  # the future a query may not see: grey, not a weight of 0
             w = np.ma.masked_array(w, mask=np.triu(np.ones_like(w, dtype=bool), 1))
         image = ax.imshow(
             w, cmap=cmap, norm=PowerNorm(0.5, 0.0, 1.0), aspect="auto", interpolation="nearest"
         )
         for axis, tokens, inches, setter in (
-            (ax.xaxis, cols, pw, ax.set_xticks),
-            (ax.yaxis, rows, ph, ax.set_yticks),
+            (ax.xaxis, page.cols, pw, ax.set_xticks),
+            (ax.yaxis, page.rows, ph, ax.set_yticks),
         ):
             size = min(9.0, 0.8 * 72 * inches / max(1, len(tokens)))  # points a label may take
             step = max(1, math.ceil(4.0 / size))  # below 4 pt, every step-th label
@@ -295,11 +303,11 @@ def draw(
             setter(where, [tokens[j] for j in where], fontsize=max(size, 4.0))
         ax.tick_params(axis="x", labelrotation=90)
         if n > 1:
-            ax.set_title(f"head {heads[k]}", fontsize=10)
-        ax.set_xlabel(AXES[kind][1], fontsize=9)
-        ax.set_ylabel(AXES[kind][0], fontsize=9)
+            ax.set_title(f"head {page.heads[k]}", fontsize=10)
+        ax.set_xlabel(AXES[page.kind][1], fontsize=9)
+        ax.set_ylabel(AXES[page.kind][0], fontsize=9)
     fig.colorbar(image, ax=axes, shrink=0.9 if nrows == 1 else 0.6, label="attention weight")
-    fig.suptitle(title, fontsize=12)
+    fig.suptitle(page.title, fontsize=12)
     with replacing(path, "wb") as f:
         fig.savefig(f, format="png", dpi=100)
     return path

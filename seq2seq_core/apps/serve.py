@@ -25,6 +25,7 @@ import queue
 import socket
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ConfigError, UsageError
@@ -270,18 +271,22 @@ def listening_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-def serve(
-    path,
-    registry,
-    task: str | None,
-    host: str,
-    port: int,
-    threads: int | None,
-    precision: str | None,
-    overrides=(),
-    quiet: bool = False,
-) -> None:
-    """Load the run at `path` (as `s2s generate` does) and serve it on host:port until interrupted."""
+@dataclass(frozen=True)
+class ServeOptions:
+    """How `s2s serve` serves a run: its command-line options, the defaults being the command's."""
+
+    task: str | None = None  # the member a request gets when it names none (None: the only one)
+    host: str = "127.0.0.1"  # the address to listen on
+    port: int = 8000  # 0: any free port
+    threads: int | None = None  # torch threads for decoding (None: run.threads)
+    precision: str | None = None  # decode.precision of the model searched with
+    overrides: tuple[str, ...] = ()  # key=value, over the run's config.yaml
+    quiet: bool = False  # no access log; uvicorn's warnings only
+
+
+def serve(path, registry, options: ServeOptions) -> None:
+    """Load the run at `path` (as `s2s generate` does) and serve it on options.host:options.port
+    until interrupted."""
     import torch
     import uvicorn
 
@@ -292,14 +297,15 @@ def serve(
     from ..training.rundir import run_dir_of
     from .batcher import Batcher
 
-    if threads is not None and threads < 1:
-        raise UsageError(f"--threads {threads}: at least 1")
-    sock = listening_socket(host, port)  # a taken port fails before the model loads
-    overrides = [*overrides, *([f"decode.precision={precision}"] if precision else [])]
+    if options.threads is not None and options.threads < 1:
+        raise UsageError(f"--threads {options.threads}: at least 1")
+    sock = listening_socket(options.host, options.port)  # a taken port fails before the model loads
+    precision = [f"decode.precision={options.precision}"] if options.precision else []
+    overrides = [*options.overrides, *precision]
     run_dir = run_dir_of(path)
     cfg = load_config(run_dir / "config.yaml", list(overrides), registry=registry)
     names = list(cfg.tasks) if cfg.tasks is not None else [cfg.task.name]
-    cfg, member, model = load_for_inference(path, registry, overrides, task or names[0])
+    cfg, member, model = load_for_inference(path, registry, overrides, options.task or names[0])
     members = {member.name: member}
     if len(names) > 1:  # every member, in the run's id space, beside the one loaded with the model
         others = build_members(cfg, registry)
@@ -312,13 +318,13 @@ def serve(
                 f"decode.beam={beam}: the beam is larger than task {m.name!r}'s target vocabulary "
                 f"({m.task.tgt_vocab_size} tokens)"
             )
-    torch.set_num_threads(threads or cfg.run.threads or torch.get_num_threads())
+    torch.set_num_threads(options.threads or cfg.run.threads or torch.get_num_threads())
     checkpoint = Path(path) if Path(path).is_file() else tested(run_dir)[1]
     info = {
         "run_dir": str(run_dir),
         "checkpoint": str(checkpoint),
         "tasks": list(members),
-        "default_task": task or (names[0] if len(names) == 1 else None),
+        "default_task": options.task or (names[0] if len(names) == 1 else None),
         "decode": {
             name: {**vars(decode_settings(m, cfg.decode)), "precision": str(cfg.decode.precision)}
             for name, m in members.items()
@@ -341,8 +347,8 @@ def serve(
     )
     config = uvicorn.Config(
         build_app(service),
-        log_level="warning" if quiet else "info",
-        access_log=not quiet,
+        log_level="warning" if options.quiet else "info",
+        access_log=not options.quiet,
         timeout_graceful_shutdown=5,
     )
     uvicorn.Server(config).run(sockets=[sock])
