@@ -11,7 +11,7 @@
 #      bench/results/gpu_check.json.
 # Usage: bash bench/gpu_check.sh            (exit status 0 only if every part passes)
 #        bash bench/gpu_check.sh --dry-run  (on CPU: every step up to the CUDA calls, tiny sizes;
-#                                            nothing installed; tests/test_gpu_path.py runs it)
+#                                            nothing installed; tests/core/nn/test_gpu_logic_on_cpu.py runs it)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 dry=0
@@ -38,7 +38,7 @@ rm -f "$constraint"
 
 echo "== GPU-marked tests"
 if [ $dry -eq 1 ]; then
-    timeout 120 python -m pytest -m gpu -q -p no:cacheprovider --collect-only tests/test_gpu.py >/dev/null || status=1
+    timeout 120 python -m pytest -m gpu -q -p no:cacheprovider --collect-only tests/core/nn/test_gpu.py >/dev/null || status=1
     echo "(dry run: collected only)"
 else
     timeout 240 python -m pytest -m gpu -q -rs -p no:cacheprovider || status=1

@@ -141,14 +141,14 @@ def remove_stale_temporaries(folder: str | Path) -> list[Path]:
 
     import socket
 
-    stale = re.compile(r"\..+\.tmp(?:(?P<host>.+)-)?(?P<pid>\d+)|\.write_probe(?P<probe>\d+)")
+    stale = re.compile(r"\..+\.tmp(?:(?P<host>.*)-)?(?P<pid>\d+)|\.write_probe(?P<probe>\d+)")
     removed: list[Path] = []
     folder = Path(folder)
     if os.name == "nt" or not folder.is_dir():  # os.kill(pid, 0) ends the process on Windows
         return removed
     for path in folder.iterdir():
         m = stale.fullmatch(path.name)
-        if not m or m["host"] not in (None, socket.gethostname()):
+        if not m or m["host"] not in (None, "", socket.gethostname()):
             continue  # not a temporary, or one of another machine, whose processes we cannot see
         pid = int(m["pid"] or m["probe"])
         try:

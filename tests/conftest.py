@@ -18,6 +18,8 @@ import torch  # noqa: E402
 
 torch.set_num_threads(1)  # tiny models: one thread beats two on a shared 2-core machine
 
+#: the repository's root (tests live in folders below tests/, by what they test)
+ROOT = Path(__file__).resolve().parent.parent
 SHARED = Path(
     os.environ.get("S2S_SHARED_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data"
 )

@@ -16,8 +16,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 SOURCES = ("pyproject.toml", "README.md", "seq2seq_core", "plugins", "data_recipes", "tasks")
 
 

@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
 from s2s.core.errors import DataError
 from s2s.plugins.parsing import ParsingTask
 from s2s.plugins.parsing.evalb import SHORT_FIELDS, evalb, evalb_files, read_tree
+from conftest import ROOT
 
-CASES = (
-    Path(__file__).resolve().parent / "data" / "evalb_cases"
-)  # public test files, in the repository
+CASES = ROOT / "tests" / "data" / "evalb_cases"  # public test files, in the repository
 EXPECTED = json.loads((CASES / "expected.json").read_text())
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from s2s.core.apps.cli import main
+from conftest import ROOT
 
 TINY = [
     "model.layers=1",
@@ -232,9 +233,17 @@ def test_the_skips_are_counted_by_cause():
 
     if torch.cuda.is_available():
         pytest.skip("needs a CUDA device to be missing")  # then test_gpu.py runs
-    root = Path(__file__).resolve().parent.parent
+    root = ROOT
     out = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_gpu.py"],
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "tests/core/nn/test_gpu.py",
+        ],
         cwd=root,
         capture_output=True,
         text=True,

@@ -8,7 +8,7 @@ from s2s.core.decode.search import _keep_order, _stable_slots, search
 from s2s.core.nn.model import DecoderCache, Transformer
 from s2s.core.training.validation import LengthCap
 from s2s.core.vocab import EOS
-from test_decoding import sources, transformer
+from test_search import sources, transformer
 
 
 @pytest.mark.parametrize("seed", range(20))
@@ -103,7 +103,7 @@ def test_a_batch_searched_in_parts_gives_what_the_whole_batch_gives(beam, monkey
     """At most ROWS_PER_SEARCH hypotheses at once on a CPU: the parts' outputs, in order, and
     the constraint's rows going with their sentences."""
     from s2s.core.decode import search as decoding
-    from test_decoding import Increasing
+    from test_search import Increasing
 
     model = transformer()
     src = sources([3, 7, 5, 2, 6, 4, 1], vocab=20)

@@ -22,8 +22,8 @@ from pathlib import Path  # noqa: E402
 import pytest  # noqa: E402
 from conftest import MULTI30K, NLTK_DATA, SHARED, needs  # noqa: E402
 from s2s.core.apps.cli import build_parser, main  # noqa: E402
+from conftest import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 EXPORT_DOC = (ROOT / "docs" / "export.md").read_text(encoding="utf-8")
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```$", re.M | re.S)

@@ -4,6 +4,7 @@ check of a clean one-line failure that changed nothing."""
 from __future__ import annotations
 
 import hashlib
+import subprocess
 from pathlib import Path
 
 from s2s.core.apps.cli import main
@@ -34,11 +35,15 @@ def s2s(capsys, *argv) -> tuple[int, str, str]:
     return code, out, err
 
 
-def fails(result: tuple[int, str, str], before: dict, *needles) -> str:
-    """A clean one-line failure (exit 2) naming `needles`, with everything on disk unchanged."""
-    code, _, err = result
+def fails(result, before: dict, *needles, code: int = 2) -> str:
+    """A clean one-line failure (exit `code`) naming `needles`, with everything on disk unchanged.
+    `result`: (exit code, stdout, stderr) of `s2s` in-process, or a finished subprocess."""
+    if isinstance(result, subprocess.CompletedProcess):
+        got, err = result.returncode, result.stderr.decode("utf-8", "replace")
+    else:
+        got, _, err = result
     assert "Traceback" not in err, err
-    assert code == 2, (code, err)
+    assert got == code, (got, err)
     errors = [line for line in err.splitlines() if ": error: " in line]
     assert len(errors) == 1, err
     for needle in map(str, needles):

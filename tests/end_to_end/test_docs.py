@@ -19,8 +19,8 @@ from omegaconf import OmegaConf  # noqa: E402
 from s2s.core.apps.cli import build_parser  # noqa: E402
 from s2s.core.setup.config import load_config, preset_names  # noqa: E402
 from s2s.core.setup.registry import Registry  # noqa: E402
+from conftest import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 DOCS = sorted((ROOT / "docs").glob("*.md"))
 PAGES = [README, *DOCS]

@@ -3,7 +3,7 @@ precision a compute capability gets, LOCAL_RANK, one cache builder a machine, ra
 phases under a short collective timeout, and the GPU check's dry run.
 
 The figures these choices are for (launches, syncs, tokens/s, MFU) need a GPU:
-`bash bench/gpu_check.sh` measures them there (tests/test_gpu.py holds the `-m gpu` tests).
+`bash bench/gpu_check.sh` measures them there (tests/core/nn/test_gpu.py holds the `-m gpu` tests).
 """
 
 import json
@@ -13,11 +13,10 @@ import os
 import socket
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
-from conftest import task_keys
+from conftest import ROOT, task_keys
 from omegaconf import OmegaConf
 from s2s.core.data.members import build_task
 from s2s.core.errors import ConfigError
@@ -30,7 +29,6 @@ from s2s.core.setup.settings import DataConfig, ModelConfig
 from s2s.core.training import distributed
 from torch.utils._python_dispatch import TorchDispatchMode
 
-ROOT = Path(__file__).resolve().parent.parent
 CUDA = torch.device("cuda")
 GiB = 2**30
 

@@ -20,6 +20,7 @@ from s2s.data_recipes.treebank import (
     to_string,
 )
 from s2s.plugins.parsing import ParsingConfig, ParsingTask
+from conftest import ROOT
 
 # A tree as LDC99T42 writes it: blank outer bracket, function tags, co-indices, empty elements.
 MRG_TREE = """\
@@ -209,7 +210,7 @@ def test_sample_preprocessing_reproduces_the_evalb_gold_trees():
     """gold.txt of evalb_cases is the NLTK sample stripped as parsing papers strip it."""
     from s2s.data_recipes.treebank import sample_reader
 
-    cases = Path(__file__).resolve().parent / "data" / "evalb_cases"
+    cases = ROOT / "tests" / "data" / "evalb_cases"
     reader, files = sample_reader(NLTK_DATA), {}
     gold = (cases / "gold.txt").read_text().splitlines()
     sources = (cases / "gold_sources.txt").read_text().split()
@@ -247,9 +248,7 @@ def test_presets():
                 0.3,
             )
         assert cfg.run.dir == f"runs/{name}"
-        first = (
-            (Path(__file__).parent.parent / "tasks" / f"{name}.yaml").read_text().splitlines()[0]
-        )
+        first = (ROOT / "tasks" / f"{name}.yaml").read_text().splitlines()[0]
         assert first.startswith(f"# s2s train {name}")
     assert ParsingTask.decoding.beam == 21 and ParsingTask.decoding.alpha == 0.3
     assert ParsingTask.decoding.max_len_b == 300

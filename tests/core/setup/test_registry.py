@@ -15,8 +15,9 @@ from s2s.core.errors import RegistryError
 from s2s.core.setup.config import load_config
 from s2s.core.setup.registry import Registry
 from s2s.core.training.trainer import train
+from conftest import ROOT
 
-PLUGIN_DOC = Path(__file__).resolve().parent.parent / "docs" / "plugins.md"
+PLUGIN_DOC = ROOT / "docs" / "plugins.md"
 
 
 def readme_plugin() -> str:

@@ -9,7 +9,6 @@ before and after). One tiny demo run and one tiny translation corpus are made on
 from __future__ import annotations
 
 import gzip
-import hashlib
 import json
 import os
 import shutil
@@ -19,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from s2s.core.apps.cli import main
+from cli_checks import fails, snapshot
 
 TINY = [
     "model.layers=1",
@@ -65,37 +65,6 @@ def s2s(*args: str, cwd: Path, stdin: bytes | None = None) -> subprocess.Complet
         timeout=300,
         env=env,
     )
-
-
-def snapshot(*paths: Path) -> dict:
-    """sha256 of every file under `paths` (a missing path is recorded as missing)."""
-    out = {}
-    for root in map(Path, paths):
-        files = (
-            [root]
-            if root.is_file()
-            else sorted(p for p in root.rglob("*") if p.is_file())
-            if root.is_dir()
-            else []
-        )
-        if not files:
-            out[str(root)] = "missing" if not root.exists() else "empty"
-        for f in files:
-            out[str(f)] = hashlib.sha256(f.read_bytes()).hexdigest()
-    return out
-
-
-def fails(result: subprocess.CompletedProcess, before: dict, *needles: str, code: int = 2) -> str:
-    """Assert a clean one-line failure naming `needles`, with everything on disk unchanged."""
-    err = result.stderr.decode("utf-8", "replace")
-    assert "Traceback" not in err, err
-    assert result.returncode == code, (result.returncode, err)
-    errors = [line for line in err.splitlines() if ": error: " in line]
-    assert len(errors) == 1, err
-    for needle in needles:
-        assert needle in errors[0], (needle, errors[0])
-    assert snapshot(*before) == before, "a file on disk changed"
-    return errors[0]
 
 
 @pytest.fixture(scope="module")

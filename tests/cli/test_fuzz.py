@@ -3,7 +3,7 @@
 Bounded: S2S_FUZZ_EXAMPLES examples per test (default 40, always the same ones); set, the
 examples are random. The long run, 7 tests x 15,000 = 105,000 examples:
 
-    S2S_FUZZ_EXAMPLES=15000 python -m pytest -q tests/test_fuzz.py
+    S2S_FUZZ_EXAMPLES=15000 python -m pytest -q tests/cli/test_fuzz.py
 """
 
 from __future__ import annotations
