@@ -140,6 +140,9 @@ class Task:
     name: ClassVar[str]
     Config: ClassVar[type] = TaskConfig
     decoding: ClassVar[DecodeDefaults] = DecodeDefaults()
+    #: whether a source term has a target term in its outputs (`s2s generate --terms`): True
+    #: for translation; a parser's outputs are trees over the source's own words
+    terminology: ClassVar[bool] = True
     #: names of the splits this task can read; "train" and "valid" are needed to train
     splits: ClassVar[Sequence[str]] = ("train", "valid", "test")
 

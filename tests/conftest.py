@@ -155,3 +155,65 @@ def multi30k_slice(dest: Path, sizes: dict) -> Path:
             lines = (MULTI30K / f"{split}.{lang}").read_text(encoding="utf-8").split("\n")[:n]
             (dest / f"{split}.{lang}").write_text("\n".join(lines) + "\n", encoding="utf-8")
     return dest
+
+
+#: a tiny demo run: one layer of width 64, 150 updates (about 6 s on one thread)
+TINY_DEMO = [
+    "model.layers=1",
+    "model.d_model=64",
+    "model.d_ff=128",
+    "model.heads=2",
+    "optim.max_updates=150",
+    "optim.warmup=50",
+    "run.valid_interval=150",
+    "run.save_interval=150",
+    "run.threads=1",
+    "task.train_size=2000",
+    "task.valid_size=50",
+    "task.test_size=50",
+]
+
+
+UNTRAINED = [
+    "optim.max_updates=1",
+    "run.valid_interval=1",
+    "run.save_interval=1",
+    "optim.lr_scale=1e-9",
+]
+
+
+@pytest.fixture(scope="session")
+def demo_runs(tmp_path_factory) -> dict[str, Path]:
+    """Tiny demo runs trained once per session through the command line: "a" and "b" (seeds 1
+    and 2, one shape), "narrow" (width 32, another shape), "untrained" (one update at a
+    near-zero rate: its initial weights), "parser" (task.mode=parse: other target words); each name to
+    its run directory."""
+    import subprocess
+    import sys
+
+    where = tmp_path_factory.mktemp("demo_runs")
+    runs = {
+        "a": ["run.seed=1"],
+        "b": ["run.seed=2"],
+        "narrow": ["run.seed=3", "model.d_model=32", "model.d_ff=64"],
+        "untrained": ["run.seed=4", *UNTRAINED],
+        "parser": ["task.mode=parse", *UNTRAINED],
+    }
+    for name, extra in runs.items():
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "s2s.core.apps.cli",
+                "train",
+                "demo",
+                "-q",
+                *TINY_DEMO,
+                *extra,
+                f"run.dir={where / name}",
+                f"data.cache_dir={where / 'cache'}",
+            ],
+            check=True,
+            capture_output=True,
+        )
+    return {name: where / name for name in runs}

@@ -35,6 +35,7 @@ class DemoTask(Task):
         super().__init__(cfg)
         if cfg.mode == "parse":
             self.decoding = DecodeDefaults(beam=4, alpha=0.6, max_len_a=3.0, max_len_b=10)
+            self.terminology = False  # trees over the sentence's words
 
     def _pair(self, tree) -> tuple[str, str]:
         target = (

@@ -113,6 +113,7 @@ class ParsingTask(Task):
     name = "parsing"
     Config = ParsingConfig
     decoding = DecodeDefaults(beam=21, alpha=0.3, max_len_a=1.0, max_len_b=300)
+    terminology = False  # outputs are trees over the sentence's words
 
     def __init__(self, cfg):
         super().__init__(cfg)

@@ -1,11 +1,13 @@
 """The decoding worker behind `s2s serve`: requests queue, and one thread decodes them in batches.
 
 Requests arrive on the server's event loop and wait in one queue. A single worker thread owns the
-model: it takes the oldest request, adds the requests queued behind it for the same member while
-their source tokens fit the token budget, and decodes them together through `s2s generate`'s path
-(`inference.hypotheses` with the task's post-processing), so that a sentence gets the output
-`s2s generate` writes for it, whatever it was batched with. Each request gets its own outputs back
-with their scores and the time it waited and was decoded.
+model: it takes the oldest request, adds the requests queued behind it for the same member and the
+same wanted outputs (`Wanted`: the n best, or n drawn) while their source tokens fit the token
+budget, and decodes them together through `s2s generate`'s path (`decode.batched.outputs`, with
+the task's post-processing), so that a sentence gets the output `s2s generate` writes for it,
+whatever it was batched with (drawn samples depend on the batch: a seed repeats a request's
+draws when it is decoded alone). Each request gets its own outputs back with their scores and
+the time it waited and was decoded.
 
 A score is the model's log-probability of the decoded target (as the task encodes it), EOS
 included, divided by the search's length penalty lp(Y) = ((5 + |Y|) / 6)^alpha: the figure beam
@@ -24,13 +26,18 @@ from dataclasses import dataclass, field
 import torch
 
 from ..data.members import decode_settings
-from ..decode.batched import hypotheses, source_batch
-from ..decode.search import length_penalty, search
+from ..decode.batched import Wanted, outputs, source_batch, target_scores
+from ..decode.search import search
 from ..task import DecodeDefaults
-from ..vocab import BOS, EOS, PAD, SPECIALS
+from ..vocab import BOS, EOS, SPECIALS
 from .attention_maps import source_tokens, target_tokens
 
 log = logging.getLogger("s2s")
+
+
+def one_line(text: str) -> str:
+    """An output as one line: line breaks a post-processing wrote become spaces."""
+    return text.replace("\r", " ").replace("\n", " ")
 
 
 @dataclass
@@ -41,6 +48,8 @@ class Job:
     sources: list[str]
     tokens: int  # source tokens, what the budget counts
     attention_layer: int | None = None
+    wanted: Wanted = Wanted()  # the n best, or n drawn; jobs batch with those that want alike
+    prefixes: list[str] | None = None  # a target prefix for each sentence
     future: Future = field(default_factory=Future)
     queued: float = field(default_factory=time.perf_counter)
 
@@ -85,6 +94,7 @@ class Batcher:
                     if (
                         job.attention_layer is not None
                         or job.member is not first.member
+                        or job.wanted != first.wanted
                         or tokens + job.tokens > self.budget
                     ):
                         self.held = job
@@ -103,62 +113,52 @@ class Batcher:
                         job.future.set_exception(e)
 
     def _generate(self, batch: list[Job]) -> None:
-        member, start = batch[0].member, time.perf_counter()
+        member, wanted, start = batch[0].member, batch[0].wanted, time.perf_counter()
         sources = [s for job in batch for s in job.sources]
+        prefixes = [p for job in batch for p in (job.prefixes or [""] * len(job.sources))]
         settings = self.settings(member)
-        hyps = hypotheses(
-            self.model, member, sources, settings, self.device, self.cfg.decode.max_sentences
+        found = outputs(
+            self.model,
+            member,
+            sources,
+            settings,
+            self.device,
+            self.cfg.decode.max_sentences,
+            wanted=wanted,
+            prefixes=prefixes if any(prefixes) else None,
         )
-        outputs = [member.postprocess(h, s) for h, s in zip(hyps, sources)]
-        for line in outputs:
-            if not isinstance(line, str):
-                raise TypeError(
-                    f"task {member.name!r}: postprocess returned {type(line).__name__}, not a str"
-                )
-        scores = self.scores(member, sources, hyps, settings.alpha)
+        best = [outs[0] for outs in found]
+        scores = self.scores(member, sources, [o.tokens for o in best], settings.alpha)
         done = time.perf_counter()
         self.decoded["batches"] += 1
         self.decoded["sentences"] += len(sources)
         at = 0
         for job in batch:
             n = len(job.sources)
-            job.future.set_result(
-                {
-                    "hypotheses": [
-                        o.replace("\r", " ").replace("\n", " ") for o in outputs[at : at + n]
-                    ],
-                    "scores": scores[at : at + n],
-                    "timing": {
-                        "queued_ms": round(1000 * (start - job.queued), 2),
-                        "decode_ms": round(1000 * (done - start), 2),
-                        "batch_sentences": len(sources),
-                        "batch_requests": len(batch),
-                    },
-                }
-            )
+            result = {
+                "hypotheses": [one_line(o.text) for o in best[at : at + n]],
+                "scores": scores[at : at + n],
+                "timing": {
+                    "queued_ms": round(1000 * (start - job.queued), 2),
+                    "decode_ms": round(1000 * (done - start), 2),
+                    "batch_sentences": len(sources),
+                    "batch_requests": len(batch),
+                },
+            }
+            if wanted != Wanted():
+                result["nbest"] = [
+                    [{"output": one_line(o.text), "score": round(o.score, 4)} for o in outs]
+                    for outs in found[at : at + n]
+                ]
+            job.future.set_result(result)
             at += n
 
-    @torch.no_grad()
-    def scores(self, member, sources: list[str], hyps: list[str], alpha: float) -> list[float]:
+    def scores(
+        self, member, sources: list[str], targets: list[list[int]], alpha: float
+    ) -> list[float]:
         """Each decoded target's log-probability under the model, over lp(Y) (see the module)."""
-        src = source_batch(member.encode_source(sources)).to(self.device)
-        ids = [[i for i in member.task.encode_target([h])[0]] for h in hyps]
-        width = max(map(len, ids)) + 1
-        tgt_in = torch.full((len(ids), width), PAD, dtype=torch.long)
-        tgt_out = torch.full((len(ids), width), PAD, dtype=torch.long)
-        for row, seq in enumerate(ids):
-            tgt_in[row, : len(seq) + 1] = torch.tensor([BOS, *seq])
-            tgt_out[row, : len(seq) + 1] = torch.tensor([*seq, EOS])
-        tgt_in, tgt_out = (
-            member.ids.tgt(tgt_in).to(self.device),
-            member.ids.tgt(tgt_out).to(self.device),
-        )
-        logp = torch.log_softmax(self.model(src, tgt_in).float(), -1)
-        picked = logp.gather(-1, tgt_out[..., None])[..., 0].masked_fill(tgt_out.eq(PAD), 0.0)
-        lengths = tgt_out.ne(PAD).sum(1)
-        return [
-            round(v, 4) for v in (picked.sum(1) / length_penalty(lengths.double(), alpha)).tolist()
-        ]
+        found = target_scores(self.model, member, sources, targets, alpha, self.device)
+        return [round(s.score, 4) for s in found]
 
     @torch.no_grad()
     def _attention(self, job: Job) -> dict:

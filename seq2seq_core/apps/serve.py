@@ -6,8 +6,10 @@ well-kept libraries, pure Python, that pull in no torch of their own. Endpoints:
     GET  /            the page (seq2seq_core/apps/page: HTML, a script and a style sheet; no build step)
     GET  /health      {"status": "ok", ...} once the model is loaded
     GET  /info        the run: its tasks (members), the checkpoint, decoding settings, limits
-    POST /generate    {"text": [sentence, ...], "task": MEMBER?} -> {"hypotheses", "scores",
-                      "unknown_words", "trees", "timing"}: `s2s generate`'s output lines
+    POST /generate    {"text": [sentence, ...], "task": MEMBER?, "nbest": N?, "sampling":
+                      {"temperature", "top_k", "top_p", "seed"}?, "prefixes": [...]?} ->
+                      {"hypotheses", "scores", "nbest"?, "unknown_words", "trees", "timing"}:
+                      `s2s generate`'s output lines (docs/decoding.md has the options)
     POST /attention   {"text": sentence, "task": MEMBER?, "layer": L?} -> the encoder-decoder
                       attention weights of layer L (default: the last), every head
 
@@ -34,6 +36,7 @@ log = logging.getLogger("s2s")
 
 PAGE = Path(__file__).resolve().parent / "page"
 MAX_SENTENCES = 64  # sentences a request
+MAX_SAMPLES = 16  # outputs drawn a sentence ("sampling" with "nbest")
 MAX_CHARS = 2000  # characters a sentence
 MAX_BODY = 1 << 20  # bytes a request body
 BATCH_TOKENS = 4096  # source tokens decoded together, summed over the requests of a batch
@@ -129,6 +132,60 @@ def sentences(data: dict, many: bool = True) -> list[str]:
     return text
 
 
+def wanted_of(data: dict, beam: int):
+    """The request's "nbest" (1 to the beam; drawn: to MAX_SAMPLES) and "sampling" (an object of
+    `Sampling`'s fields), as a `Wanted`; a 400 naming the field and value."""
+    from ..decode.batched import Wanted
+    from ..decode.search import Sampling
+
+    n = data.get("nbest", 1)
+    drawn = data.get("sampling")
+    most = MAX_SAMPLES if drawn is not None else beam
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= most:
+        why = f"at most {MAX_SAMPLES} drawn" if drawn is not None else f"at most the beam ({beam})"
+        raise bad(400, f'"nbest" {json.dumps(n)[:40]}: a whole number from 1, {why}')
+    if drawn is None:
+        return Wanted(n)
+    fields = {"temperature": float, "top_k": int, "top_p": float, "seed": int}
+    if not isinstance(drawn, dict) or set(drawn) - set(fields):
+        raise bad(400, f'"sampling" must be an object with some of {", ".join(fields)}')
+    for key, kind in fields.items():
+        value = drawn.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise bad(400, f'"sampling"."{key}" {json.dumps(value)[:40]}: a number')
+        if kind is int and value is not None and value != int(value):
+            raise bad(400, f'"sampling"."{key}" {value}: a whole number')
+    sampling = Sampling(**{k: fields[k](v) for k, v in drawn.items()})
+    problem = sampling.problem()
+    if problem:
+        raise bad(400, f'"sampling": {problem}')
+    return Wanted(n, sampling)
+
+
+def prefixes_of(data: dict, member, sources: list[str], settings, max_positions: int):
+    """The request's "prefixes": one string a sentence, each usable (`prefix_problem`), or None."""
+    from ..decode.batched import prefix_problem
+
+    prefixes = data.get("prefixes")
+    if prefixes is None:
+        return None
+    if (
+        not isinstance(prefixes, list)
+        or len(prefixes) != len(sources)
+        or not all(isinstance(p, str) and len(p) <= MAX_CHARS for p in prefixes)
+    ):
+        raise bad(
+            400,
+            f'"prefixes" must be a list of {len(sources)} strings of at most {MAX_CHARS} '
+            'characters, one a sentence ("" for none)',
+        )
+    for i, (source, prefix) in enumerate(zip(sources, prefixes)):
+        problem = prefix_problem(member, source, prefix, settings, max_positions)
+        if problem:
+            raise bad(400, f'"prefixes"[{i}]: {problem}')
+    return prefixes
+
+
 def measured(
     member, lines: list[str], max_positions: int, many: bool = True
 ) -> tuple[list[str], list[int], list]:
@@ -197,8 +254,12 @@ def build_app(service: Service):
         member = member_of(service, data)
         lines = sentences(data)
         start = time.perf_counter()
+        settings = service.batcher.settings(member)
+        wanted = wanted_of(data, settings.beam)
         sources, tokens, unknown = measured(member, lines, max_positions)
-        result = await decoded(service, Job(member, sources, sum(tokens)))
+        prefixes = prefixes_of(data, member, sources, settings, max_positions)
+        job = Job(member, sources, sum(tokens), wanted=wanted, prefixes=prefixes)
+        result = await decoded(service, job)
         trees = [parse(h) for h in result["hypotheses"]]
         return JSONResponse(
             {

@@ -49,6 +49,10 @@ class Member:
     def decoding(self):
         return self.task.decoding
 
+    @property
+    def terminology(self) -> bool:
+        return self.task.terminology
+
     def batch(self, split: str, indices) -> dict:
         """The padded tensors of `split`'s pairs `indices` (see data.Split.batch), in run ids."""
         b = self.data.splits[split].batch(indices)
@@ -67,6 +71,18 @@ class Member:
 
     def decode_target(self, ids: Sequence[int]) -> str:
         return self.task.decode_target(self.ids.tgt_back(ids))
+
+    def encode_target(self, lines: Sequence[str]) -> list[list[int]]:
+        off = self.ids.tgt_offset
+        return [
+            [i + off if i >= N_SPECIAL else i for i in seq]
+            for seq in self.task.encode_target(lines)
+        ]
+
+    @property
+    def tgt_vocab_size(self) -> int:
+        """The run's target ids, which a search for this member ranges over."""
+        return self.tgt_vocab
 
     def postprocess(self, hypothesis: str, source: str) -> str:
         return self.task.postprocess(hypothesis, source)

@@ -1,14 +1,17 @@
 """Batched decoding, shared by validation, the test at the end of a run, `s2s generate` and the
 server: source lines encoded by the task, searched in batches of similar length, decoded back to
-text (`hypotheses`), post-processed (`decode_sources`). Input typed by a person goes through the
-task's `prepare_source` first (`prepared_sources`); words the vocabulary lacks are named
-(`unknown_words`).
+text (`candidates`; the single best: `hypotheses`), post-processed (`outputs`; the single best:
+`decode_sources`). A caller may want the n best, drawn samples (`Wanted`) or outputs that start
+with a given prefix. Input typed by a person goes through the task's `prepare_source` first
+(`prepared_sources`); words the vocabulary lacks are named (`unknown_words`). `target_scores`
+is the model's log-probability of given outputs (reranking, rating references).
 """
 
 from __future__ import annotations
 
 import logging
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 import torch
@@ -16,8 +19,10 @@ import torch
 from ..data.prepared import chunks
 from ..errors import plugin_error
 from ..task import DecodeDefaults, Task
-from ..vocab import EOS, PAD, UNK
-from .search import search, sentences_per_batch
+from ..vocab import BOS, EOS, PAD, UNK
+from .constraints import Prefix, joined
+from .terminology import Terms
+from .search import Sampling, length_penalty, nbest, sentences_per_batch
 
 log = logging.getLogger("s2s")
 
@@ -55,6 +60,48 @@ def unknown_words(task: Task, source: str, ids: Sequence[int]) -> list[str]:
     return [w for w in dict.fromkeys(source.split()) if UNK in task.encode_source([w])[0]]
 
 
+def prefix_problem(
+    task: Task, source: str, prefix: str, settings: DecodeDefaults, max_positions: int
+):
+    """What makes `prefix` unusable for the outputs of `source` (a prepared source line), or
+    None: a token the target vocabulary cannot spell (it reads as <unk>), or more tokens than
+    the line's output may have (int(max_len_a * |x| + max_len_b), within the model's positions)."""
+    if not prefix:
+        return None
+    tokens = task.encode_target([prefix])[0]
+    if UNK in tokens:
+        return f"the target vocabulary cannot spell the prefix {prefix!r} (a token reads as <unk>)"
+    src = len(task.encode_source([source])[0]) + 1
+    limit = int(settings.max_len_a * src + settings.max_len_b)
+    limit = max(0, min(limit, max_positions - 1))
+    if len(tokens) > limit:
+        return (
+            f"the prefix has {len(tokens)} target tokens, but this line's output may have at "
+            f"most {limit} (decode.max_len_a, max_len_b)"
+        )
+    return None
+
+
+@dataclass(frozen=True)
+class Wanted:
+    """What a caller asks of decoding beyond the task's settings (`DecodeDefaults`): `n`
+    outputs an input, the n best of the beam search (n at most the beam) or, with `sampling`,
+    n drawn ones."""
+
+    n: int = 1
+    sampling: Sampling | None = None
+
+
+@dataclass
+class Output:
+    """One output of an input: its text (after the task's post-processing where asked), its
+    target ids in the model's space (without BOS and EOS) and the search's score."""
+
+    text: str
+    tokens: list[int]
+    score: float
+
+
 def decode_sources(
     model,
     task: Task,
@@ -65,19 +112,42 @@ def decode_sources(
     progress=None,
     raw: bool = False,
 ) -> list[str]:
-    """The task's output line for every source line, in input order: `hypotheses`, post-processed.
-    `raw`: the lines are input as a person types it (`s2s generate`, the server), made into
-    sources first (`prepared_sources`); else they are sources already (a split's, say)."""
+    """The task's output line for every source line, in input order: the first of `outputs`."""
+    found = outputs(model, task, sources, settings, device, max_sentences, progress, raw)
+    return [first.text for first, *_ in found]
+
+
+def outputs(
+    model,
+    task: Task,
+    sources: Sequence[str],
+    settings: DecodeDefaults,
+    device,
+    max_sentences: int = 0,
+    progress=None,
+    raw: bool = False,
+    wanted: Wanted = Wanted(),
+    prefixes: Sequence[str] | None = None,
+    terms: Sequence[Sequence[Sequence[int]]] | None = None,
+) -> list[list[Output]]:
+    """The outputs of every source line, in input order, best first: `candidates`,
+    post-processed. `raw`: the lines are input as a person types it (`s2s generate`, the
+    server), made into sources first (`prepared_sources`); else they are sources already (a
+    split's, say)."""
     sources = prepared_sources(task, sources) if raw else sources
-    hyps = hypotheses(model, task, sources, settings, device, max_sentences, progress)
-    out = [task.postprocess(h, s) for h, s in zip(hyps, sources)]
-    for line in out:
-        if not isinstance(line, str):
-            raise plugin_error(task, "postprocess", f"returned {type(line).__name__}, not a str")
-    return out
+    found = candidates(
+        model, task, sources, settings, device, max_sentences, progress, wanted, prefixes, terms
+    )
+    for outs, source in zip(found, sources):
+        for out in outs:
+            out.text = task.postprocess(out.text, source)
+            if not isinstance(out.text, str):
+                raise plugin_error(
+                    task, "postprocess", f"returned {type(out.text).__name__}, not a str"
+                )
+    return found
 
 
-@torch.no_grad()
 def hypotheses(
     model,
     task: Task,
@@ -87,12 +157,35 @@ def hypotheses(
     max_sentences: int = 0,
     progress=None,
 ) -> list[str]:
-    """The decoded target string (before post-processing) for every source line, in input order.
+    """The decoded target string (before post-processing) for every source line, in input
+    order: the first of `candidates`."""
+    found = candidates(model, task, sources, settings, device, max_sentences, progress)
+    return [first.text for first, *_ in found]
+
+
+@torch.no_grad()
+def candidates(
+    model,
+    task: Task,
+    sources: Sequence[str],
+    settings: DecodeDefaults,
+    device,
+    max_sentences: int = 0,
+    progress=None,
+    wanted: Wanted = Wanted(),
+    prefixes: Sequence[str] | None = None,
+    terms: Sequence[Sequence[Sequence[int]]] | None = None,
+) -> list[list[Output]]:
+    """The decoded outputs (target strings before post-processing) of every source line, in
+    input order, best first: one, or as `wanted` asks. `prefixes`: a target prefix for each
+    line ("" for none) that its outputs start with (`constraints.Prefix`); `terms`: for each
+    line, the target ids of the terms its outputs must hold (`terminology.Terms`).
 
     On a CPU with n > 1 intra-op threads, n batches are searched at once, each on one thread:
     a step's operations are small (a few hundred rows), and splitting each of them over threads
     pays a synchronisation per operation that independent batches do not. On a GPU batches go
-    one after the other.
+    one after the other. Sampling seeds each batch's generator from the seed and the batch's
+    number, so the same lines with the same settings draw the same outputs.
     """
     if not sources:
         return []
@@ -106,12 +199,22 @@ def hypotheses(
             "encode_source",
             f"returned {got} for {len(sources)} lines, not one id list a line",
         )
+    forced = task.encode_target(list(prefixes)) if prefixes and any(prefixes) else None
     order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
-    out: list[str] = [""] * len(ids)
+    out: list[list[Output]] = [[] for _ in ids]
 
-    def search_batch(batch: list[int]) -> list[str]:
+    def search_batch(number: int, batch: list[int]) -> list[list[Output]]:
         src = source_batch([ids[i] for i in batch])
-        hyps = search(
+        constraint = task.constraint([sources[i] for i in batch])
+        if forced is not None:
+            prefix = Prefix([forced[i] for i in batch], task.tgt_vocab_size)
+            constraint = joined(constraint, prefix)
+        if terms is not None and any(terms[i] for i in batch):
+            constraint = joined(constraint, Terms([terms[i] for i in batch], task.tgt_vocab_size))
+        sampling = wanted.sampling
+        if sampling is not None:
+            sampling = replace(sampling, seed=sampling.seed * 1_000_003 + number)
+        found = nbest(
             model,
             src.to(device),
             beam=settings.beam,
@@ -119,14 +222,19 @@ def hypotheses(
             max_len_a=settings.max_len_a,
             max_len_b=settings.max_len_b,
             stop=settings.stop,
-            constraint=task.constraint([sources[i] for i in batch]),
+            constraint=constraint,
+            n=wanted.n,
+            sampling=sampling,
         )
-        lines = [task.decode_target(h.tokens) for h in hyps]
-        for line in lines:
-            if not isinstance(line, str):
-                raise plugin_error(
-                    task, "decode_target", f"returned {type(line).__name__}, not a str"
-                )
+        lines = [
+            [Output(task.decode_target(h.tokens), h.tokens, h.score) for h in hs] for hs in found
+        ]
+        for hs in lines:
+            for h in hs:
+                if not isinstance(h.text, str):
+                    raise plugin_error(
+                        task, "decode_target", f"returned {type(h.text).__name__}, not a str"
+                    )
         return lines
 
     batches = list(chunks(order, sentences_per_batch(max_sentences, device)))
@@ -136,12 +244,64 @@ def hypotheses(
         if workers > 1:
             torch.set_num_threads(1)
         with ThreadPoolExecutor(workers) as pool:
-            for batch, lines in zip(batches, pool.map(search_batch, batches)):
-                for i, line in zip(batch, lines):
-                    out[i] = line
+            done = pool.map(search_batch, range(len(batches)), batches)
+            for batch, found in zip(batches, done):
+                for i, hs in zip(batch, found):
+                    out[i] = hs
                 if progress is not None:
                     progress.update(len(batch))
     finally:
         torch.set_num_threads(threads)
         model.train(was_training)
     return out
+
+
+@torch.no_grad()
+def target_scores(
+    model,
+    task: Task,
+    sources: Sequence[str],
+    targets: Sequence[Sequence[int]],
+    alpha: float,
+    device,
+) -> list[TargetScore]:
+    """The model's log-probability of each given target (ids in the model's space, without BOS
+    and EOS) after its source line: every token's, EOS included, their sum, and the sum over
+    the search's length penalty lp(|Y|) with `alpha` (|Y| counting EOS), the figure beam search
+    ranks by. The plain model's (or ensemble's) distribution: no constraint, no temperature.
+    Sentences go in batches of at most 64."""
+    found: list[TargetScore] = []
+    ids = task.encode_source(list(sources))
+    was_training = model.training
+    model.eval()
+    try:
+        for lo in range(0, len(ids), 64):
+            src = source_batch(ids[lo : lo + 64]).to(device)
+            seqs = [list(t) for t in targets[lo : lo + 64]]
+            width = max(map(len, seqs)) + 1
+            tgt_in = torch.full((len(seqs), width), PAD, dtype=torch.long)
+            tgt_out = torch.full((len(seqs), width), PAD, dtype=torch.long)
+            for row, seq in enumerate(seqs):
+                tgt_in[row, : len(seq) + 1] = torch.tensor([BOS, *seq])
+                tgt_out[row, : len(seq) + 1] = torch.tensor([*seq, EOS])
+            tgt_in, tgt_out = tgt_in.to(device), tgt_out.to(device)
+            logp = torch.log_softmax(model(src, tgt_in).float(), -1)
+            picked = logp.gather(-1, tgt_out[..., None])[..., 0]
+            for row, seq in enumerate(seqs):
+                each = picked[row, : len(seq) + 1].tolist()
+                total = sum(each)
+                normalised = total / length_penalty(len(each), alpha)
+                found.append(TargetScore(each, total, normalised))
+    finally:
+        model.train(was_training)
+    return found
+
+
+@dataclass
+class TargetScore:
+    """The model's log-probabilities of one target: each token's (EOS last), their sum, and
+    the sum over lp(|Y|), the search's score."""
+
+    tokens: list[float]
+    logprob: float
+    score: float

@@ -33,6 +33,29 @@ class Hypothesis:
     score: float  # sum of log-probabilities (EOS included) / lp(Y)
 
 
+@dataclass(frozen=True)
+class Sampling:
+    """Draw outputs instead of searching for the best: each next token from the model's
+    distribution (after the constraint), sharpened or flattened by `temperature`, limited to the
+    `top_k` most probable tokens (0: all) and to the smallest set whose probability reaches
+    `top_p` (1: all). `seed` makes the draws repeat (Gumbel-max, one generator per batch)."""
+
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    seed: int = 0
+
+    def problem(self) -> str | None:
+        """What is wrong with the settings, as `option value: why`, or None."""
+        if not self.temperature > 0:
+            return f"temperature {self.temperature}: must be above 0"
+        if self.top_k < 0:
+            return f"top-k {self.top_k}: must be 0 (all tokens) or more"
+        if not 0 < self.top_p <= 1:
+            return f"top-p {self.top_p}: must be in (0, 1]"
+        return None
+
+
 def length_penalty(length, alpha: float):
     """lp(Y) = ((5 + |Y|) / 6)^alpha, for a number or a tensor of lengths."""
     return ((5.0 + length) / 6.0) ** alpha
@@ -95,9 +118,10 @@ class _Stepper:
                 if _accepts(model.init_cache, "capacity")
                 else model.init_cache(memory, src_pad)
             )
+            self.memory = self.src_pad = None  # the cache holds what the steps read of them
         # finished sentences leave the batch, unless the model's cache cannot drop sentences
         self.can_shrink = self.cache is None or _accepts(model.reorder_cache, "keep")
-        self.banned = torch.tensor([PAD, BOS], device=memory.device)
+        self.banned = torch.tensor([PAD, BOS], device=src_pad.device)
         self.logp = None  # [rows, V] fp32, reused by every step: the rows only ever shrink
         self._max_len, self._ends_at = None, set()
 
@@ -140,11 +164,11 @@ class _Stepper:
 
     def reorder(self, index: Tensor, keep: Tensor | None = None) -> None:
         """Row i continues row index[i]; with `keep`, only those sentences (ascending) remain."""
-        if keep is not None:
-            self.memory, self.src_pad = (
-                self.memory.index_select(0, keep),
-                self.src_pad.index_select(0, keep),
-            )
+        if keep is not None and self.memory is not None:  # an ensemble's: one a model
+            memory = self.memory if isinstance(self.memory, list) else [self.memory]
+            memory = [x.index_select(0, keep) for x in memory]
+            self.memory = memory if isinstance(self.memory, list) else memory[0]
+            self.src_pad = self.src_pad.index_select(0, keep)
         if self.state is not None:
             self.state = tuple(s.index_select(0, index) for s in self.state)
         if self.cache is not None:
@@ -186,16 +210,43 @@ def search(
     stop: str = "bound",
     constraint=None,
 ) -> list[Hypothesis]:
-    """The best hypothesis for each source row of src [B, S] (ids + EOS, right-padded), in order.
+    """The best hypothesis for each source row of src [B, S]: the first of `nbest`'s lists."""
+    return [
+        found[0]
+        for found in nbest(
+            model, src, beam, alpha, max_len_a, max_len_b, incremental, stop, constraint
+        )
+    ]
 
-    beam == 1 is greedy search; beam > 1 beam search. `incremental=False` recomputes the
-    decoder over the whole prefix at each step (same results, slower). The model is put in eval
-    mode for the search and given back in the mode it came in. `stop` is beam search's stopping
-    rule, "bound" or "beam" (see s2s.core.task.DecodeDefaults). Any model with the Transformer's
-    encode / decode / init_cache / decode_step / reorder_cache and `max_positions` will do; when
-    its init_cache takes `capacity` it is told the number of steps, and when its reorder_cache
-    takes `keep`, sentences leave the batch as soon as their search is over. `constraint`
-    (a `s2s.core.task.Constraint` for these B sources) limits the tokens each step may take.
+
+def nbest(
+    model,
+    src: Tensor,
+    beam: int,
+    alpha: float,
+    max_len_a: float,
+    max_len_b: int,
+    incremental: bool = True,
+    stop: str = "bound",
+    constraint=None,
+    n: int = 1,
+    sampling: Sampling | None = None,
+) -> list[list[Hypothesis]]:
+    """The n best hypotheses for each source row of src [B, S] (ids + EOS, right-padded), best
+    first, in the order of the rows (fewer where the search finished fewer: a maximum length of
+    0 admits one output).
+
+    beam == 1 is greedy search (n must be 1); beam > 1 beam search, n at most the beam, whose
+    first hypothesis does not depend on n. With `sampling`, n outputs are drawn for each source
+    instead (`_sample`; the beam plays no part), ranked by score. `incremental=False` recomputes
+    the decoder over the whole prefix at each step (same results, slower). The model is put in
+    eval mode for the search and given back in the mode it came in. `stop` is beam search's
+    stopping rule, "bound" or "beam" (see s2s.core.task.DecodeDefaults). Any model with the
+    Transformer's encode / decode / init_cache / decode_step / reorder_cache and
+    `max_positions` will do (an `s2s.core.decode.ensemble.Ensemble` does); when its init_cache
+    takes `capacity` it is told the number of steps, and when its reorder_cache takes `keep`,
+    sentences leave the batch as soon as their search is over. `constraint` (a
+    `s2s.core.task.Constraint` for these B sources) limits the tokens each step may take.
 
     On a CPU at most ROWS_PER_SEARCH hypotheses (beam x sentences) are searched at once, the
     sentences in order: the self-attention cache of a search grows with its rows times its
@@ -204,62 +255,65 @@ def search(
     """
     if stop not in ("bound", "beam"):
         raise ValueError(f"stop must be 'bound' or 'beam', not {stop!r}")
+    if sampling is None and not 1 <= n <= beam:
+        raise ValueError(f"n must be between 1 and the beam ({beam}), not {n}")
+    width = n if sampling is not None else beam  # rows a sentence takes
     was_training = model.training
     model.eval()
     B = src.size(0)
-    per = max(1, ROWS_PER_SEARCH.get(src.device.type, beam * B) // beam)
+    per = max(1, ROWS_PER_SEARCH.get(src.device.type, width * B) // width)
+    generator = None
+    if sampling is not None:
+        generator = torch.Generator(src.device).manual_seed(sampling.seed)
     try:
         with torch.inference_mode():
             state = (
                 None if constraint is None else constraint.initial(src.device)
             )  # one row per sentence
-            hyps = []
+            found = []
             for lo in range(0, B, per):
                 part = src[lo : lo + per]
                 part = part[:, : int(part.ne(PAD).sum(1).max())]  # its own padding only
                 rows = None if state is None else tuple(x[lo : lo + per] for x in state)
-                hyps += _search(
+                memory, src_pad = model.encode(part)
+                src_len = (~src_pad).sum(1)
+                max_len = (max_len_a * src_len.double() + max_len_b).long()
+                max_len = max_len.clamp(0, model.max_positions - 1)
+                stepper = _Stepper(
                     model,
-                    part,
-                    beam,
-                    alpha,
-                    max_len_a,
-                    max_len_b,
+                    memory,
+                    src_pad,
                     incremental,
-                    stop,
-                    constraint,
-                    rows,
+                    capacity=int(max_len.max()) + 1,
+                    constraint=constraint,
+                    state=rows,
                 )
+                if sampling is not None:
+                    seqs, scores = _sample(stepper, max_len, n, alpha, sampling, generator)
+                elif beam == 1:
+                    seqs, scores = _greedy(stepper, max_len, alpha)
+                    seqs, scores = seqs[:, None], scores[:, None]
+                else:
+                    seqs, scores = _beam_search(stepper, max_len, beam, alpha, stop, n)
+                found += _hypotheses(seqs, scores)
     finally:
         model.train(was_training)
-    return hyps
+    return found
 
 
-def _search(
-    model, src, beam, alpha, max_len_a, max_len_b, incremental, stop, constraint, state
-) -> list[Hypothesis]:
-    """`search` for one part of the batch; `state`: the constraint's initial rows for it."""
-    memory, src_pad = model.encode(src)
-    src_len = (~src_pad).sum(1)
-    max_len = (max_len_a * src_len.double() + max_len_b).long().clamp(0, model.max_positions - 1)
-    stepper = _Stepper(
-        model,
-        memory,
-        src_pad,
-        incremental,
-        capacity=int(max_len.max()) + 1,
-        constraint=constraint,
-        state=state,
-    )
-    if beam == 1:
-        seqs, scores = _greedy(stepper, max_len, alpha)
-    else:
-        seqs, scores = _beam_search(stepper, max_len, beam, alpha, stop)
-    hyps = []
-    for seq, score in zip(seqs.tolist(), scores.tolist()):
-        out = seq[1:]  # drop BOS; keep what precedes the first EOS
-        hyps.append(Hypothesis(out[: out.index(EOS)] if EOS in out else out, score))
-    return hyps
+def _hypotheses(seqs: Tensor, scores: Tensor) -> list[list[Hypothesis]]:
+    """Rows [B, n, L] (BOS, outputs, EOS, PAD) with scores [B, n] as hypotheses, those that
+    finished (a score above -inf) only."""
+    found = []
+    for row_seqs, row_scores in zip(seqs.tolist(), scores.tolist()):
+        hyps = []
+        for seq, score in zip(row_seqs, row_scores):
+            if score == -torch.inf and hyps:
+                continue
+            out = seq[1:]  # drop BOS; keep what precedes the first EOS
+            hyps.append(Hypothesis(out[: out.index(EOS)] if EOS in out else out, score))
+        found.append(hyps)
+    return found
 
 
 def _greedy(step: _Stepper, max_len: Tensor, alpha: float) -> tuple[Tensor, Tensor]:
@@ -302,6 +356,79 @@ def _greedy(step: _Stepper, max_len: Tensor, alpha: float) -> tuple[Tensor, Tens
     return seqs, logp_sum / length_penalty(length.float(), alpha)
 
 
+def _sample(
+    step: _Stepper, max_len: Tensor, n: int, alpha: float, sampling: Sampling, generator
+) -> tuple[Tensor, Tensor]:
+    """n outputs drawn for each of B sentences (b*n rows, sentence-major) [B, n, L], best score
+    first, and their scores [B, n]: the sum of the log-probabilities the search sees (the model's,
+    after the constraint), untempered, over lp(Y), as beam search scores.
+
+    Each row draws its next token by Gumbel-max, argmax(logp / temperature + Gumbel noise),
+    which draws from softmax(logp / temperature) exactly and, unlike torch.multinomial, needs no
+    probability left in rows that have ended (they take EOS until their sentence leaves). A
+    sentence leaves the batch once its n rows have ended."""
+    B, device = max_len.size(0), max_len.device
+    seqs = torch.full((B * n, int(max_len.max()) + 2), PAD, dtype=torch.long, device=device)
+    seqs[:, 0] = BOS
+    logp_sum = torch.zeros(B * n, device=device)
+    length = torch.ones(B * n, dtype=torch.long, device=device)
+    alive = torch.arange(B, device=device)  # the sentences of the batch, original numbers
+    within = torch.arange(n, device=device)
+    live = torch.ones(B * n, dtype=torch.bool, device=device)
+    tokens = torch.full((B * n, 1), BOS, dtype=torch.long, device=device)
+    acc = torch.zeros(B * n, device=device)
+    ml_rows = max_len.repeat_interleave(n)
+    for t in range(int(max_len.max()) + 1):
+        logp = step(tokens, ml_rows, t)
+        noise = torch.rand(logp.shape, device=device, generator=generator)
+        noise = noise.clamp_(min=1e-20).log_().neg_().log_().neg_()
+        next_tok = (_filtered(logp, sampling) + noise).argmax(1)
+        got = logp.gather(1, next_tok[:, None]).squeeze(1)
+        acc += torch.where(live, got, 0.0)
+        next_tok = torch.where(live, next_tok, EOS)
+        ends = next_tok.eq(EOS) & live
+        rows = (alive[:, None] * n + within).view(-1)
+        seqs[rows[live], t + 1] = next_tok[live]
+        logp_sum[rows[ends]], length[rows[ends]] = acc[ends], t + 1
+        live &= ~ends
+        done = ~live.view(-1, n).any(1)
+        n_done = int(done.sum())  # the step's one wait for the device
+        if n_done == alive.size(0):
+            break
+        tokens = torch.cat([tokens, next_tok[:, None]], dim=1)
+        if n_done and step.can_shrink:
+            keep = _keep_order(done)
+            index = (keep[:, None] * n + within).view(-1)
+            alive, live, acc, ml_rows, tokens = (
+                alive[keep],
+                live[index],
+                acc[index],
+                ml_rows[index],
+                tokens[index],
+            )
+            step.reorder(index, keep)
+    scores = (logp_sum / length_penalty(length.float(), alpha)).view(B, n)
+    scores, order = scores.sort(dim=1, descending=True, stable=True)
+    seqs = seqs.view(B, n, -1).gather(1, order[..., None].expand(B, n, seqs.size(1)))
+    return seqs, scores
+
+
+def _filtered(logp: Tensor, sampling: Sampling) -> Tensor:
+    """logp [n, V] / temperature, -inf outside the top_k tokens and the top_p nucleus (the
+    smallest set of most probable tokens whose probability reaches top_p; the best always in)."""
+    x = logp / sampling.temperature if sampling.temperature != 1 else logp.clone()
+    if sampling.top_k and sampling.top_k < x.size(1):
+        kth = x.topk(sampling.top_k, dim=1).values[:, -1:]
+        x.masked_fill_(x < kth, -torch.inf)
+    if sampling.top_p < 1:
+        sorted_x, order = x.sort(dim=1, descending=True)
+        probs = torch.softmax(sorted_x, dim=1)
+        before = probs.cumsum(1) - probs  # the probability of the better tokens
+        cut = before.ge(sampling.top_p)
+        x.scatter_(1, order, sorted_x.masked_fill(cut, -torch.inf))
+    return x
+
+
 def _stable_slots(parent: Tensor) -> Tensor:
     """The row each of a sentence's k surviving hypotheses takes, given their parents' rows
     parent [b, k] (0..k-1 within the sentence): a permutation of 0..k-1 per sentence in which
@@ -334,13 +461,15 @@ def _keep_order(done: Tensor) -> Tensor:
 
 
 def _beam_search(
-    step: _Stepper, max_len: Tensor, k: int, alpha: float, stop: str
+    step: _Stepper, max_len: Tensor, k: int, alpha: float, stop: str, n: int = 1
 ) -> tuple[Tensor, Tensor]:
-    """Beam search over B sentences at once, k live hypotheses each (b*k rows, sentence-major).
+    """Beam search over B sentences at once, k live hypotheses each (b*k rows, sentence-major);
+    the n <= k best finished hypotheses of each sentence [B, n, L] and their scores [B, n].
 
     Each step takes the 2k best extensions of a sentence's live hypotheses: those ending in EOS
-    are candidates for the sentence's best finished hypothesis, the k best others stay live.
-    A sentence is done once no live hypothesis can beat its best finished one. That is decidable
+    are candidates for the sentence's n best finished hypotheses (an earlier one keeps its place
+    on a tie), the k best others stay live.
+    A sentence is done once no live hypothesis can beat its n-th finished one. That is decidable
     because log-probabilities are <= 0: a live hypothesis with sum s and final length L scores at
     most s / lp(L) (its sum can only fall), and L lies between its current length + 1 and
     max_len + 1, so it scores at most s / max(lp(current + 1), lp(max_len + 1)); with alpha >= 0
@@ -350,8 +479,8 @@ def _beam_search(
     the beam is not their rank.
     """
     B, device = max_len.size(0), max_len.device
-    best_score = torch.full((B,), -torch.inf, device=device)
-    best_seq = torch.full((B, int(max_len.max()) + 2), PAD, dtype=torch.long, device=device)
+    best_score = torch.full((B, n), -torch.inf, device=device)
+    best_seq = torch.full((B, n, int(max_len.max()) + 2), PAD, dtype=torch.long, device=device)
     alive = torch.arange(B, device=device)  # the sentences of the batch, original numbers
     done = torch.zeros(B, dtype=torch.bool, device=device)  # stays all False when the batch shrinks
     rows = torch.arange(B, device=device)[:, None] * k  # first row of each sentence
@@ -373,19 +502,20 @@ def _beam_search(
         cand_tok = cand_idx % V
         ends = cand_tok.eq(EOS)
 
-        # best finished candidate of this step, |Y| = t + 1; it replaces the best so far where better
-        fin = torch.where(ends, cand_score, -torch.inf) / length_penalty(t + 1, alpha)
-        fin_score, fin_pos = fin.max(dim=1)
-        better = fin_score.gt(best_score[alive]) & ~done
-        fin_row = cand_row.gather(1, fin_pos[:, None]).squeeze(1)
-        best_seq[alive, : t + 2] = torch.where(
-            better[:, None],
-            torch.cat(
-                [tokens[fin_row], torch.full((b, 1), EOS, dtype=torch.long, device=device)], dim=1
-            ),
-            best_seq[alive, : t + 2],
+        # the finished candidates of this step, |Y| = t + 1, join the n best finished so far
+        fin = torch.where(ends & ~done[:, None], cand_score, -torch.inf)
+        pool = torch.cat([best_score[alive], fin / length_penalty(t + 1, alpha)], dim=1)
+        top, pick = pool.sort(dim=1, descending=True, stable=True)
+        top, pick = top[:, :n], pick[:, :n]
+        fresh = cand_row.gather(1, (pick - n).clamp(min=0))  # [b, n]: the rows of new ones
+        eos = torch.full((b, n, 1), EOS, dtype=torch.long, device=device)
+        kept = best_seq[alive, :, : t + 2]
+        best_seq[alive, :, : t + 2] = torch.where(
+            pick.ge(n)[..., None],
+            torch.cat([tokens[fresh], eos], dim=2),
+            kept.gather(1, pick.clamp(max=n - 1)[..., None].expand_as(kept)),
         )
-        best_score[alive] = torch.where(better, fin_score, best_score[alive])
+        best_score[alive] = top
 
         # the k best extensions that did not end stay live, each in its row (_stable_slots)
         live_score, live_pos = torch.where(ends, -torch.inf, cand_score).topk(k, dim=1)
@@ -400,7 +530,7 @@ def _beam_search(
         )
 
         bound = scores.amax(1) / lp_max.clamp(min=length_penalty(t + 2, alpha))
-        now_done = done | best_score[alive].ge(bound) | ml.le(t)
+        now_done = done | best_score[alive, -1].ge(bound) | ml.le(t)
         if stop == "beam":
             ended = ended + ends[:, :k].sum(1)
             now_done |= ended.ge(k)

@@ -1,78 +1,256 @@
 """`s2s generate`: a file (or stdin) of source lines to a file (or stdout) of output lines, one
 out for every line in, a line that cannot be decoded named and left empty.
+
+Beyond the single best (`Asked`): the n best or n drawn outputs of each line with their scores,
+outputs that continue a given target prefix, and the model's score of given target lines instead
+of a search; every output of every line goes through the task's tokenisation, constraint and
+post-processing. With n > 1 (or `json`) each line's answer is one JSON object (docs/decoding.md).
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import sys
+from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
-from typing import IO, Iterable
+from typing import IO, Iterable, Sequence
 
 import torch
 
 from .. import textio
 from ..data.members import decode_settings
-from ..decode.batched import decode_sources, prepared_sources, unknown_words
+from ..decode.batched import (
+    Wanted,
+    outputs,
+    prefix_problem,
+    prepared_sources,
+    target_scores,
+    unknown_words,
+)
 from ..decode.search import sentences_per_batch
+from ..decode.terminology import line_terms, placeable, read_terms
 from ..errors import ConfigError, DataError, UsageError
 from ..files import remove_stale_temporaries, replacing
 from ..progress import progress
+from ..vocab import UNK
 from .loading import load_for_inference
 
 log = logging.getLogger("s2s")
 
 
+@dataclass(frozen=True)
+class Asked:
+    """What `s2s generate` is asked for besides the single best output of each line."""
+
+    wanted: Wanted = Wanted()  # the n best, or n drawn
+    json: bool = False  # a JSON object a line with every output's scores (always when n > 1)
+    pretty: bool = False  # each output as the task displays it (`Task.display`)
+    prefixes: str | None = None  # a file: the target prefix of each input line ("" for none)
+    terms: str | None = None  # a file of `source term<TAB>target term` lines (terminology)
+    targets: str | None = None  # a file: the target lines to score instead of searching
+
+    def as_json(self) -> bool:
+        return self.json or self.wanted.n > 1 or self.targets is not None
+
+
+@dataclass(frozen=True)
+class Job:
+    """One `s2s generate`: the runs (more than one: an ensemble), input and output files (None:
+    stdin, stdout), the member of a multi-task run, config overrides, what is asked."""
+
+    runs: Sequence[str]
+    input: str | None = None
+    output: str | None = None
+    task: str | None = None
+    overrides: Sequence[str] = ()
+    quiet: bool = False
+    asked: Asked = field(default_factory=Asked)
+    beam_setting: str = "decode.beam"  # how the command line names the beam, for errors
+
+
 def generate_lines(
-    model,
-    task,
-    cfg,
-    raw: Iterable[bytes],
-    name: str,
-    out: IO[str],
-    progress=None,
-    pretty: bool = False,
+    model, task, cfg, raw: Iterable[bytes], name: str, out: IO[str], progress=None, asked=Asked()
 ) -> tuple[int, int]:
     """Write one output line to `out` for every raw source line (bytes without "\\n"), in
     order, and return (lines read, lines that could not be decoded).
 
     A line that cannot be decoded (invalid UTF-8, too long for the model's positions) gets an
-    empty output line and a warning naming `name` and its line number; the rest goes on. Words
-    the vocabulary never saw are named in a warning with their line. `pretty`: each output as
-    the task displays it (`Task.display`, parsing: an indented tree), a blank line after each."""
+    empty output line (JSON: no outputs) and a warning naming `name` and its line number; the
+    rest goes on. Words the vocabulary never saw are named in a warning with their line. A
+    prefix or target file is read whole first and must have a line for every input line."""
     settings = decode_settings(task, cfg.decode)
     device = next(model.parameters()).device
+    side = _side_lines(asked)
+    pairs = _term_pairs(task, asked)
     block = sentences_per_batch(cfg.decode.max_sentences, device) * max(
         1, torch.get_num_threads()
-    )  # what one decode_sources call shares out
+    )  # what one call of `outputs` shares out
     raw = iter(raw)
     number = bad = 0
     while chunk := list(islice(raw, block)):
+        first = number + 1
         lines = []
         for raw_line in chunk:
             number += 1
             lines.append(_source_line(raw_line, name, number, task, model.max_positions))
         good = [i for i, line in enumerate(lines) if line is not None]
-        hyps = decode_sources(
-            model,
-            task,
-            [lines[i] for i in good],
-            settings,
-            device,
-            cfg.decode.max_sentences,
-            progress=progress,
-        )
-        result = [""] * len(lines)
-        for i, h in zip(good, hyps):
-            result[i] = h.replace("\r", " ").replace("\n", " ")
         bad += len(lines) - len(good)
-        if pretty:
-            result = [task.display(h).rstrip("\n") + "\n" if h else "" for h in result]
+        sources = [lines[i] for i in good]
+        extra = None
+        if side is not None:
+            extra = [_side_line(side, asked, first + i, name) for i in good]
+        if asked.targets is not None:
+            answers = _rated(model, task, sources, extra, settings.alpha, device)
+        else:
+            if extra is not None:
+                _check_prefixes(
+                    task, sources, extra, [first + i for i in good], asked, settings, model
+                )
+            terms = None
+            if pairs is not None:
+                terms = _placed_terms(
+                    task, sources, pairs, [first + i for i in good], name, settings, model
+                )
+            found = outputs(
+                model,
+                task,
+                sources,
+                settings,
+                device,
+                cfg.decode.max_sentences,
+                progress=progress,
+                wanted=asked.wanted,
+                prefixes=extra,
+                terms=terms,
+            )
+            answers = _answers(model, task, sources, found, settings.alpha, asked, device)
+        result = [{"outputs": []} if asked.as_json() else ""] * len(lines)
+        for i, answer in zip(good, answers):
+            result[i] = answer
+        if asked.as_json():
+            result = [
+                json.dumps({"line": first + i, **answer}, ensure_ascii=False)
+                for i, answer in enumerate(result)
+            ]
+        if asked.targets is not None and progress is not None:
+            progress.update(len(sources))
         out.write("".join(h + "\n" for h in result))
         out.flush()
+    if side is not None and number != len(side):
+        raise UsageError(
+            f"{asked.prefixes or asked.targets} has {len(side)} line(s), {name} {number}: "
+            "one a line of input"
+        )
     return number, bad
+
+
+def _term_pairs(task, asked: Asked):
+    """The term file's (source, target) pairs, or None; a task whose outputs have no target
+    words (a parser's trees) refuses one."""
+    if asked.terms is None:
+        return None
+    if not task.terminology:
+        raise UsageError(
+            f"--terms {asked.terms}: task {task.name!r} writes no target words for source terms "
+            "(its outputs are built from the source's own words)"
+        )
+    pairs = read_terms(asked.terms)
+    for number, (source, target) in enumerate(pairs, 1):
+        for side, term, ids in (
+            ("source", source, task.encode_source([source])[0]),
+            ("target", target, task.encode_target([" " + target])[0]),
+        ):
+            if UNK in ids:
+                raise UsageError(
+                    f"{asked.terms}, line {number}: the {side} vocabulary cannot spell {term!r} "
+                    "(a token reads as <unk>)"
+                )
+    return pairs
+
+
+def _placed_terms(task, sources, pairs, numbers, name, settings, model) -> list[list[list[int]]]:
+    """The target ids of the terms each line holds; terms beyond what the line's length limit
+    fits are named in a warning with the line, and left out of that line's constraint."""
+    found = line_terms(task, sources, pairs)
+    placed = []
+    for source, terms, number in zip(sources, found, numbers):
+        k = placeable(task, source, terms, settings, model.max_positions)
+        if k < len(terms):
+            log.warning(
+                "%s, line %d: the term(s) %s do not fit the output's length limit with the "
+                "others (decode.max_len_a, max_len_b): left out of this line's constraint",
+                name,
+                number,
+                ", ".join(repr(t[1]) for t in terms[k:]),
+            )
+        placed.append([target for _, _, target in terms[:k]])
+    return placed
+
+
+def _side_lines(asked: Asked) -> list[str] | None:
+    """The lines of the prefix or target file, read whole (errors name the file and line)."""
+    path = asked.prefixes or asked.targets
+    return None if path is None else textio.read_lines(path)
+
+
+def _side_line(side: list[str], asked: Asked, number: int, name: str) -> str:
+    if number > len(side):
+        raise UsageError(
+            f"{asked.prefixes or asked.targets} has {len(side)} line(s), fewer than {name}: "
+            "one a line of input"
+        )
+    return side[number - 1]
+
+
+def _check_prefixes(task, sources, prefixes, numbers, asked: Asked, settings, model) -> None:
+    """A prefix the target vocabulary cannot spell, or longer than its line's output may be, is
+    a UsageError naming the file and line, before the chunk is decoded (`prefix_problem`)."""
+    for source, prefix, number in zip(sources, prefixes, numbers):
+        problem = prefix_problem(task, source, prefix, settings, model.max_positions)
+        if problem:
+            raise UsageError(f"{asked.prefixes}, line {number}: {problem}")
+
+
+def _answers(model, task, sources, found, alpha: float, asked: Asked, device) -> list:
+    """Each line's answer: its best output, as the task displays it with `pretty`; or with
+    `asked.as_json()` a JSON object with every output, its score and the model's log-probability."""
+    if not asked.as_json():
+        texts = [outs[0].text.replace("\r", " ").replace("\n", " ") for outs in found]
+        if asked.pretty:
+            return [task.display(t).rstrip("\n") + "\n" if t else "" for t in texts]
+        return texts
+    flat = [(i, out) for i, outs in enumerate(found) for out in outs]
+    rated = target_scores(
+        model, task, [sources[i] for i, _ in flat], [out.tokens for _, out in flat], alpha, device
+    )
+    answers = [[] for _ in found]
+    for (i, out), r in zip(flat, rated):
+        answers[i].append(
+            {
+                "output": out.text,
+                "score": round(out.score, 4),
+                "logprob": round(r.logprob, 4),
+                "tokens": len(r.tokens),
+            }
+        )
+    return [{"outputs": a} for a in answers]
+
+
+def _rated(model, task, sources, targets, alpha: float, device) -> list[dict]:
+    """The model's log-probabilities of the given target lines, one JSON object each."""
+    rated = target_scores(model, task, sources, task.encode_target(list(targets)), alpha, device)
+    return [
+        {
+            "logprob": round(r.logprob, 4),
+            "score": round(r.score, 4),
+            "tokens": len(r.tokens),
+            "token_logprobs": [round(x, 4) for x in r.tokens],
+        }
+        for r in rated
+    ]
 
 
 def _source_line(raw: bytes, name: str, number: int, task, max_positions: int) -> str | None:
@@ -108,36 +286,35 @@ def _source_line(raw: bytes, name: str, number: int, task, max_positions: int) -
     return line
 
 
-def generate_file(
-    path,
-    registry,
-    overrides,
-    task: str | None,
-    input: str | None,
-    output: str | None,
-    stdout,
-    beam_setting: str = "decode.beam",
-    quiet: bool = False,
-    pretty: bool = False,
-) -> tuple[int, int]:
-    """`s2s generate`: decode the lines of `input` (None: stdin) with the run at `path` into
-    `output` (None: `stdout`); returns (lines, lines that could not be decoded). A regular output
-    file appears complete at the end (`files.replacing`); a device or a pipe is written as it goes."""
-    cfg, member, model = load_for_inference(path, registry, overrides, task)
-    beam, vocab = (
-        decode_settings(member, cfg.decode).beam,
-        member.task.tgt_vocab_size,
-    )  # the member's own words
+def generate_file(job: Job, registry, stdout) -> tuple[int, int]:
+    """`s2s generate`: decode the lines of `job.input` (None: stdin) with the run (or ensemble)
+    into `job.output` (None: `stdout`); returns (lines, lines that could not be decoded). A
+    regular output file appears complete at the end (`files.replacing`); a device or a pipe is
+    written as it goes."""
+    from .loading import load_ensemble
+
+    if len(job.runs) > 1:
+        cfg, member, model = load_ensemble(job.runs, registry, job.overrides, job.task)
+    else:
+        cfg, member, model = load_for_inference(job.runs[0], registry, job.overrides, job.task)
+    wanted = job.asked.wanted
+    beam, vocab = decode_settings(member, cfg.decode).beam, member.task.tgt_vocab_size
     if beam > vocab:
         raise ConfigError(
-            f"{beam_setting}={beam}: the beam is larger than the target vocabulary of {path} "
-            f"({vocab} tokens)"
+            f"{job.beam_setting}={beam}: the beam is larger than the target vocabulary of "
+            f"{job.runs[0]} ({vocab} tokens)"
+        )
+    if wanted.sampling is None and wanted.n > beam:
+        raise ConfigError(
+            f"--nbest {wanted.n}: above the beam ({beam}); a beam search keeps at most its beam "
+            "of outputs (raise --beam, or draw them with --sampling)"
         )
     raw = (
-        textio.raw_lines(input)
-        if input
+        textio.raw_lines(job.input)
+        if job.input
         else (line[:-1] if line.endswith(b"\n") else line for line in sys.stdin.buffer)
     )
+    output = job.output
     regular = output and (Path(output).is_file() or not Path(output).exists())
     if regular:
         remove_stale_temporaries(Path(output).parent)
@@ -150,9 +327,9 @@ def generate_file(
                 if output
                 else stdout
             )
-            bar = stack.enter_context(progress(quiet, desc="generate", unit=" sent"))
+            bar = stack.enter_context(progress(job.quiet, desc="generate", unit=" sent"))
             return generate_lines(
-                model, member, cfg, raw, input or "<stdin>", out, progress=bar, pretty=pretty
+                model, member, cfg, raw, job.input or "<stdin>", out, bar, job.asked
             )
     except OSError as e:  # a full disk, a closed pipe (reading errors are DataErrors)
         raise UsageError(f"cannot write {output or '<stdout>'}: {e.strerror or e}") from None

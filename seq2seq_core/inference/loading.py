@@ -25,7 +25,15 @@ from ..data.members import (
     load_vocabularies,
     pick,
 )
-from ..decode.batched import decode_sources
+from ..decode.batched import (
+    Output,
+    TargetScore,
+    Wanted,
+    outputs,
+    prepared_sources,
+    target_scores,
+)
+from ..decode.search import Sampling
 from ..errors import CheckpointError
 from ..nn import precision
 from ..nn.model import Transformer
@@ -82,6 +90,49 @@ def load_for_inference(path: str | Path, registry, overrides=(), task: str | Non
     )
 
 
+def load_ensemble(paths: Sequence[str | Path], registry, overrides=(), task: str | None = None):
+    """(cfg, member, ensemble) of several runs decoded as one (`s2s.core.decode.ensemble`):
+    the first run's config and member; each model loaded as `load_for_inference` loads it, in
+    its own precision. Runs whose member (task, tokenisation) or whose source or target ids
+    differ from the first's are refused in one line naming both; shapes may differ."""
+    from ..decode.ensemble import Ensemble
+
+    loaded = [load_for_inference(p, registry, overrides, task) for p in paths]
+    cfg, member, _ = loaded[0]
+    for path, (_, other, _) in zip(paths[1:], loaded[1:]):
+        problem = _differs(member, other)
+        if problem:
+            raise CheckpointError(
+                f"cannot ensemble {path} with {paths[0]} (the first): {problem}; an "
+                "ensemble's models must read and write the same ids"
+            )
+    return cfg, member, Ensemble([model for _, _, model in loaded])
+
+
+def _differs(first: Member, other: Member) -> str | None:
+    """How the other run's member differs from the first's in what an ensemble needs alike
+    (the task, its vocabularies, their place among the run's ids), or None."""
+    if (first.name, first.task.name) != (other.name, other.task.name):
+        return (
+            f"it decodes task {other.name!r} ({other.task.name}), the first {first.name!r} "
+            f"({first.task.name})"
+        )
+    for side in ("source", "target"):
+        a = first.task.src_vocab if side == "source" else first.task.tgt_vocab
+        b = other.task.src_vocab if side == "source" else other.task.tgt_vocab
+        if len(a) != len(b):
+            return f"its {side} vocabulary has {len(b)} ids, the first's {len(a)}"
+        for i in range(len(a)):
+            if a.decode([i]) != b.decode([i]):
+                return (
+                    f"the {side} vocabularies differ at id {i} ({b.decode([i])!r} in it, "
+                    f"{a.decode([i])!r} in the first)"
+                )
+    if first.ids != other.ids or first.tgt_vocab != other.tgt_vocab:
+        return "its other members place this task's ids elsewhere"
+    return None
+
+
 @dataclasses.dataclass(frozen=True)
 class Run:
     """A trained run ready to decode: what `load_run` returns."""
@@ -107,7 +158,19 @@ class Run:
 
     def generate(self, lines: Sequence[str]) -> list[str]:
         """`s2s generate`'s output lines for input lines (raw text, prepared by the task)."""
-        return decode_sources(
+        return [first.text for first, *_ in self.outputs(lines)]
+
+    def outputs(
+        self,
+        lines: Sequence[str],
+        n: int = 1,
+        sampling: Sampling | None = None,
+        prefixes: Sequence[str] | None = None,
+    ) -> list[list[Output]]:
+        """Every input line's outputs, best first, post-processed, each with its search score:
+        the n best of the beam (n at most the beam), or n drawn with `sampling`; with
+        `prefixes` (one a line, "" for none) each output starts with its line's prefix."""
+        return outputs(
             self.model,
             self.member,
             lines,
@@ -115,11 +178,26 @@ class Run:
             next(self.model.parameters()).device,
             self.cfg.decode.max_sentences,
             raw=True,
+            wanted=Wanted(n, sampling),
+            prefixes=prefixes,
+        )
+
+    def score(self, lines: Sequence[str], targets: Sequence[str]) -> list[TargetScore]:
+        """The model's log-probability of each target line after its input line (raw text):
+        each token's, their sum, and the sum over the search's length penalty."""
+        sources = prepared_sources(self.member, lines)
+        return target_scores(
+            self.model,
+            self.member,
+            sources,
+            self.member.encode_target(list(targets)),
+            self.settings.alpha,
+            next(self.model.parameters()).device,
         )
 
 
 def load_run(
-    path: str | Path,
+    path: str | Path | Sequence[str | Path],
     overrides: Sequence[str] = (),
     task: str | None = None,
     plugins: Sequence[str] = (),
@@ -127,10 +205,13 @@ def load_run(
     """The run at `path` (a run directory of `s2s train`, or a checkpoint file in one) as
     `s2s generate PATH key=value ...` loads it: the checkpoint the run tested, the config with
     `overrides` (e.g. "decode.beam=1", "run.device=cpu"), the member `task` of a multi-task run,
-    tasks registered by the installed plugins and `plugins` (as --plugin takes them)."""
+    tasks registered by the installed plugins and `plugins` (as --plugin takes them). A list of
+    paths is an ensemble (`load_ensemble`), as `s2s generate PATH --ensemble OTHER ...`."""
     from ..setup.registry import Registry
 
-    cfg, member, model = load_for_inference(
-        path, Registry.installed(list(plugins)), overrides, task
-    )
+    registry = Registry.installed(list(plugins))
+    if isinstance(path, (str, Path)):
+        cfg, member, model = load_for_inference(path, registry, overrides, task)
+    else:
+        cfg, member, model = load_ensemble(list(path), registry, overrides, task)
     return Run(cfg, member, model, decode_settings(member, cfg.decode))

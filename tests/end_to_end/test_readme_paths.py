@@ -274,7 +274,7 @@ def test_log_lines_read_cleanly_and_the_budget_says_what_it_counts(demo_run):
 
 @pytest.mark.slow
 def test_generate_names_its_checkpoint_and_words_never_seen(demo_run, capsys, caplog):
-    from s2s.core.inference.generate import generate_file
+    from s2s.core.inference.generate import Job, generate_file
     from s2s.core.setup.registry import Registry
 
     out = io.StringIO()
@@ -282,9 +282,7 @@ def test_generate_names_its_checkpoint_and_words_never_seen(demo_run, capsys, ca
     try:
         sys.stdin = io.TextIOWrapper(io.BytesIO(b"the dog sees a cat\nThe dog sees a cat.\n"))
         with caplog.at_level(logging.INFO, logger="s2s"):
-            number, bad = generate_file(
-                demo_run[0], Registry.installed(), [], None, None, None, out
-            )
+            number, bad = generate_file(Job([demo_run[0]]), Registry.installed(), out)
     finally:
         sys.stdin = sys_stdin
     assert (number, bad) == (2, 0) and len(out.getvalue().splitlines()) == 2

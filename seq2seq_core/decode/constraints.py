@@ -1,0 +1,93 @@
+"""Constraints the engine adds to a task's own (`s2s.core.task.Constraint`): a target prefix
+forced on each output (`Prefix`), and two constraints at once (`Both`), so that a forced prefix
+or a terminology list works beside the parser's tree constraint, through the same hook.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+from ..task import Constraint
+from ..vocab import PAD
+
+
+class Prefix(Constraint):
+    """Each output starts with its source's prefix (target ids, possibly none), token for
+    token; after it the search is free. The prefix's tokens are scored with the model's own
+    log-probabilities, as every other token, so an output's score is that of the whole output.
+
+    State: (prefix ids [n, P], PAD-padded; prefix lengths [n]; tokens written [n])."""
+
+    def __init__(self, prefixes: Sequence[Sequence[int]], vocab: int):
+        self.prefixes, self.vocab = [list(p) for p in prefixes], vocab  # vocab: target ids
+
+    def initial(self, device) -> tuple:
+        width = max(1, max(map(len, self.prefixes)))
+        ids = torch.full((len(self.prefixes), width), PAD, dtype=torch.long)
+        for row, p in enumerate(self.prefixes):
+            ids[row, : len(p)] = torch.tensor(p, dtype=torch.long)
+        lengths = torch.tensor([len(p) for p in self.prefixes], dtype=torch.long)
+        return ids.to(device), lengths.to(device), torch.zeros_like(lengths, device=device)
+
+    def advance(self, state: tuple, tokens) -> tuple:
+        ids, lengths, written = state
+        return ids, lengths, written + 1
+
+    def _forced(self, state: tuple) -> tuple[torch.Tensor, torch.Tensor]:
+        """(rows still in their prefix [n] bool, the token each must take [n, 1])."""
+        ids, lengths, written = state
+        token = ids.gather(1, written.clamp(max=ids.size(1) - 1)[:, None])
+        return written.lt(lengths), token
+
+    def allowed(self, state: tuple, remaining) -> torch.Tensor:
+        forced, token = self._forced(state)
+        n = forced.size(0)
+        mask = torch.ones(n, self.vocab, dtype=torch.bool, device=forced.device)
+        mask[forced] = False
+        mask[forced, token[forced, 0]] = True
+        return mask
+
+    def score(self, state: tuple, logp: torch.Tensor, remaining) -> torch.Tensor:
+        forced, token = self._forced(state)
+        if not bool(forced.any()):
+            return logp
+        chosen = logp.gather(1, token)
+        out = logp.masked_fill(forced[:, None], -torch.inf)
+        return out.scatter_(1, token, torch.where(forced[:, None], chosen, out.gather(1, token)))
+
+
+class Both(Constraint):
+    """What two constraints both allow: `first` scores, then `second` narrows its answer.
+    The state is the first's tensors followed by the second's."""
+
+    def __init__(self, first: Constraint, second: Constraint):
+        self.first, self.second, self.split = first, second, 0
+
+    def initial(self, device) -> tuple:
+        a = tuple(self.first.initial(device))
+        self.split = len(a)
+        return a + tuple(self.second.initial(device))
+
+    def _parts(self, state: tuple) -> tuple[tuple, tuple]:
+        return state[: self.split], state[self.split :]
+
+    def advance(self, state: tuple, tokens) -> tuple:
+        a, b = self._parts(state)
+        return tuple(self.first.advance(a, tokens)) + tuple(self.second.advance(b, tokens))
+
+    def allowed(self, state: tuple, remaining) -> torch.Tensor:
+        a, b = self._parts(state)
+        return self.first.allowed(a, remaining) & self.second.allowed(b, remaining)
+
+    def score(self, state: tuple, logp: torch.Tensor, remaining) -> torch.Tensor:
+        a, b = self._parts(state)
+        return self.second.score(b, self.first.score(a, logp, remaining), remaining)
+
+
+def joined(first: Constraint | None, second: Constraint | None) -> Constraint | None:
+    """Both constraints, either one, or None."""
+    if first is None or second is None:
+        return first if second is None else second
+    return Both(first, second)

@@ -1,0 +1,210 @@
+"""`s2s generate` beyond the single best, through the real command line and the Python API:
+n-best lists, sampling, ensembles, forced prefixes, the model's score of given outputs; and
+each bad option as one line before any decoding, with nothing written."""
+
+import json
+
+import pytest
+from s2s.core.decode.search import Sampling, length_penalty
+
+from cli_checks import fails, s2s, snapshot
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def lines(demo_runs, tmp_path_factory):
+    """Eight test sources of the demo task, as a file."""
+    where = tmp_path_factory.mktemp("inputs")
+    sources = next((demo_runs["a"].parent / "cache").glob("*/test.src.txt"))
+    path = where / "in.txt"
+    path.write_text("".join(sources.read_text().splitlines(True)[:8]))
+    return path
+
+
+def generate(capsys, run, lines, *options) -> list[str]:
+    code, out, err = s2s(capsys, "generate", run, "--input", lines, "-q", *options)
+    assert code == 0, err
+    return out.splitlines()
+
+
+def test_the_first_of_an_n_best_list_is_the_plain_output(demo_runs, lines, capsys):
+    plain = generate(capsys, demo_runs["a"], lines)
+    answers = [json.loads(x) for x in generate(capsys, demo_runs["a"], lines, "--nbest", "4")]
+    assert [a["line"] for a in answers] == list(range(1, 9))
+    assert [a["outputs"][0]["output"] for a in answers] == plain
+    for a in answers:
+        outs = a["outputs"]
+        assert len(outs) == 4 and len({o["output"] for o in outs}) == 4
+        assert [o["score"] for o in outs] == sorted((o["score"] for o in outs), reverse=True)
+        for o in outs:  # no constraint: the search's score is the model's, over lp(Y)
+            lp = length_penalty(o["tokens"], 0.6)
+            assert o["score"] == pytest.approx(o["logprob"] / lp, abs=2e-3)
+    single = [json.loads(x) for x in generate(capsys, demo_runs["a"], lines, "--json")]
+    assert [s["outputs"] for s in single] == [a["outputs"][:1] for a in answers]
+
+
+def test_sampling_repeats_for_a_seed(demo_runs, lines, capsys):
+    draw = lambda seed: generate(  # noqa: E731
+        capsys, demo_runs["a"], lines, "--sampling", "--nbest", "3", "--seed", seed
+    )
+    first = draw(1)
+    assert first == draw(1) and first != draw(2)
+    samples = [[o["output"] for o in json.loads(x)["outputs"]] for x in first]
+    assert all(len(s) == 3 for s in samples) and any(len(set(s)) > 1 for s in samples)
+    greedy = generate(capsys, demo_runs["a"], lines, "--beam", "1")
+    assert generate(capsys, demo_runs["a"], lines, "--sampling", "--top-k", "1") == greedy
+
+
+def test_ensembles(demo_runs, lines, capsys):
+    a, b = demo_runs["a"], demo_runs["b"]
+    alone = generate(capsys, a, lines)
+    assert generate(capsys, a, lines, "--ensemble", a) == alone  # a model with itself
+    with_untrained = generate(capsys, a, lines, "--ensemble", demo_runs["untrained"])
+    assert with_untrained != alone
+    assert with_untrained != generate(capsys, demo_runs["untrained"], lines)
+    three = generate(capsys, a, lines, "--ensemble", b, demo_runs["narrow"])  # another shape
+    assert len(three) == 8 and all(three)
+
+
+def test_a_forced_prefix_is_kept_verbatim(demo_runs, lines, capsys, tmp_path):
+    plain = generate(capsys, demo_runs["a"], lines)
+    prefixes = ["de kat", "", "jeder berg jeder", "", "", "", "", "de"]
+    (tmp_path / "prefixes.txt").write_text("".join(p + "\n" for p in prefixes))
+    forced = generate(capsys, demo_runs["a"], lines, "--prefixes", tmp_path / "prefixes.txt")
+    for prefix, out, before in zip(prefixes, forced, plain):
+        assert out.startswith(prefix)
+        if not prefix:
+            assert out == before
+
+
+def test_every_term_of_a_term_file_appears(demo_runs, lines, capsys, tmp_path):
+    """Terms the model would not write where their source words are ("kat" for "book"): every
+    output of a line with a source term holds its target term as a word; other lines are as
+    they were."""
+    terms = tmp_path / "terms.tsv"
+    terms.write_text("book\tkat\nevery car\tmann berg\n")
+    text = lines.read_text().splitlines()
+    plain = generate(capsys, demo_runs["a"], lines)
+    answers = generate(capsys, demo_runs["a"], lines, "--terms", terms, "--nbest", "3")
+    outputs = [[o["output"] for o in json.loads(a)["outputs"]] for a in answers]
+    with_terms = 0
+    for source, outs, before in zip(text, outputs, plain):
+        wanted = [t for s, t in [("book", "kat"), ("every car", "mann berg")] if s in source]
+        with_terms += bool(wanted)
+        for out in outs:
+            assert all(f" {t} " in f" {out} " for t in wanted), (source, out)
+        if not wanted:
+            assert outs[0] == before
+    assert with_terms >= 2
+
+
+def test_the_model_scores_given_outputs(demo_runs, lines, capsys, tmp_path):
+    answers = [json.loads(x) for x in generate(capsys, demo_runs["a"], lines, "--nbest", "2")]
+    targets = tmp_path / "targets.txt"
+    targets.write_text("".join(a["outputs"][1]["output"] + "\n" for a in answers))
+    rated = [
+        json.loads(x) for x in generate(capsys, demo_runs["a"], lines, "--score-targets", targets)
+    ]
+    for a, r in zip(answers, rated):
+        assert r["logprob"] == pytest.approx(a["outputs"][1]["logprob"], abs=2e-3)
+        assert r["tokens"] == len(r["token_logprobs"]) == a["outputs"][1]["tokens"]
+        assert sum(r["token_logprobs"]) == pytest.approx(r["logprob"], abs=2e-3)
+
+
+def test_the_python_api_decodes_as_generate_does(demo_runs, lines, capsys):
+    from s2s.core.inference import load_run
+
+    text = lines.read_text().splitlines()
+    run = load_run(demo_runs["a"])
+    plain = generate(capsys, demo_runs["a"], lines)
+    assert [outs[0].text for outs in run.outputs(text, n=3)] == plain
+    assert load_run([demo_runs["a"], demo_runs["a"]]).generate(text) == plain
+    drawn = run.outputs(text, n=2, sampling=Sampling(seed=4))
+    assert drawn == run.outputs(text, n=2, sampling=Sampling(seed=4))
+    rated = run.score(text, plain)
+    best = [json.loads(x)["outputs"][0] for x in generate(capsys, demo_runs["a"], lines, "--json")]
+    assert [r.logprob for r in rated] == pytest.approx([b["logprob"] for b in best], abs=2e-3)
+
+
+@pytest.mark.parametrize(
+    "options, needles",
+    [
+        (["--nbest", "0"], ["--nbest 0", "1 or more"]),
+        (["--nbest", "5"], ["--nbest 5", "above the beam (4)"]),
+        (["--sampling", "--temperature", "0"], ["--temperature 0.0", "above 0"]),
+        (["--sampling", "--top-p", "1.5"], ["--top-p 1.5"]),
+        (["--sampling", "--top-k", "-1"], ["--top-k -1"]),
+        (["--temperature", "0.5"], ["--temperature 0.5", "only with --sampling"]),
+        (["--score-targets", "{in}", "--nbest", "2"], ["--score-targets", "--nbest"]),
+        (["--prefixes", "{unk}"], ["unk.txt, line 2", "cannot spell", "zzzq"]),
+        (["--prefixes", "{long}"], ["long.txt, line 1", "at most"]),
+        (["--prefixes", "{short}"], ["short.txt has 1 line(s)"]),
+        (["--ensemble", "{parser}"], ["cannot ensemble", "parser", "vocabulary has"]),
+        (["--terms", "{badterms}"], ["badterms.tsv, line 2", "source term<TAB>target term"]),
+        (["--terms", "{unkterms}"], ["unkterms.tsv, line 1", "target vocabulary cannot spell"]),
+    ],
+)
+def test_bad_options_fail_in_one_line_writing_nothing(
+    demo_runs, lines, capsys, tmp_path, options, needles
+):
+    (tmp_path / "unk.txt").write_text("de\nde zzzq\n" + "\n" * 6)
+    (tmp_path / "long.txt").write_text("de " * 300 + "\n" + "\n" * 7)
+    (tmp_path / "short.txt").write_text("de\n")
+    (tmp_path / "badterms.tsv").write_text("book\tkat\ncar mann\n")
+    (tmp_path / "unkterms.tsv").write_text("book\tzzzq\n")
+    out = tmp_path / "out.txt"
+    out.write_text("kept\n")
+    places = {"in": lines, "unk": tmp_path / "unk.txt", "long": tmp_path / "long.txt"}
+    places |= {"short": tmp_path / "short.txt", "parser": demo_runs["parser"]}
+    places |= {"badterms": tmp_path / "badterms.tsv", "unkterms": tmp_path / "unkterms.tsv"}
+    options = [str(o).format(**places) for o in options]
+    before = snapshot(out, demo_runs["a"])
+    result = s2s(capsys, "generate", demo_runs["a"], "--input", lines, "--output", out, *options)
+    fails(result, before, *needles)
+
+
+def test_a_parser_takes_no_term_file(demo_runs, lines, capsys, tmp_path):
+    terms = tmp_path / "terms.tsv"
+    terms.write_text("book\tkat\n")
+    before = snapshot(tmp_path)
+    result = s2s(capsys, "generate", demo_runs["parser"], "--input", lines, "--terms", terms)
+    fails(result, before, "--terms", "writes no target words")
+
+
+def test_the_server_takes_the_same_options(demo_runs, lines, capsys, tmp_path):
+    """POST /generate with "nbest", "sampling" and "prefixes" answers as `s2s generate` does;
+    each bad value is a 400 naming the field, and the server goes on."""
+    from test_serve import post, server
+
+    text = lines.read_text().splitlines()
+    answers = [json.loads(x) for x in generate(capsys, demo_runs["a"], lines, "--nbest", "3")]
+    prefixes = tmp_path / "prefixes.txt"
+    prefixes.write_text("de kat\n" + "\n" * 7)
+    forced = generate(capsys, demo_runs["a"], lines, "--prefixes", prefixes)
+    with server(demo_runs["a"], log=tmp_path / "serve.log") as url:
+        status, got = post(f"{url}/generate", {"text": text, "nbest": 3})
+        assert status == 200
+        assert [[o["output"] for o in outs] for outs in got["nbest"]] == [
+            [o["output"] for o in a["outputs"]] for a in answers
+        ]
+        assert got["hypotheses"] == [a["outputs"][0]["output"] for a in answers]
+        body = {"text": text[:2], "nbest": 4, "sampling": {"seed": 3, "top_p": 0.9}}
+        status, drawn = post(f"{url}/generate", body)
+        assert status == 200 and [len(outs) for outs in drawn["nbest"]] == [4, 4]
+        assert post(f"{url}/generate", body)[1]["nbest"] == drawn["nbest"]  # alone: repeats
+        status, got = post(f"{url}/generate", {"text": text, "prefixes": ["de kat"] + [""] * 7})
+        assert status == 200 and got["hypotheses"] == forced
+        for bad, field in [
+            ({"nbest": 5}, '"nbest" 5'),
+            ({"nbest": 0}, '"nbest" 0'),
+            ({"nbest": 17, "sampling": {}}, "at most 16 drawn"),
+            ({"sampling": {"temperature": 0}}, "temperature 0"),
+            ({"sampling": {"top_p": 2}}, "top-p 2"),
+            ({"sampling": {"beam": 2}}, '"sampling" must be an object'),
+            ({"prefixes": ["de"]}, '"prefixes" must be a list of 8'),
+            ({"prefixes": ["de zzzq"] + [""] * 7}, '"prefixes"[0]: the target vocabulary'),
+        ]:
+            status, got = post(f"{url}/generate", {"text": text, **bad})
+            assert status == 400 and field in got["error"], (bad, got)
+        assert post(f"{url}/generate", {"text": text[:1]})[0] == 200

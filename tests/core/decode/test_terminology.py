@@ -1,0 +1,104 @@
+"""Terminology constraints on the search: every output holds each term of its source, whatever
+the beam, n-best or sampling, within the length limit; term files and term matching."""
+
+import pytest
+from s2s.core.decode.search import Sampling, nbest, search
+from s2s.core.decode.terminology import Terms, line_terms, placeable, read_terms
+from s2s.core.errors import DataError
+from s2s.core.task import DecodeDefaults
+
+from test_search import sources, transformer
+
+SETTINGS = dict(alpha=0.6, max_len_a=1.0, max_len_b=6)
+
+
+def holds(tokens, term):
+    n = len(term)
+    return any(tokens[i : i + n] == term for i in range(len(tokens) - n + 1))
+
+
+@pytest.mark.parametrize(
+    "beam, n, sampling", [(1, 1, None), (4, 1, None), (4, 4, None), (4, 3, Sampling(seed=1))]
+)
+def test_every_output_holds_every_term_of_its_source(beam, n, sampling):
+    model, src = transformer(), sources([3, 7, 1, 5, 2])
+    terms = [[[5, 6]], [], [[9], [11, 12, 13]], [[7, 7]], [[4], [5], [6]]]
+    free = nbest(model, src, beam, **SETTINGS, n=n, sampling=sampling)
+    found = nbest(model, src, beam, **SETTINGS, n=n, sampling=sampling, constraint=Terms(terms, 20))
+    for ts, hyps, before in zip(terms, found, free):
+        assert hyps and all(holds(h.tokens, t) for h in hyps for t in ts)
+        if not ts:
+            assert [h.tokens for h in hyps] == [h.tokens for h in before]
+        limit = int(SETTINGS["max_len_a"] * 8 + SETTINGS["max_len_b"])
+        assert all(len(h.tokens) <= limit for h in hyps)
+
+
+def test_terms_that_just_fit_the_length_limit_are_placed():
+    """A limit of 4 tokens and terms of 1 + 3: the output is exactly the terms."""
+    model, src = transformer(), sources([2])
+    (hyp,) = search(
+        model,
+        src,
+        beam=3,
+        alpha=0.6,
+        max_len_a=0.0,
+        max_len_b=4,
+        constraint=Terms([[[9], [11, 12, 13]]], 20),
+    )
+    assert len(hyp.tokens) == 4 and holds(hyp.tokens, [9]) and holds(hyp.tokens, [11, 12, 13])
+
+
+def test_a_term_the_model_writes_anyway_changes_nothing():
+    model, src = transformer(), sources([3, 7, 1])
+    free = search(model, src, beam=4, **SETTINGS)
+    terms = [[h.tokens[:2]] if len(h.tokens) >= 2 else [] for h in free]
+    forced = search(model, src, beam=4, **SETTINGS, constraint=Terms(terms, 20))
+    assert [h.tokens for h in forced] == [h.tokens for h in free]
+
+
+class WordTask:
+    """Words as ids, as a task's tokenisation: spaces split, the same ids on both sides."""
+
+    words = {w: i for i, w in enumerate("a b c dog cat Hund Katze big grosser the".split(), 4)}
+
+    def encode_source(self, lines):
+        return [[self.words.get(w, 3) for w in line.split()] for line in lines]
+
+    encode_target = encode_source
+
+
+def test_terms_are_matched_on_the_tokenisation():
+    pairs = [("dog", "Hund"), ("big cat", "grosser Katze"), ("the", "a")]
+    found = line_terms(WordTask(), ["the big dog", "a cat big", "big cat"], pairs)
+    assert [[t[0] for t in ts] for ts in found] == [["dog", "the"], [], ["big cat"]]
+    assert found[2][0][2] == [12, 10]  # grosser Katze
+    limits = DecodeDefaults(max_len_a=0.0, max_len_b=2)
+    assert placeable(WordTask(), "the big dog", found[0], limits, 64) == 2
+    limits = DecodeDefaults(max_len_a=0.0, max_len_b=1)
+    assert placeable(WordTask(), "the big dog", found[0], limits, 64) == 1
+
+
+def test_term_files_name_the_bad_line(tmp_path):
+    good = tmp_path / "terms.tsv"
+    good.write_text("dog\tHund\nbig cat\tgrosser Katze\n")
+    assert read_terms(good) == [("dog", "Hund"), ("big cat", "grosser Katze")]
+    for text, needle in [
+        ("dog\tHund\ncat Katze\n", "line 2"),
+        ("dog\t\n", "line 1"),
+        ("a\tb\tc\n", "line 1"),
+        ("", "no terms"),
+    ]:
+        bad = tmp_path / "bad.tsv"
+        bad.write_text(text)
+        with pytest.raises(DataError, match=needle):
+            read_terms(bad)
+
+
+def test_terms_join_a_prefix():
+    from s2s.core.decode.constraints import Prefix, joined
+
+    model, src = transformer(), sources([3, 5])
+    both = joined(Prefix([[4], [8, 8]], 20), Terms([[[9, 10]], [[6]]], 20))
+    found = nbest(model, src, 3, **SETTINGS, n=2, constraint=both)
+    for prefix, term, hyps in zip([[4], [8, 8]], [[9, 10], [6]], found):
+        assert all(h.tokens[: len(prefix)] == prefix and holds(h.tokens, term) for h in hyps)
