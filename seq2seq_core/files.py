@@ -186,6 +186,31 @@ def writable(path: str) -> None:
         raise UsageError(f"output {p}: not writable")
 
 
+RUN_MARK = ".s2s-run"  # in every run directory s2s trains: the folder is s2s's to write
+
+
+def run_of(path: str | Path) -> Path | None:
+    """The run directory `path` lies in (a folder above it that s2s trained in), or None."""
+    for folder in Path(path).resolve().parents:
+        if (folder / RUN_MARK).is_file() or (
+            (folder / "config.yaml").is_file() and (folder / "checkpoints").is_dir()
+        ):
+            return folder
+    return None
+
+
+def not_a_run_file(path: str, option: str) -> None:
+    """Fail before any work when the output `path` is a file a run directory already holds (a
+    checkpoint, config.yaml, result.json, a vocabulary, a test output): a command's output
+    never replaces what a run owns. A new file in a run directory is allowed."""
+    run = run_of(path)
+    if run is not None and Path(path).exists():
+        raise UsageError(
+            f"{option} {path} is a file of run directory {run}: s2s never writes over a run's "
+            "files; write the output elsewhere"
+        )
+
+
 def readable(path: str) -> None:
     """Fail before any work when the input file cannot be read."""
     p = Path(path)

@@ -185,7 +185,8 @@ UNTRAINED = [
 @pytest.fixture(scope="session")
 def demo_runs(tmp_path_factory) -> dict[str, Path]:
     """Tiny demo runs trained once per session through the command line: "a" and "b" (seeds 1
-    and 2, one shape), "narrow" (width 32, another shape), "untrained" (one update at a
+    and 2, one shape), "trained" (600 updates: test BLEU about 99, outputs end before their
+    length limit), "narrow" (width 32, another shape), "untrained" (one update at a
     near-zero rate: its initial weights), "parser" (task.mode=parse: other target words); each name to
     its run directory."""
     import subprocess
@@ -194,6 +195,13 @@ def demo_runs(tmp_path_factory) -> dict[str, Path]:
     where = tmp_path_factory.mktemp("demo_runs")
     runs = {
         "a": ["run.seed=1"],
+        "trained": [
+            "run.seed=5",
+            "optim.max_updates=600",
+            "optim.warmup=100",
+            "run.valid_interval=600",
+            "run.save_interval=600",
+        ],
         "b": ["run.seed=2"],
         "narrow": ["run.seed=3", "model.d_model=32", "model.d_ff=64"],
         "untrained": ["run.seed=4", *UNTRAINED],

@@ -9,9 +9,9 @@ import shutil
 from pathlib import Path
 
 from ..errors import TrainingError, UsageError
+from ..files import RUN_MARK as MARK
 from ..files import no_such_run
 
-MARK = ".s2s-run"  # in every run directory s2s trains: the folder is s2s's to write
 LOCK = ".lock"
 
 

@@ -208,3 +208,31 @@ def test_the_server_takes_the_same_options(demo_runs, lines, capsys, tmp_path):
             status, got = post(f"{url}/generate", {"text": text, **bad})
             assert status == 400 and field in got["error"], (bad, got)
         assert post(f"{url}/generate", {"text": text[:1]})[0] == 200
+
+
+def test_the_ctranslate2_export_gives_the_same_n_best(demo_runs, lines, capsys, tmp_path):
+    """Where both search alike (no length penalty: CTranslate2's ranks by length^alpha, s2s's
+    by ((5 + length) / 6)^alpha), the export's best output is s2s's on every line, and its
+    whole 4-best list s2s's on most: the two keep different finished hypotheses beyond the
+    first (CTranslate2 stops once the beam has that many, s2s once none can beat the n-th)."""
+    ctranslate2 = pytest.importorskip("ctranslate2")
+    run = demo_runs["trained"]
+    code, _, err = s2s(capsys, "export", run, "--to", "ctranslate2", "--output", tmp_path / "ct2")
+    assert code == 0, err
+    text = lines.read_text().splitlines()
+    ours = [
+        [o["output"] for o in json.loads(x)["outputs"]]
+        for x in generate(capsys, run, lines, "--nbest", "4", "--alpha", "0")
+    ]
+    translator = ctranslate2.Translator(str(tmp_path / "ct2"))
+    results = translator.translate_batch(
+        [line.split() for line in text],
+        beam_size=4,
+        num_hypotheses=4,
+        length_penalty=0.0,
+        return_scores=True,
+        max_input_length=0,
+    )
+    theirs = [[" ".join(h) for h in r.hypotheses] for r in results]
+    assert [t[0] for t in theirs] == [o[0] for o in ours]
+    assert sum(t == o for t, o in zip(theirs, ours)) >= len(text) // 2

@@ -533,3 +533,23 @@ def test_beam_larger_than_the_vocabulary(world, capsys, option, needle):
         "target vocabulary",
     )
     assert "tokens" in message
+
+
+@pytest.mark.slow
+def test_generate_never_writes_over_a_file_of_a_run(demo_runs, tmp_path, capsys):
+    """`s2s generate --output` naming a run's own config, checkpoint or result is refused before
+    decoding (issue 43); a new file in a run directory is fine."""
+    run = demo_runs["untrained"]
+    src = tmp_path / "in.txt"
+    src.write_text("the dog sees a cat\n")
+    checkpoint_file = next((run / "checkpoints").glob("*.pt"))
+    for target in (run / "config.yaml", checkpoint_file, run / "result.json"):
+        before = snapshot(run)
+        result = s2s(capsys, "generate", run, "--input", src, "--output", target)
+        fails(
+            result, before, "--output", "is a file of run directory", "write the output elsewhere"
+        )
+    fresh = run / "generated.txt"
+    code, _, err = s2s(capsys, "generate", run, "--input", src, "--output", fresh)
+    assert code == 0 and fresh.read_text().count("\n") == 1, err
+    fresh.unlink()

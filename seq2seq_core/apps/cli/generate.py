@@ -163,7 +163,7 @@ def run(args) -> int:
     """
     from ...decode.batched import Wanted
     from ...decode.search import Sampling
-    from ...files import readable, writable
+    from ...files import not_a_run_file, readable, writable
     from ...inference.generate import Asked, Job, generate_file
 
     overrides = list(args.overrides)
@@ -176,6 +176,7 @@ def run(args) -> int:
             readable(path)
     if args.output:
         writable(args.output)
+        not_a_run_file(args.output, "--output")
         for path, option in (
             (args.input, "the input file"),
             (args.prefixes, "--prefixes"),
