@@ -45,8 +45,9 @@ BATCH_TOKENS = 4096  # source tokens decoded together, summed over the requests 
 class Service:
     """What the endpoints share: the members, the default one, the worker, the run's facts."""
 
-    def __init__(self, batcher, members: dict, default: str | None, info: dict):
+    def __init__(self, batcher, members: dict, default: str | None, info: dict, hosts: list[str]):
         self.batcher, self.members, self.default, self.info = batcher, members, default, info
+        self.hosts = hosts  # the Host header values answered (`allowed_hosts`)
         self.started = time.time()
 
 
@@ -307,7 +308,15 @@ def build_app(service: Service):
         Route("/attention", attention, methods=["POST"]),
         Mount("/page", StaticFiles(directory=PAGE), name="page"),
     ]
-    return Starlette(routes=routes, exception_handlers={HTTPException: error, Exception: failed})
+    from starlette.middleware import Middleware
+    from starlette.middleware.trustedhost import TrustedHostMiddleware
+
+    hosts = Middleware(TrustedHostMiddleware, allowed_hosts=service.hosts, www_redirect=False)
+    return Starlette(
+        routes=routes,
+        middleware=[hosts],
+        exception_handlers={HTTPException: error, Exception: failed},
+    )
 
 
 # -- the command -------------------------------------------------------------------------------
@@ -343,6 +352,18 @@ class ServeOptions:
     precision: str | None = None  # decode.precision of the model searched with
     overrides: tuple[str, ...] = ()  # key=value, over the run's config.yaml
     quiet: bool = False  # no access log; uvicorn's warnings only
+    allowed_hosts: tuple[str, ...] = ()  # Host header values answered besides this machine's
+
+
+def allowed_hosts(host: str, extra: tuple[str, ...]) -> list[str]:
+    """The Host header values the server answers (without the port): this machine's loopback
+    names, the address it listens on, and `extra` (the names a reverse proxy or a network
+    uses; "*": any). Any other Host is refused (400), so that a page of another site, after
+    rebinding its own name to this address, cannot read or drive the server."""
+    names = ["localhost", "127.0.0.1", "::1", "[::1]"]
+    if host not in ("0.0.0.0", "::", ""):
+        names += [host, f"[{host}]" if ":" in host else host]
+    return list(dict.fromkeys([*names, *extra]))
 
 
 def serve(path, registry, options: ServeOptions) -> None:
@@ -397,9 +418,13 @@ def serve(path, registry, options: ServeOptions) -> None:
             "characters": MAX_CHARS,
             "tokens": model.max_positions,
             "batch_tokens": BATCH_TOKENS,
+            "nbest": {name: decode_settings(m, cfg.decode).beam for name, m in members.items()},
+            "samples": MAX_SAMPLES,
         },
     }
-    service = Service(Batcher(model, cfg, BATCH_TOKENS), members, info["default_task"], info)
+    info["allowed_hosts"] = allowed_hosts(options.host, options.allowed_hosts)
+    batcher = Batcher(model, cfg, BATCH_TOKENS)
+    service = Service(batcher, members, info["default_task"], info, info["allowed_hosts"])
     bound = sock.getsockname()
     print(
         f"s2s serve: {run_dir} ({', '.join(members)}; {checkpoint.name}) on http://{bound[0]}:{bound[1]}/",

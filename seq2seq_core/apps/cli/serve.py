@@ -30,6 +30,15 @@ def add(subparsers, common) -> None:
         help="the address to listen on (default 127.0.0.1: this machine only)",
     )
     s.add_argument(
+        "--allowed-hosts",
+        dest="allowed_hosts",
+        nargs="+",
+        default=[],
+        metavar="NAME",
+        help="Host header values to answer besides localhost and the --host address, e.g. the "
+        'name a reverse proxy forwards ("*": any); other Hosts get 400 (docs/serve.md)',
+    )
+    s.add_argument(
         "--port", type=int, default=8000, help="default 8000; 0: any free port (printed)"
     )
     s.add_argument(
@@ -54,6 +63,7 @@ def run(args) -> int:
         precision=args.precision,
         overrides=tuple(args.overrides),
         quiet=args.quiet,
+        allowed_hosts=tuple(args.allowed_hosts),
     )
     serve(args.run_dir, registry_of(args), options)
     return 0

@@ -418,3 +418,30 @@ def test_a_multitask_run_serves_every_member(tmp_path_factory, tmp_path):
         assert got[name] == generate_cli(run, lines, tmp_path, "--task", name)
     with server(run, "--task", "parse", "-q") as url:
         assert post(url + "/generate", {"text": lines})[1]["hypotheses"] == got["parse"]
+
+
+def test_only_this_machines_names_and_the_allowed_hosts_are_answered(demo_runs, tmp_path):
+    """A Host header other than localhost, the bound address and --allowed-hosts gets 400 (a page
+    of another site that rebinds its name to 127.0.0.1 cannot read /info or drive the model)."""
+    import http.client
+
+    def status(url: str, host: str, path: str = "/info") -> int:
+        port = int(url.rsplit(":", 1)[1])
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        try:
+            conn.request("GET", path, headers={"Host": host})
+            return conn.getresponse().status
+        finally:
+            conn.close()
+
+    log = tmp_path / "serve.log"
+    with server(demo_runs["a"], "--allowed-hosts", "mt.example.org", log=log) as url:
+        port = url.rsplit(":", 1)[1]
+        for host in ("localhost", f"127.0.0.1:{port}", "mt.example.org", "[::1]"):
+            assert status(url, host) == 200, host
+        for host in ("evil.example", f"evil.example:{port}", "127.0.0.2", "mt.example.org.evil"):
+            assert status(url, host) == 400, host
+            assert status(url, host, "/page") == 400, host  # no redirect built from it
+        _, info = get(f"{url}/info")
+        assert "mt.example.org" in info["allowed_hosts"]
+    assert "Traceback" not in log.read_text()
