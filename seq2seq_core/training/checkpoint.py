@@ -291,9 +291,30 @@ def average_files(
         raise UsageError(
             f"--output {out} is the run's best validated model: write the average elsewhere"
         )
+    tested_file = _tested_file(out)
+    if tested_file is not None and out.exists() and out.samefile(tested_file):
+        raise UsageError(
+            f"--output {out} is the model its run's result.json names as tested (the one "
+            "`s2s generate` decodes): write the average elsewhere (--output FILE)"
+        )
     remove_stale_temporaries(out.parent)
     atomic_save(average(paths), out)
     return paths, out
+
+
+def _tested_file(out: Path) -> Path | None:
+    """The checkpoint that the result.json of the run `out` lies in names as tested, or None."""
+    from ..files import run_of
+
+    run = run_of(out)
+    result = None if run is None else run / "result.json"
+    if result is None or not result.is_file():
+        return None
+    try:
+        named = json.loads(result.read_text(encoding="utf-8")).get("checkpoint")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return run / named if isinstance(named, str) else None
 
 
 def save_tokenizer(task, run_dir: Path, directory: Path, resuming: bool) -> dict:

@@ -553,3 +553,21 @@ def test_generate_never_writes_over_a_file_of_a_run(demo_runs, tmp_path, capsys)
     code, _, err = s2s(capsys, "generate", run, "--input", src, "--output", fresh)
     assert code == 0 and fresh.read_text().count("\n") == 1, err
     fresh.unlink()
+
+
+@pytest.mark.slow
+def test_average_never_replaces_the_tested_model(demo_runs, tmp_path, capsys):
+    """A run whose result.json names checkpoint_average.pt as tested: `s2s average RUN --last K`
+    would write that file; it is refused, and --output elsewhere works (issue 43)."""
+    run = tmp_path / "run"
+    shutil.copytree(demo_runs["untrained"], run)
+    code, _, err = s2s(
+        capsys, "average", run, "--last", "1", "--output", run / "checkpoint_average.pt"
+    )
+    assert code == 0, err
+    result = json.loads((run / "result.json").read_text())
+    (run / "result.json").write_text(json.dumps({**result, "checkpoint": "checkpoint_average.pt"}))
+    before = snapshot(run)
+    fails(s2s(capsys, "average", run, "--last", "1"), before, "result.json names as tested")
+    code, _, err = s2s(capsys, "average", run, "--last", "1", "--output", tmp_path / "avg.pt")
+    assert code == 0 and (tmp_path / "avg.pt").is_file(), err
