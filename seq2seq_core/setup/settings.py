@@ -234,6 +234,12 @@ class RunConfig:
                 "(only the kept checkpoints can be averaged)"
             )
         _check_device(str(r.device))
+        if not r.init_from and (r.init_member or list(r.init_keep)):
+            given = "init_member" if r.init_member else "init_keep"
+            raise ConfigError(
+                f"{where}.{given} is set but {where}.init_from is not: they choose what to take "
+                f"from the run {where}.init_from names (set it, or leave {where}.{given} out)"
+            )
 
 
 @dataclass

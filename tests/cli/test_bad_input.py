@@ -135,6 +135,8 @@ CONFIG_CASES = [
     ("task.mode=dance", "task.mode"),  # the task's own check
     ("task.train_sise=5", "task.train_size"),
     ("modle.layers=2", "model"),  # unknown section
+    ("run.init_member=parse", "run.init_member is set but run.init_from is not"),  # issue 43
+    ("run.init_keep=[schedule]", "run.init_keep is set but run.init_from is not"),
 ]
 
 
