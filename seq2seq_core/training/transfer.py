@@ -26,7 +26,7 @@ import torch
 
 from ..data.idspace import N_SPECIAL
 from ..data.members import build_members, load_vocabularies, pick
-from ..errors import ConfigError, UsageError
+from ..errors import CheckpointError, ConfigError, UsageError
 from ..setup.config import load_config
 from . import checkpoint
 from .rundir import run_dir_of
@@ -79,9 +79,17 @@ def init_from(model: torch.nn.Module, members, cfg, registry) -> dict:
         run_dir = run_dir_of(path)
     except UsageError as e:
         raise ConfigError(f"run.init_from={where!r}: {e}") from None
-    state = checkpoint.tested(run_dir)[0] if path.is_dir() else checkpoint.load(path)
+    state, source_file = (
+        checkpoint.tested(run_dir) if path.is_dir() else (checkpoint.load(path), path)
+    )
     if state is None:
         raise ConfigError(f"run.init_from={where!r}: {run_dir} holds no checkpoint")
+    # the source's vocabulary files must be those its weights were trained with, as generate
+    # checks: with another one, its rows would carry other words (issue 43)
+    try:
+        checkpoint.check_tokenizer_files(state, run_dir, source_file)
+    except CheckpointError as e:
+        raise ConfigError(f"run.init_from={where!r}: {e}") from None
     source_cfg = load_config(run_dir / "config.yaml", registry=registry)
     for key in SHAPE_KEYS:
         mine, theirs = cfg.model.get(key), source_cfg.model.get(key)

@@ -571,3 +571,16 @@ def test_average_never_replaces_the_tested_model(demo_runs, tmp_path, capsys):
     fails(s2s(capsys, "average", run, "--last", "1"), before, "result.json names as tested")
     code, _, err = s2s(capsys, "average", run, "--last", "1", "--output", tmp_path / "avg.pt")
     assert code == 0 and (tmp_path / "avg.pt").is_file(), err
+
+
+@pytest.mark.slow
+def test_fine_tuning_checks_the_source_vocabulary(demo_runs, tmp_path, capsys):
+    """run.init_from a run whose vocab.json is not the one its weights were trained with: a
+    one-line error before training, as generate gives (issue 43), nothing written."""
+    source = tmp_path / "source"
+    shutil.copytree(demo_runs["a"], source)
+    shutil.copy(demo_runs["parser"] / "vocab.json", source / "vocab.json")
+    run = tmp_path / "tuned"  # claimed before the source is read: it holds only s2s's marks
+    before = snapshot(source)
+    result = s2s(capsys, "train", "demo", *TINY, f"run.dir={run}", f"run.init_from={source}", "-q")
+    fails(result, before, "run.init_from=", "vocab.json differs from the vocabulary")
