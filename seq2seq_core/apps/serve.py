@@ -426,8 +426,9 @@ def serve(path, registry, options: ServeOptions) -> None:
     batcher = Batcher(model, cfg, BATCH_TOKENS)
     service = Service(batcher, members, info["default_task"], info, info["allowed_hosts"])
     bound = sock.getsockname()
+    address = f"[{bound[0]}]" if ":" in bound[0] else bound[0]  # an IPv6 address, as URLs write it
     print(
-        f"s2s serve: {run_dir} ({', '.join(members)}; {checkpoint.name}) on http://{bound[0]}:{bound[1]}/",
+        f"s2s serve: {run_dir} ({', '.join(members)}; {checkpoint.name}) on http://{address}:{bound[1]}/",
         file=sys.stderr,
         flush=True,
     )

@@ -445,3 +445,39 @@ def test_only_this_machines_names_and_the_allowed_hosts_are_answered(demo_runs, 
         _, info = get(f"{url}/info")
         assert "mt.example.org" in info["allowed_hosts"]
     assert "Traceback" not in log.read_text()
+
+
+def test_the_printed_url_opens_as_printed_on_ipv6(demo_runs, tmp_path):
+    """`--host ::1`: the URL the server prints has the address in brackets, and opens."""
+    import re
+
+    log = tmp_path / "serve6.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "s2s.core.apps.cli",
+                "serve",
+                str(demo_runs["a"]),
+                "--host",
+                "::1",
+                "--port",
+                "0",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        deadline, status = time.time() + 60, None
+        while status is None and time.time() < deadline and proc.poll() is None:
+            printed = re.search(r"on (http://\S+/)", log.read_text())
+            if printed:
+                with contextlib.suppress(OSError):
+                    status = get(printed.group(1) + "health", timeout=2)[0]
+            time.sleep(0.3)
+        assert printed and printed.group(1).startswith("http://[::1]:"), log.read_text()
+        assert status == 200
+    finally:
+        proc.terminate()
+        proc.wait(15)
