@@ -154,3 +154,31 @@ def test_a_prefix_joins_another_constraint():
     for prefix, hyps in zip([[5], [6, 6], []], found):
         assert all(h.tokens[: len(prefix)] == prefix and 7 not in h.tokens for h in hyps)
     assert joined(None, None) is None
+
+
+def test_samples_follow_the_model_distribution_after_temperature_and_nucleus():
+    """One drawn token per output (the length limit is 1): its frequencies over 6,000 draws are
+    softmax(logits / T), restricted to the nucleus and renormalised, within 2 points."""
+
+    class Fixed(ToyModel):
+        logits = torch.tensor([0.0, 0.0, 0.5, -1.0, 1.5, 1.0, 0.0, -0.5])
+
+        def decode_step(self, tokens, cache):
+            return self.logits.expand(tokens.size(0), -1).clone()
+
+    src = sources([2])
+    allowed = torch.ones(8, dtype=torch.bool)
+    allowed[[0, 1]] = False  # PAD and BOS are never generated
+    for temperature, top_p in [(1.0, 1.0), (0.5, 1.0), (1.0, 0.7)]:
+        sampling = Sampling(temperature=temperature, top_p=top_p, seed=3)
+        (hyps,) = nbest(Fixed(), src, 4, 0.6, 0.0, 1, n=6000, sampling=sampling)
+        counts = torch.bincount(
+            torch.tensor([h.tokens[0] if h.tokens else EOS for h in hyps]), minlength=8
+        )
+        p = torch.softmax(Fixed.logits.masked_fill(~allowed, -torch.inf) / temperature, 0)
+        if top_p < 1:
+            ranked, order = p.sort(descending=True)
+            keep = (ranked.cumsum(0) - ranked) < top_p
+            p = torch.zeros_like(p).scatter(0, order[keep], ranked[keep])
+            p /= p.sum()
+        assert torch.allclose(counts / counts.sum(), p, atol=0.02), (temperature, top_p, counts)

@@ -3,13 +3,18 @@ the beam, n-best or sampling, within the length limit; term files and term match
 
 import pytest
 from s2s.core.decode.search import Sampling, nbest, search
-from s2s.core.decode.terminology import Terms, line_terms, placeable, read_terms
+from s2s.core.decode.terminology import Spelling, Terms, line_terms, placeable, read_terms
 from s2s.core.errors import DataError
 from s2s.core.task import DecodeDefaults
 
 from test_search import sources, transformer
 
 SETTINGS = dict(alpha=0.6, max_len_a=1.0, max_len_b=6)
+
+
+def spelled(lines):
+    """Each line's terms, each of one spelling (what `Terms` takes: terms of spellings)."""
+    return [[[term] for term in terms] for terms in lines]
 
 
 def holds(tokens, term):
@@ -24,7 +29,9 @@ def test_every_output_holds_every_term_of_its_source(beam, n, sampling):
     model, src = transformer(), sources([3, 7, 1, 5, 2])
     terms = [[[5, 6]], [], [[9], [11, 12, 13]], [[7, 7]], [[4], [5], [6]]]
     free = nbest(model, src, beam, **SETTINGS, n=n, sampling=sampling)
-    found = nbest(model, src, beam, **SETTINGS, n=n, sampling=sampling, constraint=Terms(terms, 20))
+    found = nbest(
+        model, src, beam, **SETTINGS, n=n, sampling=sampling, constraint=Terms(spelled(terms), 20)
+    )
     for ts, hyps, before in zip(terms, found, free):
         assert hyps and all(holds(h.tokens, t) for h in hyps for t in ts)
         if not ts:
@@ -43,17 +50,9 @@ def test_terms_that_just_fit_the_length_limit_are_placed():
         alpha=0.6,
         max_len_a=0.0,
         max_len_b=4,
-        constraint=Terms([[[9], [11, 12, 13]]], 20),
+        constraint=Terms(spelled([[[9], [11, 12, 13]]]), 20),
     )
     assert len(hyp.tokens) == 4 and holds(hyp.tokens, [9]) and holds(hyp.tokens, [11, 12, 13])
-
-
-def test_a_term_the_model_writes_anyway_changes_nothing():
-    model, src = transformer(), sources([3, 7, 1])
-    free = search(model, src, beam=4, **SETTINGS)
-    terms = [[h.tokens[:2]] if len(h.tokens) >= 2 else [] for h in free]
-    forced = search(model, src, beam=4, **SETTINGS, constraint=Terms(terms, 20))
-    assert [h.tokens for h in forced] == [h.tokens for h in free]
 
 
 class WordTask:
@@ -71,7 +70,7 @@ def test_terms_are_matched_on_the_tokenisation():
     pairs = [("dog", "Hund"), ("big cat", "grosser Katze"), ("the", "a")]
     found = line_terms(WordTask(), ["the big dog", "a cat big", "big cat"], pairs)
     assert [[t[0] for t in ts] for ts in found] == [["dog", "the"], [], ["big cat"]]
-    assert found[2][0][2] == [12, 10]  # grosser Katze
+    assert found[2][0][2] == [Spelling((12, 10))]  # grosser Katze: one spelling in words
     limits = DecodeDefaults(max_len_a=0.0, max_len_b=2)
     assert placeable(WordTask(), "the big dog", found[0], limits, 64) == 2
     limits = DecodeDefaults(max_len_a=0.0, max_len_b=1)
@@ -98,7 +97,42 @@ def test_terms_join_a_prefix():
     from s2s.core.decode.constraints import Prefix, joined
 
     model, src = transformer(), sources([3, 5])
-    both = joined(Prefix([[4], [8, 8]], 20), Terms([[[9, 10]], [[6]]], 20))
+    both = joined(Prefix([[4], [8, 8]], 20), Terms(spelled([[[9, 10]], [[6]]]), 20))
     found = nbest(model, src, 3, **SETTINGS, n=2, constraint=both)
     for prefix, term, hyps in zip([[4], [8, 8]], [[9, 10], [6]], found):
         assert all(h.tokens[: len(prefix)] == prefix and holds(h.tokens, term) for h in hyps)
+
+
+def test_a_term_is_met_by_any_of_its_spellings():
+    """Two spellings of one term (a subword vocabulary's word inside a sentence and at its
+    start): every output holds one of them; the shorter one fits where the other would not."""
+    model, src = transformer(), sources([3, 6, 2])
+    terms = [[[[5, 6], [7]]], [[[9, 9, 9], [8, 8]], [[4]]], [[[11, 12], [13]]]]
+    found = nbest(model, src, 4, **SETTINGS, n=4, constraint=Terms(terms, 20))
+    for line, hyps in zip(terms, found):
+        for h in hyps:
+            assert all(any(holds(h.tokens, x) for x in spellings) for spellings in line)
+    # a limit of 1 token: only the one-token spelling fits, and it is written
+    (tight,) = search(
+        model,
+        sources([2]),
+        beam=3,
+        alpha=0.6,
+        max_len_a=0.0,
+        max_len_b=1,
+        constraint=Terms([[[[5, 6], [7]]]], 20),
+    )
+    assert tight.tokens == [7]
+
+
+def test_a_first_only_spelling_begins_the_output_or_not_at_all():
+    """A word's spelling at the start of a sentence (no space before it, in a subword
+    vocabulary) meets its term only as the output's first tokens, never glued to a word."""
+    model, src = transformer(), sources([3, 6, 2, 5])
+    start = Spelling((7, 8), first=True)
+    found = nbest(model, src, 4, **SETTINGS, n=4, constraint=Terms([[[[5], start]]] * 4, 20))
+    for hyps in found:
+        for h in hyps:
+            assert holds(h.tokens, [5]) or h.tokens[:2] == [7, 8]
+    forced = nbest(model, src, 4, **SETTINGS, n=4, constraint=Terms([[[start]]] * 4, 20))
+    assert all(h.tokens[:2] == [7, 8] for hyps in forced for h in hyps)
