@@ -50,6 +50,7 @@ class Job:
     attention_layer: int | None = None
     wanted: Wanted = Wanted()  # the n best, or n drawn; jobs batch with those that want alike
     prefixes: list[str] | None = None  # a target prefix for each sentence
+    terms: list | None = None  # for each sentence, its terms' target spellings (terminology)
     future: Future = field(default_factory=Future)
     queued: float = field(default_factory=time.perf_counter)
 
@@ -116,6 +117,7 @@ class Batcher:
         member, wanted, start = batch[0].member, batch[0].wanted, time.perf_counter()
         sources = [s for job in batch for s in job.sources]
         prefixes = [p for job in batch for p in (job.prefixes or [""] * len(job.sources))]
+        terms = [t for job in batch for t in (job.terms or [[]] * len(job.sources))]
         settings = self.settings(member)
         found = outputs(
             self.model,
@@ -126,6 +128,7 @@ class Batcher:
             self.cfg.decode.max_sentences,
             wanted=wanted,
             prefixes=prefixes if any(prefixes) else None,
+            terms=terms if any(terms) else None,
         )
         best = [outs[0] for outs in found]
         scores = self.scores(member, sources, [o.tokens for o in best], settings.alpha)

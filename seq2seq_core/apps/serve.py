@@ -7,7 +7,7 @@ well-kept libraries, pure Python, that pull in no torch of their own. Endpoints:
     GET  /health      {"status": "ok", ...} once the model is loaded
     GET  /info        the run: its tasks (members), the checkpoint, decoding settings, limits
     POST /generate    {"text": [sentence, ...], "task": MEMBER?, "nbest": N?, "sampling":
-                      {"temperature", "top_k", "top_p", "seed"}?, "prefixes": [...]?} ->
+                      {"temperature", "top_k", "top_p", "seed"}?, "prefixes": [...]?, "terms": [[s, t], ...]?} ->
                       {"hypotheses", "scores", "nbest"?, "unknown_words", "trees", "timing"}:
                       `s2s generate`'s output lines (docs/decoding.md has the options)
     POST /attention   {"text": sentence, "task": MEMBER?, "layer": L?} -> the encoder-decoder
@@ -37,6 +37,7 @@ log = logging.getLogger("s2s")
 PAGE = Path(__file__).resolve().parent / "page"
 MAX_SENTENCES = 64  # sentences a request
 MAX_SAMPLES = 16  # outputs drawn a sentence ("sampling" with "nbest")
+MAX_TERMS = 32  # source/target term pairs a request ("terms")
 MAX_CHARS = 2000  # characters a sentence
 MAX_BODY = 1 << 20  # bytes a request body
 BATCH_TOKENS = 4096  # source tokens decoded together, summed over the requests of a batch
@@ -187,6 +188,40 @@ def prefixes_of(data: dict, member, sources: list[str], settings, max_positions:
     return prefixes
 
 
+def terms_of(data: dict, member, sources: list[str], settings, max_positions: int):
+    """The request's "terms" (at most MAX_TERMS [source term, target term] pairs) as each
+    sentence's target spellings, or None; a 400 naming what is wrong, before any decoding."""
+    from ..decode.terminology import line_terms, placeable
+    from ..vocab import UNK
+
+    pairs = data.get("terms")
+    if pairs is None:
+        return None
+    if not member.terminology:
+        raise bad(400, f'"terms": task {member.name!r} writes no target words for source terms')
+    if (
+        not isinstance(pairs, list)
+        or len(pairs) > MAX_TERMS
+        or not all(
+            isinstance(p, list) and len(p) == 2 and all(isinstance(x, str) and x.strip() for x in p)
+            for p in pairs
+        )
+    ):
+        raise bad(
+            400,
+            f'"terms" must be a list of at most {MAX_TERMS} [source term, target term] pairs of '
+            "non-empty strings",
+        )
+    for i, (source, target) in enumerate(pairs):
+        if UNK in member.encode_target([" " + target.strip()])[0]:
+            raise bad(400, f'"terms"[{i}]: the target vocabulary cannot spell {target!r}')
+    found = line_terms(member, sources, [(a.strip(), b.strip()) for a, b in pairs])
+    for i, (source, terms) in enumerate(zip(sources, found)):
+        if placeable(member, source, terms, settings, max_positions) < len(terms):
+            raise bad(400, f'"text"[{i}]: its terms do not fit its output\'s length limit together')
+    return [[spellings for _, _, spellings in terms] for terms in found]
+
+
 def measured(
     member, lines: list[str], max_positions: int, many: bool = True
 ) -> tuple[list[str], list[int], list]:
@@ -259,7 +294,8 @@ def build_app(service: Service):
         wanted = wanted_of(data, settings.beam)
         sources, tokens, unknown = measured(member, lines, max_positions)
         prefixes = prefixes_of(data, member, sources, settings, max_positions)
-        job = Job(member, sources, sum(tokens), wanted=wanted, prefixes=prefixes)
+        terms = terms_of(data, member, sources, settings, max_positions)
+        job = Job(member, sources, sum(tokens), wanted=wanted, prefixes=prefixes, terms=terms)
         result = await decoded(service, job)
         trees = [parse(h) for h in result["hypotheses"]]
         return JSONResponse(
@@ -420,6 +456,7 @@ def serve(path, registry, options: ServeOptions) -> None:
             "batch_tokens": BATCH_TOKENS,
             "nbest": {name: decode_settings(m, cfg.decode).beam for name, m in members.items()},
             "samples": MAX_SAMPLES,
+            "terms": MAX_TERMS,
         },
     }
     info["allowed_hosts"] = allowed_hosts(options.host, options.allowed_hosts)

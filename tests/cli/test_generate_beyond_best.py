@@ -182,6 +182,8 @@ def test_the_server_takes_the_same_options(demo_runs, lines, capsys, tmp_path):
     prefixes = tmp_path / "prefixes.txt"
     prefixes.write_text("de kat\n" + "\n" * 7)
     forced = generate(capsys, demo_runs["a"], lines, "--prefixes", prefixes)
+    (tmp_path / "terms.tsv").write_text("book\tkat\n")
+    termed = generate(capsys, demo_runs["a"], lines, "--terms", tmp_path / "terms.tsv")
     with server(demo_runs["a"], log=tmp_path / "serve.log") as url:
         status, got = post(f"{url}/generate", {"text": text, "nbest": 3})
         assert status == 200
@@ -195,6 +197,8 @@ def test_the_server_takes_the_same_options(demo_runs, lines, capsys, tmp_path):
         assert post(f"{url}/generate", body)[1]["nbest"] == drawn["nbest"]  # alone: repeats
         status, got = post(f"{url}/generate", {"text": text, "prefixes": ["de kat"] + [""] * 7})
         assert status == 200 and got["hypotheses"] == forced
+        status, got = post(f"{url}/generate", {"text": text, "terms": [["book", "kat"]]})
+        assert status == 200 and got["hypotheses"] == termed
         for bad, field in [
             ({"nbest": 5}, '"nbest" 5'),
             ({"nbest": 0}, '"nbest" 0'),
@@ -204,6 +208,8 @@ def test_the_server_takes_the_same_options(demo_runs, lines, capsys, tmp_path):
             ({"sampling": {"beam": 2}}, '"sampling" must be an object'),
             ({"prefixes": ["de"]}, '"prefixes" must be a list of 8'),
             ({"prefixes": ["de zzzq"] + [""] * 7}, '"prefixes"[0]: the target vocabulary'),
+            ({"terms": [["book"]]}, '"terms" must be a list'),
+            ({"terms": [["book", "zzzq"]]}, '"terms"[0]: the target vocabulary cannot spell'),
         ]:
             status, got = post(f"{url}/generate", {"text": text, **bad})
             assert status == 400 and field in got["error"], (bad, got)
