@@ -36,6 +36,8 @@ async function loadInfo() {
     $("task-label").hidden = false;
     for (const name of info.tasks) $("task").append(new Option(name, name, false, name === task));
   }
+  const beam = Math.min(...Object.values(info.limits.nbest));  // the n best: at most the beam
+  for (let n = 2; n <= Math.min(beam, 8); n++) $("nbest").append(new Option(`${n} best`, n));
   for (let layer = 1; layer <= info.layers; layer++) {
     $("layer").append(new Option(`${layer} of ${info.layers}`, layer, false, layer === info.layers));
   }
@@ -55,7 +57,8 @@ async function run(event) {
   $("run-button").disabled = true;
   $("status").textContent = "decoding\u2026";
   try {
-    const answer = await call("generate", {text: lines, task: selectedTask()});
+    const nbest = Number($("nbest").value);
+    const answer = await call("generate", {text: lines, task: selectedTask(), nbest: nbest > 1 ? nbest : undefined});
     render(lines, answer);
     $("status").textContent = `${lines.length} sentence(s) in ${answer.timing.total_ms.toFixed(0)} ms`;
     await attention(lines[0]);
@@ -79,6 +82,15 @@ function render(lines, answer) {
                                            answer.unknown_words[i].join(", ")));
     }
     box.append(element("div", "meta", `score ${answer.scores[i].toFixed(3)} (log-probability / length penalty)`));
+    if (answer.nbest) {  // the n best outputs, best first, each with the search's score
+      const list = element("ol", "nbest");
+      for (const out of answer.nbest[i]) {
+        const item = element("li", "", out.output);
+        item.append(element("span", "meta", ` ${out.score.toFixed(3)}`));
+        list.append(item);
+      }
+      box.append(list);
+    }
     if (answer.trees[i]) {  // the server's drawing of a bracketed output: its text is escaped there
       const tree = element("div", "tree");
       tree.innerHTML = answer.trees[i];

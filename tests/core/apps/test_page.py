@@ -189,6 +189,18 @@ def test_the_page_translates_what_is_typed_and_draws_its_attention(tmp_path_fact
             assert [
                 e.text for e in driver.find_elements(By.CSS_SELECTOR, ".result .output")
             ] == expected["hypotheses"][:1]
+            # the n best of each sentence, best first: the server's lists
+            from selenium.webdriver.support.ui import Select
+
+            Select(driver.find_element(By.ID, "nbest")).select_by_value("3")
+            run_page(driver, url, lines, load=False)
+            nbest = post(url + "/generate", {"text": lines, "nbest": 3})[1]["nbest"]
+            shown = [
+                [li.text.rsplit(" ", 1)[0] for li in box.find_elements(By.CSS_SELECTOR, "li")]
+                for box in driver.find_elements(By.CSS_SELECTOR, ".result .nbest")
+            ]
+            assert shown == [[o["output"] for o in outs] for outs in nbest]
+            screenshot(driver, "serve_nbest.png")
     finally:
         driver.quit()
 
