@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from cli_checks import s2s
 from conftest import NLTK_DATA, needs, task_keys, tiny_run
-from s2s.core.apps.serve import MAX_CHARS, MAX_SENTENCES
+from s2s.core.apps.serve import MAX_CHARS, MAX_SAMPLES, MAX_SENTENCES, MAX_TERMS
 from s2s.core.data.members import build_members, pick
 from s2s.core.data.prepared import prepare_data
 from s2s.core.setup.config import load_config
@@ -270,6 +270,9 @@ def test_health_and_info(demo_run, demo_server):
         "characters": MAX_CHARS,
         "tokens": 64,
         "batch_tokens": info["limits"]["batch_tokens"],
+        "nbest": {"demo": 4},  # at most the beam
+        "samples": MAX_SAMPLES,
+        "terms": MAX_TERMS,
     }
     assert get(demo_server + "/health")[1]["status"] == "ok"
 
