@@ -166,10 +166,20 @@ class Run:
         n: int = 1,
         sampling: Sampling | None = None,
         prefixes: Sequence[str] | None = None,
+        terms: Sequence[tuple[str, str]] | None = None,
     ) -> list[list[Output]]:
         """Every input line's outputs, best first, post-processed, each with its search score:
         the n best of the beam (n at most the beam), or n drawn with `sampling`; with
-        `prefixes` (one a line, "" for none) each output starts with its line's prefix."""
+        `prefixes` (one a line, "" for none) each output starts with its line's prefix; with
+        `terms` ((source term, target term) pairs, as `--terms` reads them) every output of a
+        line that holds a source term holds its target term."""
+        spelled = None
+        if terms:
+            from ..decode.terminology import line_terms
+
+            sources = prepared_sources(self.member, lines)
+            found = line_terms(self.member, sources, list(terms))
+            spelled = [[spellings for _, _, spellings in here] for here in found]
         return outputs(
             self.model,
             self.member,
@@ -180,6 +190,7 @@ class Run:
             raw=True,
             wanted=Wanted(n, sampling),
             prefixes=prefixes,
+            terms=spelled,
         )
 
     def score(self, lines: Sequence[str], targets: Sequence[str]) -> list[TargetScore]:

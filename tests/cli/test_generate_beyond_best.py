@@ -122,6 +122,11 @@ def test_the_python_api_decodes_as_generate_does(demo_runs, lines, capsys):
     assert load_run([demo_runs["a"], demo_runs["a"]]).generate(text) == plain
     drawn = run.outputs(text, n=2, sampling=Sampling(seed=4))
     assert drawn == run.outputs(text, n=2, sampling=Sampling(seed=4))
+    with_terms = [outs[0].text for outs in run.outputs(text, terms=[("book", "kat")])]
+    (lines.parent / "terms.tsv").write_text("book\tkat\n")
+    assert with_terms == generate(
+        capsys, demo_runs["a"], lines, "--terms", lines.parent / "terms.tsv"
+    )
     rated = run.score(text, plain)
     best = [json.loads(x)["outputs"][0] for x in generate(capsys, demo_runs["a"], lines, "--json")]
     assert [r.logprob for r in rated] == pytest.approx([b["logprob"] for b in best], abs=2e-3)
