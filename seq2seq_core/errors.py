@@ -23,7 +23,8 @@ class RegistryError(S2SError, LookupError):
 
 
 class TrainingError(S2SError, RuntimeError):
-    """A run that cannot start or go on (run directory, splits that do not fit, non-finite updates)."""
+    """A run that cannot start or go on (run directory, splits that do not fit, non-finite
+    updates)."""
 
 
 class CheckpointError(S2SError, ValueError):

@@ -271,7 +271,8 @@ class Task:
         return hypothesis
 
     def constraint(self, sources: Sequence[str]) -> Constraint | None:
-        """A `Constraint` on the search's outputs for these source lines, or None (no constraint)."""
+        """A `Constraint` on the search's outputs for these source lines, or None (no
+        constraint)."""
         return None
 
     # -- evaluation -------------------------------------------------------------------------

@@ -90,7 +90,8 @@ class WordTokenizer:
         return " ".join(self.itos[i] for i in ids if i >= len(SPECIALS) or i == UNK)
 
     def to_tokenizers(self):
-        """The same vocabulary as a `tokenizers.Tokenizer` (word level, split on whitespace), for export."""
+        """The same vocabulary as a `tokenizers.Tokenizer` (word level, split on whitespace), for
+        export."""
         from tokenizers import Tokenizer, models, pre_tokenizers
 
         tokenizer = Tokenizer(models.WordLevel(self.stoi, unk_token=SPECIALS[UNK]))

@@ -195,7 +195,8 @@ def target_tokens(member, run_ids: Sequence[int]) -> list[str]:
 
 def token_strings(vocab, ids: Sequence[int]) -> list[str]:
     """Each id of a vocabulary as its token: a word-level vocabulary's own (`itos`), a `tokenizers`
-    vocabulary's piece (byte-level pieces as text, a word's start as ▁), else the id decoded alone."""
+    vocabulary's piece (byte-level pieces as text, a word's start as ▁), else the id decoded
+    alone."""
     itos = getattr(vocab, "itos", None)
     tokenizer = vocab.to_tokenizers() if itos is None and hasattr(vocab, "to_tokenizers") else None
     byte_level = tokenizer is not None and type(tokenizer.pre_tokenizer).__name__ == "ByteLevel"
@@ -233,7 +234,8 @@ BYTES = _byte_chars()
 
 
 def _from_bytes(piece: str) -> str:
-    """A byte-level piece as text, a space as ▁; the piece itself when its bytes are not whole UTF-8."""
+    """A byte-level piece as text, a space as ▁; the piece itself when its bytes are not whole
+    UTF-8."""
     text, pending = [], bytearray()
     try:
         for ch in piece:

@@ -42,7 +42,8 @@ def one_line(text: str) -> str:
 
 @dataclass
 class Job:
-    """One request: the sentences of one member (`attention`: one sentence, the weights of `layer`)."""
+    """One request: the sentences of one member (`attention`: one sentence, the weights of
+    `layer`)."""
 
     member: object
     sources: list[str]

@@ -7,9 +7,9 @@ well-kept libraries, pure Python, that pull in no torch of their own. Endpoints:
     GET  /health      {"status": "ok", ...} once the model is loaded
     GET  /info        the run: its tasks (members), the checkpoint, decoding settings, limits
     POST /generate    {"text": [sentence, ...], "task": MEMBER?, "nbest": N?, "sampling":
-                      {"temperature", "top_k", "top_p", "seed"}?, "prefixes": [...]?, "terms": [[s, t], ...]?} ->
-                      {"hypotheses", "scores", "nbest"?, "unknown_words", "trees", "timing"}:
-                      `s2s generate`'s output lines (docs/decoding.md has the options)
+                      {"temperature", "top_k", "top_p", "seed"}?, "prefixes": [...]?, "terms": [[s,
+                      t], ...]?} -> {"hypotheses", "scores", "nbest"?, "unknown_words", "trees",
+                      "timing"}: `s2s generate`'s output lines (docs/decoding.md has the options)
     POST /attention   {"text": sentence, "task": MEMBER?, "layer": L?} -> the encoder-decoder
                       attention weights of layer L (default: the last), every head
 
@@ -101,7 +101,8 @@ def member_of(service: Service, data: dict):
 
 
 def sentences(data: dict, many: bool = True) -> list[str]:
-    """The request's "text": a non-empty list of at most MAX_SENTENCES strings (`many`), or one string."""
+    """The request's "text": a non-empty list of at most MAX_SENTENCES strings (`many`), or one
+    string."""
     if "text" not in data:
         raise bad(400, 'no "text" in the request: send {"text": ["a sentence", ...]}')
     text = data["text"]

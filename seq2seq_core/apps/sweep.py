@@ -1,13 +1,13 @@
 """A sweep: variants of one preset, each a list of overrides trained to the same budget in its own
 run directory SWEEP_DIR/NAME, one after another, then one table and one plot per varied setting.
 
-The variants are a grid (the cartesian product of `KEY=V1,V2` options) or a YAML list of
-override mappings, each optionally named. SWEEP_DIR/sweep.json (the manifest: preset, common
-overrides, budget, variants and their state) makes the sweep resumable: the same command again
-skips the variants that have a result.json, resumes an interrupted one through its run
-directory (bit for bit, `s2s.core.training.trainer`) and trains the rest; a finished sweep only rewrites
-results.md, results.json and the plots. Another sweep in the same folder is an error naming
-sweep.json. Every variant's config is loaded and checked before the first one trains.
+The variants are a grid (the cartesian product of `KEY=V1,V2` options) or a YAML list of override
+mappings, each optionally named. SWEEP_DIR/sweep.json (the manifest: preset, common overrides,
+budget, variants and their state) makes the sweep resumable: the same command again skips the
+variants that have a result.json, resumes an interrupted one through its run directory (bit for bit,
+`s2s.core.training.trainer`) and trains the rest; a finished sweep only rewrites results.md,
+results.json and the plots. Another sweep in the same folder is an error naming sweep.json. Every
+variant's config is loaded and checked before the first one trains.
 """
 
 from __future__ import annotations
@@ -35,7 +35,8 @@ MANIFEST, LOCK = "sweep.json", ".lock"
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.,=+-]*")
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.+-]+")
 BUDGET_KEYS = {"updates": "optim.max_updates", "minutes": "run.max_minutes"}
-#: the other key of each budget, lifted so that only the budget stops training (a common override wins)
+#: the other key of each budget, lifted so that only the budget stops training (a common override
+#: wins)
 LIFTED = {"updates": ("run.max_minutes", "0"), "minutes": ("optim.max_updates", "10000000")}
 
 
@@ -150,7 +151,8 @@ def _flat(mapping: dict, prefix: str = "") -> list[str]:
 
 
 def read_variants(path: str | Path) -> list[Variant]:
-    """A YAML list of override mappings (`- {name: heads1, model.heads: 1}`; nested sections work too)."""
+    """A YAML list of override mappings (`- {name: heads1, model.heads: 1}`; nested sections work
+    too)."""
     import yaml
 
     path = Path(path)
@@ -191,7 +193,8 @@ def read_variants(path: str | Path) -> list[Variant]:
 
 # -- checks before any training -------------------------------------------------------------
 def configs(sweep: Sweep, registry) -> list:
-    """Every variant's config, loaded and checked; the first bad one fails naming its variant and key."""
+    """Every variant's config, loaded and checked; the first bad one fails naming its variant and
+    key."""
     from ..setup.config import load_config
 
     taken = {"run.dir", *BUDGET_KEYS.values()}

@@ -75,7 +75,8 @@ def svg(tree: Node) -> str:
     cursor = [float(PAD)]
 
     def place(node: Node, row: int) -> int:
-        """Lays out `node`'s subtree with `node` at `row` counted from the top; returns its height."""
+        """Lays out `node`'s subtree with `node` at `row` counted from the top; returns its
+        height."""
         node.row = row
         xs, height = [], 1
         for child in node.children:

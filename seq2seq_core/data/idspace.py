@@ -142,7 +142,8 @@ class MappedConstraint(Constraint):
         if self.inner is None:
             return state
         member = torch.where(tokens >= N_SPECIAL, tokens - self.offset, tokens)
-        # a row out of the search may hold another member's id: any in-range id keeps its state usable
+        # a row out of the search may hold another member's id: any in-range id keeps its state
+        # usable
         return self.inner.advance(state, member.clamp(0, len(self.columns) - 1))
 
     def _spread(self, member: torch.Tensor, fill) -> torch.Tensor:

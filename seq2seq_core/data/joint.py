@@ -110,7 +110,8 @@ def _spec(members, groups, cfg, data_cfg) -> dict:
 
 
 def _valid(root: Path, n: int) -> dict | None:
-    """The manifest of the cached vocabularies, if every file in it and every input is as recorded."""
+    """The manifest of the cached vocabularies, if every file in it and every input is as
+    recorded."""
     try:
         manifest = json.loads((root / MANIFEST).read_text(encoding="utf-8"))
         for name, digest in manifest["files"].items():

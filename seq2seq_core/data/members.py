@@ -1,9 +1,9 @@
 """The tasks of a run: one, or several sharing one model (its members), and the model over them.
 
 A run trains its members: the one task of `task`, or the members listed under `tasks` (see
-config.MemberConfig). Each member keeps its own tokenisation, vocabulary, prepared data,
-decoding defaults, constraint and metric; a task needs no change to join. A member is its task
-in the run's id space (`s2s.core.data.idspace`); which member an update trains is `s2s.core.training.schedule`.
+config.MemberConfig). Each member keeps its own tokenisation, vocabulary, prepared data, decoding
+defaults, constraint and metric; a task needs no change to join. A member is its task in the run's
+id space (`s2s.core.data.idspace`); which member an update trains is `s2s.core.training.schedule`.
 """
 
 from __future__ import annotations
@@ -161,7 +161,8 @@ def data_config(cfg):
 
 
 def load_vocabularies(members: list[Member], run_dir: Path) -> tuple[int, int, bool]:
-    """Every member's vocabulary from a run directory; returns the run's id space (`idspace.join`)."""
+    """Every member's vocabulary from a run directory; returns the run's id space
+    (`idspace.join`)."""
     for m in members:
         where = Path(run_dir) / m.vocab_subdir
         try:

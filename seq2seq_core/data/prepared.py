@@ -6,10 +6,10 @@ are held in memory (8 bytes a pair), so a corpus of tens of millions of pairs ne
 Python lists. The result is cached under a key derived from the task section and the length
 filters, and written to a temporary folder renamed into place once complete.
 
-The cache cannot lie: its manifest (`prepared.json`) holds the SHA-256 of every file in it and
-the fingerprint (size, mtime, content hash) of every file the task read while preparing,
-by any reader (`s2s.core.files.recording`). Both are checked when the cache is opened; a damaged cache, or one whose
-inputs changed since, is rebuilt with a message saying why. Temporary folders left by killed
+The cache cannot lie: its manifest (`prepared.json`) holds the SHA-256 of every file in it and the
+fingerprint (size, mtime, content hash) of every file the task read while preparing, by any reader
+(`s2s.core.files.recording`). Both are checked when the cache is opened; a damaged cache, or one
+whose inputs changed since, is rebuilt with a message saying why. Temporary folders left by killed
 runs on this machine are removed.
 
 One process of a machine builds a missing cache (holding a lock file beside it), the others wait
@@ -182,7 +182,8 @@ class Prepared:
 
 
 def _checked_pairs(task: Task, split: str, pairs):
-    """read_split's pairs, each a (str, str) pair, else an error naming the plugin and read_split."""
+    """read_split's pairs, each a (str, str) pair, else an error naming the plugin and
+    read_split."""
     for i, pair in enumerate(pairs, 1):
         if not (
             isinstance(pair, (tuple, list))

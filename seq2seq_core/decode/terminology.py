@@ -106,9 +106,8 @@ class Spelling:
         return x if isinstance(x, Spelling) else Spelling(tuple(x))
 
 
-#: added to the log-probability of a token that moves a missing term on: chosen on Multi30k's
-#: val split among 0, 2, 4 and 6 (sacreBLEU of the sentences with terms 23.75, 28.08, 29.94,
-#: 28.37 against 32.24 unconstrained; bench/decode_beyond.py --split val)
+#: added to the log-probability of a token that moves a missing term on (chosen on Multi30k's
+#: val split: docs/decoding.md, "Terminology")
 BONUS = 4.0
 
 
@@ -187,20 +186,27 @@ class Terms(Constraint):
         written, seen = self._after(state, tokens[:, None])
         return (*state[:5], state[5] + 1, written[:, 0], seen[:, 0])
 
-    def allowed(self, state: tuple, remaining) -> torch.Tensor:
+    def _moving(self, state: tuple):
+        """The tokens that move a spelling on, its next token and its first ([n, 2S]), and
+        (written, seen) [n, 2S, S] after each."""
+        ids, written = state[0], state[6]
+        next_id = ids.gather(2, written.clamp(max=ids.size(2) - 1)[..., None])[..., 0]
+        moving = torch.cat([next_id, ids[:, :, 0]], dim=1)
+        return (moving, *self._after(state, moving))
+
+    def _mask(self, state: tuple, remaining, moves) -> torch.Tensor:
         ids, _, same, _, _, _, written, seen = state
-        n, L = ids.size(0), ids.size(2)
-        # the tokens that move a spelling on: its next token and its first
-        next_id = ids.gather(2, written.clamp(max=L - 1)[..., None])[..., 0]
-        moving = torch.cat([next_id, ids[:, :, 0]], dim=1)  # [n, 2S]
-        w, d = self._after(state, moving)
+        moving, w, d = moves
         ok = self._need(state, w, d).le(remaining[:, None] - 1)
         fresh = torch.zeros_like(written)[:, None, :]  # any other token: nothing in progress
         base = self._need(state, fresh, seen[:, None, :])[:, 0].le(remaining - 1)
-        mask = base[:, None].expand(n, self.vocab).clone()
+        mask = base[:, None].expand(ids.size(0), self.vocab).clone()
         mask.scatter_(1, moving, ok)  # a PAD among them (an empty slot) is banned anyway
         mask[:, EOS] = self._met(same, seen[:, None, :])[:, 0].all(1)
         return mask
+
+    def allowed(self, state: tuple, remaining) -> torch.Tensor:
+        return self._mask(state, remaining, self._moving(state))
 
     def score(self, state: tuple, logp: torch.Tensor, remaining) -> torch.Tensor:
         """The model's log-probabilities where allowed, plus `BONUS` for a token that moves a
@@ -208,12 +214,10 @@ class Terms(Constraint):
         put them off (a soft form of Post and Vilar's beam allocation). The search's score of
         an output with terms includes the bonuses; the model's own log-probability of it is
         what `--json` and `target_scores` give."""
-        out = logp.masked_fill(~self.allowed(state, remaining), float("-inf"))
-        ids, _, same, _, _, _, written, seen = state
-        L = ids.size(2)
-        next_id = ids.gather(2, written.clamp(max=L - 1)[..., None])[..., 0]
-        moving = torch.cat([next_id, ids[:, :, 0]], dim=1)  # [n, 2S]
-        w, _ = self._after(state, moving)
+        _, _, same, _, _, _, written, seen = state
+        moves = self._moving(state)
+        out = logp.masked_fill(~self._mask(state, remaining, moves), float("-inf"))
+        moving, w, _ = moves
         missing = ~self._met(same, seen[:, None, :])[:, 0]  # [n, S]
         grows = ((w > written[:, None, :]) & missing[:, None, :]).any(-1)  # [n, 2S]
         return out.scatter_(1, moving, out.gather(1, moving) + grows * BONUS)

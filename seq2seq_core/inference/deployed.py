@@ -27,9 +27,9 @@ def decode_ctranslate2(
 ) -> list[list[int]]:
     """Target ids (no specials) for each source line, decoded by a ctranslate2.Translator over an
     export, with the task's settings and `s2s generate`'s maximum lengths; `beam` overrides
-    settings.beam; `max_positions`: the model's, which also bounds the length. One batch decodes to its longest sentence's limit; greedy search is
-    prefix-consistent, so cutting each sentence at its own limit gives what a search with that
-    limit gives."""
+    settings.beam; `max_positions`: the model's, which also bounds the length. One batch decodes to
+    its longest sentence's limit; greedy search is prefix-consistent, so cutting each sentence at
+    its own limit gives what a search with that limit gives."""
     src, tgt = tokenizers_of(task)
     src_tokens = tokens_of(src)
     tgt_ids = {t: i for i, t in enumerate(tokens_of(tgt))}

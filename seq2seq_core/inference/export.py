@@ -69,7 +69,8 @@ def export(
     quantization: str | None = None,
     force: bool = False,
 ) -> Path:
-    """Write the run's model (what `s2s generate RUN_DIR` decodes with) in format `to` into `output`."""
+    """Write the run's model (what `s2s generate RUN_DIR` decodes with) in format `to` into
+    `output`."""
     from ..training.rundir import run_dir_of
     from . import load_for_inference
 
@@ -224,7 +225,8 @@ def tokens_of(tokenizer) -> list[str]:
 
 
 def _numpy(t: torch.Tensor):
-    """A float32 copy: the converter may change the arrays it is given, the model must not change."""
+    """A float32 copy: the converter may change the arrays it is given, the model must not
+    change."""
     return t.detach().float().numpy().copy()
 
 
@@ -336,7 +338,8 @@ def _ct2_attention(spec, attn, norm, self_attention: bool) -> None:
 
 # -- Hugging Face ----------------------------------------------------------------------------
 def to_huggingface(model: Transformer, cfg, task, out: Path) -> None:
-    """A MarianMTModel (config.json, model.safetensors, generation_config.json) and its tokenizer."""
+    """A MarianMTModel (config.json, model.safetensors, generation_config.json) and its
+    tokenizer."""
     try:
         from transformers import GenerationConfig, MarianConfig, MarianMTModel
     except ImportError:

@@ -254,7 +254,8 @@ def _rated(model, task, sources, targets, alpha: float, device) -> list[dict]:
 
 
 def _source_line(raw: bytes, name: str, number: int, task, max_positions: int) -> str | None:
-    """The source of one input line (`prepared_sources`), or None (with a warning) when it cannot be decoded."""
+    """The source of one input line (`prepared_sources`), or None (with a warning) when it cannot be
+    decoded."""
     try:
         line = prepared_sources(task, [textio.decode_line(raw, name, number)])[0]
     except DataError as e:

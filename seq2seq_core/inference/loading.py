@@ -1,14 +1,15 @@
 """Inference: a trained model from its run directory, and source lines turned into output lines.
 
-`load_for_inference` reads a run directory (or a checkpoint in one) back into the config, the
-task and the model. `hypotheses` is what `s2s generate`, validation and test evaluation share: encode the sources,
-decode them in batches of similar length with the task's defaults (overridden by the decode
+`load_for_inference` reads a run directory (or a checkpoint in one) back into the config, the task
+and the model. `hypotheses` is what `s2s generate`, validation and test evaluation share: encode the
+sources, decode them in batches of similar length with the task's defaults (overridden by the decode
 section) and turn ids back into text. `decode_sources` applies the task's post-processing to them
-(`s2s generate`); validation and test hand `Task.score` the hypotheses with their sources, so
-that a task counts what its post-processing did there, and `postprocess` keeps no state.
-Input typed by a person (`s2s generate`, the server) goes through the task's `prepare_source`
-first (`prepared_sources`: parsing tokenises raw text); words the vocabulary lacks are named (`unknown_words`).
-`load_run` is the public way to a run's model and decoding settings (docs/export.md uses it).
+(`s2s generate`); validation and test hand `Task.score` the hypotheses with their sources, so that a
+task counts what its post-processing did there, and `postprocess` keeps no state. Input typed by a
+person (`s2s generate`, the server) goes through the task's `prepare_source` first
+(`prepared_sources`: parsing tokenises raw text); words the vocabulary lacks are named
+(`unknown_words`). `load_run` is the public way to a run's model and decoding settings
+(docs/export.md uses it).
 """
 
 from __future__ import annotations
@@ -146,7 +147,8 @@ class Run:
 
     @property
     def task(self) -> Task:
-        """The task itself: its tokenisation (`prepare_source`, `encode_source`), its `tokenizers()`."""
+        """The task itself: its tokenisation (`prepare_source`, `encode_source`), its
+        `tokenizers()`."""
         return self.member.task
 
     def max_length(self, source_tokens: int) -> int:

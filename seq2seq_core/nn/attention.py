@@ -53,8 +53,8 @@ def attention(
 
 
 class MultiHeadAttention(nn.Module):
-    """MultiHead(Q, K, V) = Concat(head_1..head_h) W^O, head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V),
-    W^Q, W^K: d_model x h d_k, W^V: d_model x h d_v, W^O: h d_v x d_model.
+    """MultiHead(Q, K, V) = Concat(head_1..head_h) W^O, head_i = Attention(Q W_i^Q, K W_i^K, V
+    W_i^V), W^Q, W^K: d_model x h d_k, W^V: d_model x h d_v, W^O: h d_v x d_model.
 
     Keys and values are projected separately (`keys_values`) so that the decoder can compute the
     encoder-decoder ones once per sentence and cache its own step by step."""
@@ -92,7 +92,8 @@ class MultiHeadAttention(nn.Module):
         return self.split_heads(self.w_k(x)), self.split_heads(self.w_v(x))
 
     def cached_keys_values(self, x: Tensor) -> Tensor:
-        """x's keys and values as one tensor [B, 2, h, S, max(d_k, d_v)] (the smaller one padded)."""
+        """x's keys and values as one tensor [B, 2, h, S, max(d_k, d_v)] (the smaller one
+        padded)."""
         k, v = self.keys_values(x)
         if self.d_k != self.d_v:
             d = max(self.d_k, self.d_v)

@@ -1,4 +1,5 @@
-"""Section 5.4: label-smoothed cross-entropy over the output projection, a chunk of rows at a time."""
+"""Section 5.4: label-smoothed cross-entropy over the output projection, a chunk of rows at a
+time."""
 
 from __future__ import annotations
 

@@ -1,11 +1,12 @@
 """The Transformer of "Attention Is All You Need" (Vaswani et al. 2017), section 3, attention aside.
 
 An encoder and a decoder stack of N layers each (3.1); multi-head scaled dot-product attention (3.2,
-s2s.core.nn.attention), d_k and d_v per head d_model / h or set (Table 3, rows A and B); position-wise
-feed-forward networks (3.3); embeddings scaled by sqrt(d_model), with a shared vocabulary tied with the
-pre-softmax projection (3.4); sinusoidal positional encodings (3.5), or learned ones (Table 3, row E).
-Residual blocks are post-norm as in the paper, LayerNorm(x + Dropout(Sublayer(x))), or pre-norm with
-`cfg.pre_norm`. `forward(..., return_attention=True)` also returns every attention's weights.
+s2s.core.nn.attention), d_k and d_v per head d_model / h or set (Table 3, rows A and B);
+position-wise feed-forward networks (3.3); embeddings scaled by sqrt(d_model), with a shared
+vocabulary tied with the pre-softmax projection (3.4); sinusoidal positional encodings (3.5), or
+learned ones (Table 3, row E). Residual blocks are post-norm as in the paper, LayerNorm(x +
+Dropout(Sublayer(x))), or pre-norm with `cfg.pre_norm`. `forward(..., return_attention=True)` also
+returns every attention's weights.
 
 Besides training (`forward`), the model serves search: `encode` once, then either `decode` the
 whole prefix at every step or keep a `DecoderCache` and feed one token per step (`decode_step`).
@@ -29,7 +30,8 @@ from .loss import label_smoothed_loss
 
 
 def sinusoids(n_positions: int, d_model: int) -> Tensor:
-    """PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model))."""
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(pos /
+    10000^(2i/d_model))."""
     pos = torch.arange(n_positions, dtype=torch.float32)[:, None]
     inv_freq = torch.exp(
         torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / d_model)
@@ -145,7 +147,8 @@ class EncoderLayer(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    """Masked self-attention over the target prefix, attention over the encoder output, then the FFN."""
+    """Masked self-attention over the target prefix, attention over the encoder output, then the
+    FFN."""
 
     def __init__(self, cfg):
         super().__init__()
@@ -158,7 +161,8 @@ class DecoderLayer(nn.Module):
     def forward(
         self, x: Tensor, memory_kv, memory_mask: Tensor, kv: Optional[Tensor] = None, step: int = 0
     ) -> Tensor:
-        """memory_kv: the encoder output's keys [B, h, S, d_k] and values [B, h, S, d_v] for this layer.
+        """memory_kv: the encoder output's keys [B, h, S, d_k] and values [B, h, S, d_v] for this
+        layer.
 
         kv None: x is the whole target prefix, masked causally. Otherwise x is one position
         (`step`) and kv [B*g, 2, h, capacity, max(d_k, d_v)] this layer's self-attention cache: this
@@ -182,12 +186,13 @@ class DecoderCache:
     """What incremental decoding keeps between steps; tensors only, one row per sentence or
     hypothesis first, so that moving rows is one contiguous copy each.
 
-    memory_kv [B, N, 2, h, S, d]: encoder-decoder keys/values of the N layers, once per sentence, keys
-    in the first d_k, values in the first d_v of d = max(d_k, d_v) (MultiHeadAttention.split_cached).
+    memory_kv [B, N, 2, h, S, d]: encoder-decoder keys/values of the N layers, once per sentence,
+    keys in the first d_k, values in the first d_v of d = max(d_k, d_v)
+    (MultiHeadAttention.split_cached).
     memory_mask [B, 1, 1, S]: True at source positions that may be attended.
-    kv [B*g, N, 2, h, capacity, d]: self-attention keys/values of the steps done so far (allocated at
-    the first step with `capacity` positions, doubled when full); spare: a buffer of its shape for a
-    reordering that moves every row, made when one first does (reorder_cache).
+    kv [B*g, N, 2, h, capacity, d]: self-attention keys/values of the steps done so far (allocated
+    at the first step with `capacity` positions, doubled when full); spare: a buffer of its shape
+    for a reordering that moves every row, made when one first does (reorder_cache).
     step: number of steps done, hence the position of the next token."""
 
     memory_kv: Tensor
@@ -199,7 +204,8 @@ class DecoderCache:
 
 
 class Transformer(nn.Module):
-    """Encoder-decoder Transformer; `cfg` has ModelConfig's fields (layers, d_model, d_ff, heads, ...).
+    """Encoder-decoder Transformer; `cfg` has ModelConfig's fields (layers, d_model, d_ff, heads,
+    ...).
 
     With `shared_vocab` the encoder and decoder embeddings and the pre-softmax projection are one
     tensor (section 3.4). With separate vocabularies the projection is its own matrix, N(0,
@@ -216,8 +222,9 @@ class Transformer(nn.Module):
             self.src_embed = self.tgt_embed
         else:
             self.src_embed = nn.Embedding(src_vocab_size, cfg.d_model, padding_idx=PAD)
-        # learned positions (Table 3, row E) are a parameter; the sinusoid buffer `pe` is then empty,
-        # kept for its dtype, the activations' (s2s.core.nn.precision casts buffers, not embeddings)
+        # learned positions (Table 3, row E) are a parameter; the sinusoid buffer `pe` is then
+        # empty, kept for its dtype, the activations' (s2s.core.nn.precision casts buffers, not
+        # embeddings)
         learned = getattr(cfg, "positions", "sinusoid") == "learned"
         self.pos_embed = nn.Embedding(cfg.max_positions, cfg.d_model) if learned else None
         self.register_buffer(
@@ -237,13 +244,14 @@ class Transformer(nn.Module):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        """Zero biases; embeddings N(0, d_model^-0.5), PAD row zero, learned positions too (fairseq's:
-        small beside the scaled token embeddings, whose entries start near std 1, so that a token's
-        identity dominates its first input); attention's W^Q, W^K, W^V Xavier-uniform as if the three
-        were one [h (2 d_k + d_v), d_model] matrix (gain 1/sqrt(2) when d_k = d_v = d_model / h),
-        W^O Xavier-uniform; the feed-forward weights U(+-1/sqrt(fan_in)), which keeps each FFN's
-        residual branch small at the start (W_2's bound is half Xavier's at d_ff = 4 d_model). With Xavier
-        everywhere a small parser learned far slower per update (docs/parsing.md, "Learning speed")."""
+        """Zero biases; embeddings N(0, d_model^-0.5), PAD row zero, learned positions too
+        (fairseq's: small beside the scaled token embeddings, whose entries start near std 1, so
+        that a token's identity dominates its first input); attention's W^Q, W^K, W^V Xavier-uniform
+        as if the three were one [h (2 d_k + d_v), d_model] matrix (gain 1/sqrt(2) when d_k = d_v =
+        d_model / h), W^O Xavier-uniform; the feed-forward weights U(+-1/sqrt(fan_in)), which keeps
+        each FFN's residual branch small at the start (W_2's bound is half Xavier's at d_ff = 4
+        d_model). With Xavier everywhere a small parser learned far slower per update
+        (docs/parsing.md, "Learning speed")."""
         for m in self.modules():
             if isinstance(m, nn.Linear) and m.bias is not None:
                 nn.init.zeros_(m.bias)
@@ -272,8 +280,9 @@ class Transformer(nn.Module):
     def flops(self, src_lens, tgt_lens, backward: bool = True, attention: bool = True) -> float:
         """Matmul FLOPs (2mkn a product) of training (`backward`) or of a forward pass over pairs of
         these real lengths (numbers or arrays, an entry a pair: padding is waste, not work), what
-        model-FLOPs utilisation divides by. S, T: a pair's source and target tokens (with EOS / BOS),
-        N layers a stack, d = d_model, V the target vocabulary, a = h d_k, b = h d_v (d both by default):
+        model-FLOPs utilisation divides by. S, T: a pair's source and target tokens (with EOS /
+        BOS), N layers a stack, d = d_model, V the target vocabulary, a = h d_k, b = h d_v (d both
+        by default):
 
             training = 3 forward                        the backward pass costs twice the forward
             forward = 2 (S P_src + T P_tgt) + A         P: the weights a token is multiplied by
@@ -281,8 +290,9 @@ class Transformer(nn.Module):
             P_tgt = N (3 d (a + b) + 2 d d_ff) + d V    decoder self Q, K, V, O, cross Q, O, FFN; output
             A = N (a + b) (2 S^2 + T (T + 1) + 2 T S)   Q K^T and weights x V; causal pairs only
 
-        Embeddings, biases, norms, softmax, dropout, loss and Adam count 0. Without `attention` (small in a
-        search step) only the lengths' sums matter: a search's source tokens and decoder rows will do."""
+        Embeddings, biases, norms, softmax, dropout, loss and Adam count 0. Without `attention`
+        (small in a search step) only the lengths' sums matter: a search's source tokens and decoder
+        rows will do."""
         S, T = np.asarray(src_lens, dtype=np.float64), np.asarray(tgt_lens, dtype=np.float64)
         N, d, d_ff, V = len(self.encoder), self.d_model, self.d_ff, self.out.out_features
         att = self.encoder[0].self_attn
@@ -297,10 +307,11 @@ class Transformer(nn.Module):
         return float((3 if backward else 1) * forward.sum())
 
     def embed(self, emb: nn.Embedding, tokens: Tensor, start: int = 0) -> Tensor:
-        """Dropout(Embedding(tokens) * sqrt(d_model) + PE), positions from `start`, in the dtype
-        of the buffer `pe` (that of the activations: s2s.core.nn.precision casts it with the weights).
+        """Dropout(Embedding(tokens) * sqrt(d_model) + PE), positions from `start`, in the dtype of
+        the buffer `pe` (that of the activations: s2s.core.nn.precision casts it with the weights).
         Learned positions are added in their table's dtype, then cast: the gradient of a position's
-        row, a sum over the batch, is summed in fp32 when the table is (as the token embeddings')."""
+        row, a sum over the batch, is summed in fp32 when the table is (as the token
+        embeddings')."""
         end = start + tokens.size(1)
         if end > self.max_positions:
             raise ValueError(
@@ -433,7 +444,8 @@ class Transformer(nn.Module):
         With `keep` (sentence numbers) the cache holds those sentences only from now on, in that
         order; index then lists g rows for each kept sentence, in the same order. Only the rows
         that change are copied, in place, when no copy reads a row another writes (as beam
-        search arranges: s2s.core.decode.search._stable_slots); otherwise all, via the spare buffer."""
+        search arranges: s2s.core.decode.search._stable_slots); otherwise all, via the spare
+        buffer."""
         if keep is not None:
             cache.memory_kv = cache.memory_kv.index_select(0, keep)
             cache.memory_mask = cache.memory_mask.index_select(0, keep)

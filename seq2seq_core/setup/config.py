@@ -1,11 +1,11 @@
 """A run's config: the settings (`s2s.core.setup.settings`) merged from a preset YAML and overrides.
 
 A preset names its task (`task.name`); the task section is then checked against that task's own
-`Config` dataclass. Any unknown key or wrongly typed value fails at once with the dotted key and
-the nearest valid one; values out of the range a field declares, non-finite numbers and broken
-relations (heads dividing d_model, ...) fail the same way (`s2s.core.checks.check_sections`, once the
-config is merged), before any data is read. Each component receives only its own section.
-Preset files stay YAML; task keys are typed by the task's own Config once `task.name` is known.
+`Config` dataclass. Any unknown key or wrongly typed value fails at once with the dotted key and the
+nearest valid one; values out of the range a field declares, non-finite numbers and broken relations
+(heads dividing d_model, ...) fail the same way (`s2s.core.checks.check_sections`, once the config
+is merged), before any data is read. Each component receives only its own section. Preset files stay
+YAML; task keys are typed by the task's own Config once `task.name` is known.
 
 Command-line overrides `KEY=VALUE` are split at the first "=", and the value converted only by
 the declared type of its field (`typed_value`): a string is kept exactly (a "#", a newline,
@@ -312,7 +312,8 @@ def single_task(cfg: DictConfig, what: str) -> DictConfig:
 
 
 def _load_yaml(path: Path, context: str = ""):
-    """A YAML preset; a file that cannot be read or parsed is a ConfigError naming it (and the line)."""
+    """A YAML preset; a file that cannot be read or parsed is a ConfigError naming it (and the
+    line)."""
     try:
         return OmegaConf.load(path)
     except Exception as e:  # noqa: BLE001 -- yaml errors carry the line; OSError the reason

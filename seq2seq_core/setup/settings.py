@@ -1,5 +1,6 @@
-"""The settings of a run: one dataclass per component, each field with its default and the values
-it allows (`s2s.core.checks`). `s2s.core.setup.config` loads them from a preset and the command line."""
+"""The settings of a run: one dataclass per component, each field with its default and the values it
+allows (`s2s.core.checks`). `s2s.core.setup.config` loads them from a preset and the command
+line."""
 
 from __future__ import annotations
 
@@ -32,7 +33,8 @@ class ModelConfig:
     d_model: int = setting(512, at_least(1))
     d_ff: int = setting(2048, at_least(1))
     heads: int = setting(8, at_least(1))
-    # dimensions of a head's queries and keys (d_k) and values (d_v); None = d_model / heads (Table 3, A, B)
+    # dimensions of a head's queries and keys (d_k) and values (d_v); None = d_model / heads (Table
+    # 3, A, B)
     d_k: Optional[int] = setting(None, at_least(1))
     d_v: Optional[int] = setting(None, at_least(1))
     dropout: float = setting(0.1, PROBABILITY)
@@ -158,8 +160,8 @@ class Precision(str, Enum):
 SEED_MAX = 2**32 - 1
 INIT_KEEP = ("optimizer", "schedule", "best", "data")
 
-#: multi-task sampling, p_k ~ weight_k * n_k^(1/T) in float64 (s2s.core.training.schedule): with n_k up to
-#: 10^12 pairs, 1/T * ln(10^12) + ln(weight) stays far below ln(float64 max) ~ 709.8
+#: multi-task sampling, p_k ~ weight_k * n_k^(1/T) in float64 (s2s.core.training.schedule): with n_k
+#: up to 10^12 pairs, 1/T * ln(10^12) + ln(weight) stays far below ln(float64 max) ~ 709.8
 MIN_TEMPERATURE = 0.05
 WEIGHT_RANGE = (1e-6, 1e6)
 
@@ -193,29 +195,32 @@ class RunConfig:
         0, at_least(0, "0 = the task's beam")
     )  # dev search's beam for the metric, at most the task's (0 = the task's)
     save_interval: int = setting(1000, at_least(1))  # updates between checkpoints
-    # also stop after this many minutes of training, across resumes (0 = off): updates, validation and
-    # checkpoints count; data preparation and what follows the budget (averaging, the chosen model's dev
-    # re-score, the test decode) do not, and the log says when the budget ran out
+    # also stop after this many minutes of training, across resumes (0 = off): updates, validation
+    # and checkpoints count; data preparation and what follows the budget (averaging, the chosen
+    # model's dev re-score, the test decode) do not, and the log says when the budget ran out
     max_minutes: float = setting(0.0, at_least(0, "0 = off"))
     save_minutes: float = setting(
         0.0, at_least(0, "0 = off")
     )  # also save when this many minutes passed since the last save (0 = off)
     keep_last: int = setting(5, at_least(1))  # checkpoints kept
     average_last: int = setting(
-        0, at_least(0, "0 = none")
-    )  # at the end, average the last K checkpoints (0 = none); tested unless the best validated model scores higher on dev
+        0,
+        at_least(0, "0 = none"),
+        # at the end, average the last K checkpoints (0 = none); tested unless the best validated model
+        # scores higher on dev
+    )
     max_nonfinite: int = setting(
         10, at_least(1)
     )  # stop after this many non-finite updates in a row
-    # several processes (s2s.core.training.distributed): a collective of training fails after timeout_minutes
-    # (a process that hangs stops the run); waiting for what rank 0 does alone (first data
-    # preparation, the test decode, averaging checkpoints) fails only after wait_minutes
+    # several processes (s2s.core.training.distributed): a collective of training fails after
+    # timeout_minutes (a process that hangs stops the run); waiting for what rank 0 does alone
+    # (first data preparation, the test decode, averaging checkpoints) fails only after wait_minutes
     timeout_minutes: float = setting(10.0, above(0))
     wait_minutes: float = setting(720.0, above(0))
     # a new run starts from the weights of this run directory (the checkpoint it tested) or
-    # checkpoint file (s2s.core.training.transfer); "" = from scratch. init_member: the source member whose
-    # vocabulary rows to take, from a multi-task source; init_keep: what else to take besides the
-    # weights (optimizer, schedule, best, data), nothing by default
+    # checkpoint file (s2s.core.training.transfer); "" = from scratch. init_member: the source
+    # member whose vocabulary rows to take, from a multi-task source; init_keep: what else to take
+    # besides the weights (optimizer, schedule, best, data), nothing by default
     init_from: str = setting("", path=True)
     init_member: str = ""
     init_keep: List[str] = setting_list(

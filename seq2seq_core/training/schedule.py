@@ -26,14 +26,16 @@ def probabilities(members: list, temperature: float) -> np.ndarray:
 
 
 def draw(p: np.ndarray, seed: int, update: int) -> int:
-    """The member that update `update` (counted from 1) trains: a function of (seed, update) only."""
+    """The member that update `update` (counted from 1) trains: a function of (seed, update)
+    only."""
     if len(p) == 1:
         return 0
     return int(np.random.default_rng([seed, update]).choice(len(p), p=p))
 
 
 class Stream:
-    """One member's training batches from a position (epoch, batches taken in it), epoch after epoch."""
+    """One member's training batches from a position (epoch, batches taken in it), epoch after
+    epoch."""
 
     def __init__(self, member, max_tokens: int, seed: int, rank: int, world: int):
         self.member, self.max_tokens, self.seed, self.rank, self.world = (

@@ -329,7 +329,8 @@ class Trainer:
         """
         cfg, g = self.cfg, self.group
         data = self.prefetch.take(member, batches)
-        # copies from pinned memory on a GPU, asynchronous; the tokens counted on the device (no sync)
+        # copies from pinned memory on a GPU, asynchronous; the tokens counted on the device (no
+        # sync)
         tensors = [
             {k: b[k].to(self.device, non_blocking=True) for k in ("src", "tgt_in", "tgt_out")}
             for b in data
@@ -429,7 +430,8 @@ class Trainer:
         return None
 
     def validate(self) -> tuple[dict, float]:
-        """The valid record of this update and its selection figure (s2s.core.training.validation)."""
+        """The valid record of this update and its selection figure
+        (s2s.core.training.validation)."""
         search = precision.for_inference(self.model, self.search_precision)
         models = DevModels(self.net, search, self.autocast)
         return evaluate_dev(models, self.members, self.group, self.cfg, self.update)

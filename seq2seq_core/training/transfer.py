@@ -35,7 +35,8 @@ log = logging.getLogger("s2s")
 
 #: the parameters indexed by vocabulary rows, and the side each belongs to
 VOCAB_ROWS = {"src_embed.weight": "src", "tgt_embed.weight": "tgt", "out.weight": "tgt"}
-#: the model settings that decide a parameter's shape (pre_norm: the final LayerNorms, and what every one normalises)
+#: the model settings that decide a parameter's shape (pre_norm: the final LayerNorms, and what
+#: every one normalises)
 SHAPE_KEYS = (
     "layers",
     "d_model",

@@ -153,7 +153,8 @@ def add(subparsers, common) -> None:
 
 
 def run(args) -> int:
-    """Stream source lines to output lines, exactly one out per line in (`inference.generate_lines`).
+    """Stream source lines to output lines, exactly one out per line in
+    (`inference.generate_lines`).
 
     With --output, a regular file appears complete at the end (`files.replacing`); a device or
     a pipe is written as it goes. The output may not be the input, nor a file of a run read
