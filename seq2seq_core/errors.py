@@ -75,7 +75,8 @@ def explain(e: BaseException, command: str) -> tuple[str, int]:
         return first(e), 2
     if isinstance(e, MemoryError) or type(e).__name__ == "OutOfMemoryError":
         return (
-            f"out of memory ({first(e)[:100]}): lower {MEMORY_SETTINGS.get(command, 'the batch size')}",
+            f"out of memory ({first(e)[:100]}): lower "
+            f"{MEMORY_SETTINGS.get(command, 'the batch size')}",
             2,
         )
     if isinstance(e, OSError):

@@ -237,7 +237,8 @@ def measured(
             where = f'"text"[{i}]' if many else '"text"'
             raise bad(
                 413,
-                f"{where} has {len(seq) + 1} source tokens; the model takes at most {max_positions} "
+                f"{where} has {len(seq) + 1} source tokens; the model takes at most "
+                f"{max_positions} "
                 "(model.max_positions)",
             )
     return (
@@ -322,7 +323,8 @@ def build_app(service: Service):
         if isinstance(layer, bool) or not isinstance(layer, int) or not 1 <= layer <= layers:
             raise bad(
                 400,
-                f'"layer" {json.dumps(layer)[:40]}: this model has {layers} layers (numbered 1 to {layers})',
+                f'"layer" {json.dumps(layer)[:40]}: this model has {layers} layers (numbered 1 to '
+                f"{layers})",
             )
         sources, tokens, _ = measured(member, lines, max_positions, many=False)
         return JSONResponse(

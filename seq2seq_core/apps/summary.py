@@ -72,7 +72,8 @@ def train_lines(result: dict, run_dir: Path, preset: str) -> list[str]:
     ]
     if len(hyps) == 1:
         lines.append(
-            f"  s2s score {shlex.quote(preset)} --ref REFS --hyp {_arg(hyps[0])}     # score outputs"
+            f"  s2s score {shlex.quote(preset)} --ref REFS --hyp {_arg(hyps[0])}     # score "
+            "outputs"
         )
     lines += [
         f"  s2s plot {run}     # learning curves as PNG files",

@@ -168,7 +168,8 @@ def read_variants(path: str | Path) -> list[Variant]:
         ) from None
     if not isinstance(items, list) or not items:
         raise ConfigError(
-            f"{path}: must be a YAML list of variants (mappings of KEY: VALUE, each with an optional name)"
+            f"{path}: must be a YAML list of variants (mappings of KEY: VALUE, each with an "
+            "optional name)"
         )
     given, overrides = [], []
     for i, item in enumerate(items, 1):
@@ -179,7 +180,8 @@ def read_variants(path: str | Path) -> list[Variant]:
         name = item.pop("name", None)
         if name is not None and not _NAME.fullmatch(str(name)):
             raise ConfigError(
-                f"{path}: variant {i} name {name!r}: letters, digits and _ . , = + - only (it names a folder)"
+                f"{path}: variant {i} name {name!r}: letters, digits and _ . , = + - only (it "
+                "names a folder)"
             )
         given.append(None if name is None else str(name))
         overrides.append(_flat(item))
@@ -204,7 +206,8 @@ def configs(sweep: Sweep, registry) -> list:
     for key in keys(sweep.common):
         if key == "run.dir" or key == BUDGET_KEYS[kind]:
             raise UsageError(
-                f"common override {key}: the sweep sets it (run.dir=SWEEP_DIR/NAME; the budget option)"
+                f"common override {key}: the sweep sets it (run.dir=SWEEP_DIR/NAME; the budget "
+                "option)"
             )
     for v in sweep.variants:
         if (
@@ -213,13 +216,15 @@ def configs(sweep: Sweep, registry) -> list:
             or v.name.startswith(("results", "sweep_"))
         ):
             raise ConfigError(
-                f"variant name {v.name!r}: must be a folder name of letters, digits and _ . , = + - "
+                f"variant name {v.name!r}: must be a folder name of letters, digits and _ . , = + "
+                "- "
                 "other than sweep.json, results.* and sweep_*"
             )
         for key in keys(v.overrides):
             if key in taken:
                 raise UsageError(
-                    f"variant {v.name}: {key} is set by the sweep (run.dir, the budget) for every variant"
+                    f"variant {v.name}: {key} is set by the sweep (run.dir, the budget) for every "
+                    "variant"
                 )
     load_config(
         sweep.preset, sweep.overrides(Variant("", [])), registry=registry
@@ -284,7 +289,8 @@ def _claim(sweep: Sweep):
                 lock.close()
                 raise UsageError(
                     f"{path} holds another sweep: its {key} was {json.dumps(was)[:200]}, now "
-                    f"{json.dumps(wanted[key])[:200]}; run the command it was made with, or use another --dir"
+                    f"{json.dumps(wanted[key])[:200]}; run the command it was made with, or use "
+                    "another --dir"
                 )
     return lock
 

@@ -120,7 +120,8 @@ def svg(tree: Node) -> str:
     )
     width, height = cursor[0] + PAD, y(bottom) + PAD
     return (
-        f'<svg xmlns="http://www.w3.org/2000/svg" class="tree" width="{width:.0f}" height="{height:.0f}" '
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="tree" width="{width:.0f}" '
+        f'height="{height:.0f}" '
         f'viewBox="0 0 {width:.0f} {height:.0f}" font-family="sans-serif" font-size="{FONT}">'
         f'<g stroke="#8a8a8a" stroke-width="1">{lines}</g>{"".join(texts)}</svg>'
     )
@@ -128,4 +129,7 @@ def svg(tree: Node) -> str:
 
 def _text(x: float, y: float, text: str, kind: str) -> str:
     style = 'fill="#1f4e8c" font-weight="bold"' if kind == "label" else 'fill="#111"'
-    return f'<text class="{kind}" x="{x:.1f}" y="{y:.1f}" text-anchor="middle" {style}>{escape(text)}</text>'
+    return (
+        f'<text class="{kind}" x="{x:.1f}" y="{y:.1f}" text-anchor="middle" '
+        f"{style}>{escape(text)}</text>"
+    )

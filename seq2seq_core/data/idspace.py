@@ -98,7 +98,8 @@ def _join_shared(members: list) -> tuple[int, int, bool]:
             ):  # a shared vocabulary read back from each member's files
                 raise DataError(
                     f"task {m.name!r}: its {side} vocabulary has {len(vocab)} tokens, the one "
-                    f"it shares with other members {blocks[key][1]}: the run's vocabulary files differ"
+                    f"it shares with other members {blocks[key][1]}: the run's vocabulary files "
+                    "differ"
                 )
             offsets[side] = blocks[key][0] - N_SPECIAL
         m.ids = IdMap(src_offset=offsets["src"], tgt_offset=offsets["tgt"])

@@ -161,9 +161,12 @@ class Prepared:
                 i = int(too_long[0])
                 raise DataError(
                     f"{name} split, line {i + 1} of {directory / f'{name}.src.txt'}: "
-                    f"{int(split.src_lens[i]) + extra} source / {int(split.tgt_lens[i])} target tokens (with </s>"
-                    f"{' and the task token' if extra else ''}) do not fit model.max_positions={positions} "
-                    f"({len(too_long)} such pair(s) in {name}); raise model.max_positions or shorten them"
+                    f"{int(split.src_lens[i]) + extra} source / {int(split.tgt_lens[i])} target "
+                    "tokens (with </s>"
+                    f"{' and the task token' if extra else ''}) do not fit "
+                    f"model.max_positions={positions} "
+                    f"({len(too_long)} such pair(s) in {name}); raise model.max_positions or "
+                    "shorten them"
                 )
         pairs = {s: len(split) for s, split in splits.items()}
         texts = {
@@ -279,7 +282,10 @@ def _problem(directory: Path) -> str | None:
         manifest = json.loads((directory / MANIFEST).read_text(encoding="utf-8"))
         digests, inputs = manifest["files"], manifest["inputs"]
     except (OSError, ValueError, KeyError, TypeError):
-        return f"its manifest {directory / MANIFEST} is missing or unreadable (an older or damaged cache)"
+        return (
+            f"its manifest {directory / MANIFEST} is missing or unreadable (an older or damaged "
+            "cache)"
+        )
     if manifest.get("format") != FORMAT:
         return f"it was written in format {manifest.get('format')}, this version reads {FORMAT}"
     present = {p.name for p in directory.iterdir() if p.name != MANIFEST}

@@ -63,7 +63,8 @@ class Subwords:
         smallest = smallest_vocab(model)
         if vocab_size < smallest:
             raise ValueError(
-                f"a byte-level {model} vocabulary needs at least {smallest} tokens, got {vocab_size}"
+                f"a byte-level {model} vocabulary needs at least {smallest} tokens, got "
+                f"{vocab_size}"
             )
         unk = SPECIALS[UNK]
         if model == "bpe":

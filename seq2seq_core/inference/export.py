@@ -155,8 +155,10 @@ def replaceable(out: Path, run_dir: Path, force: bool) -> None:
     )
     if other:
         raise ExportError(
-            f"--force: {out} holds {other[0]}{f' and {len(other) - 1} more' if len(other) > 1 else ''}, "
-            "which no previous export wrote: refusing to delete it; move it or choose another --output"
+            f"--force: {out} holds "
+            f"{other[0]}{f' and {len(other) - 1} more' if len(other) > 1 else ''}, "
+            "which no previous export wrote: refusing to delete it; move it or choose another "
+            "--output"
         )
 
 
@@ -244,7 +246,8 @@ def to_ctranslate2(model: Transformer, task, out: Path, quantization: str | None
     pre_norm, attn = model.encoder[0].res1.pre_norm, model.encoder[0].self_attn
     if attn.d_k != attn.d_v:
         raise ExportError(
-            f"model.d_k={attn.d_k} with model.d_v={attn.d_v} has no CTranslate2 form (its heads have one "
+            f"model.d_k={attn.d_k} with model.d_v={attn.d_v} has no CTranslate2 form (its heads "
+            "have one "
             "width for queries, keys and values): export it with --to safetensors"
         )
     layers, relu = len(model.encoder), common_spec.Activation.RELU

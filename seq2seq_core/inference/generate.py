@@ -268,7 +268,8 @@ def _source_line(raw: bytes, name: str, number: int, task, max_positions: int) -
             f" and {len(unknown) - 10} more" if len(unknown) > 10 else ""
         )
         log.warning(
-            "%s, line %d: %d word(s) the model has never seen (not in its vocabulary, read as <unk>): %s",
+            "%s, line %d: %d word(s) the model has never seen (not in its vocabulary, read as "
+            "<unk>): %s",
             name,
             number,
             len(unknown),
@@ -277,7 +278,8 @@ def _source_line(raw: bytes, name: str, number: int, task, max_positions: int) -
     n = len(ids) + 1  # + EOS
     if n > max_positions:
         log.warning(
-            "%s, line %d: %d source tokens do not fit model.max_positions=%d; its output line is empty",
+            "%s, line %d: %d source tokens do not fit model.max_positions=%d; its output line is "
+            "empty",
             name,
             number,
             n,

@@ -163,7 +163,8 @@ def for_inference(model: nn.Module, precision: str) -> nn.Module:
     if precision == "int8":
         if device.type != "cpu":
             raise ConfigError(
-                f"decode.precision=int8 runs on CPU only (dynamic quantisation), and this model is on {device}: "
+                "decode.precision=int8 runs on CPU only (dynamic quantisation), and this model is "
+                f"on {device}: "
                 "use decode.precision=bf16 on a GPU"
             )
         with (

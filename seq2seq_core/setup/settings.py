@@ -61,7 +61,8 @@ class ModelConfig:
             divisors = [h for h in range(1, min(m.d_model, 64) + 1) if m.d_model % h == 0]
             raise ConfigError(
                 f"{where}.heads={m.heads}: must divide {where}.d_model={m.d_model} "
-                f"(d_k = d_model / h unless model.d_k and model.d_v are set), e.g. {', '.join(map(str, divisors[-4:]))}"
+                "(d_k = d_model / h unless model.d_k and model.d_v are set), e.g. "
+                f"{', '.join(map(str, divisors[-4:]))}"
             )
 
 
@@ -235,7 +236,8 @@ class RunConfig:
     def check_relations(r, where: str) -> None:
         if r.average_last > r.keep_last:
             raise ConfigError(
-                f"{where}.average_last={r.average_last}: must be <= {where}.keep_last={r.keep_last} "
+                f"{where}.average_last={r.average_last}: must be <= "
+                f"{where}.keep_last={r.keep_last} "
                 "(only the kept checkpoints can be averaged)"
             )
         _check_device(str(r.device))
@@ -302,7 +304,8 @@ class Config:
         if cfg.data.max_len > cfg.model.max_positions:
             raise ConfigError(
                 f"data.max_len={cfg.data.max_len}: must be <= model.max_positions="
-                f"{cfg.model.max_positions} (a longer training pair would not fit the model's positions)"
+                f"{cfg.model.max_positions} (a longer training pair would not fit the model's "
+                "positions)"
             )
         for key in ("temperature", "vocab_temperature"):
             if cfg.tasks is not None and cfg.multitask[key] < MIN_TEMPERATURE:

@@ -75,6 +75,7 @@ def run_dir_of(path: str | Path) -> Path:
         raise UsageError(
             f"{p} holds no config.yaml: not a run directory of `s2s train`"
             if run_dir == p
-            else f"{p}: not a checkpoint file in a run directory of `s2s train` ({run_dir} holds no config.yaml)"
+            else f"{p}: not a checkpoint file in a run directory of `s2s train` ({run_dir} holds "
+            "no config.yaml)"
         )
     return run_dir

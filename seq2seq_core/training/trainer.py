@@ -94,7 +94,8 @@ class Trainer:
         self.members = build_members(self.cfg, registry)
         if len(self.members) > 1 and not self.cfg.model.pre_norm and self.group.rank == 0:
             log.warning(
-                "a multi-task run with model.pre_norm=false: in post-norm layers the encoder can learn to "
+                "a multi-task run with model.pre_norm=false: in post-norm layers the encoder can "
+                "learn to "
                 "ignore its source behind the task token every source shares (docs/multitask.md); "
                 "model.pre_norm=true avoids it"
             )
@@ -209,7 +210,8 @@ class Trainer:
                 self.optimizer.load_state_dict(state["optimizer"])
             except (KeyError, ValueError, RuntimeError) as e:
                 raise ConfigError(
-                    f"run.init_keep=optimizer: the source's optimiser state does not fit this model "
+                    "run.init_keep=optimizer: the source's optimiser state does not fit this "
+                    "model "
                     f"({str(e).splitlines()[0]}); it needs the same vocabulary and parameters"
                 ) from None
         if "schedule" in kept:
@@ -221,7 +223,8 @@ class Trainer:
             for s in self.streams:
                 if s.member.name not in positions:
                     raise ConfigError(
-                        f"run.init_keep=data: the source has no data position for task {s.member.name!r}"
+                        "run.init_keep=data: the source has no data position for task "
+                        f"{s.member.name!r}"
                     )
                 s.restore(positions[s.member.name])
 
@@ -306,7 +309,8 @@ class Trainer:
         state = self._state()  # every rank joins the RNG gather
         self.write(
             lambda: checkpoint.save(state, self.run_dir, self.update, self.cfg.run.keep_last),
-            f"the checkpoint of update {self.update} into {checkpoint.checkpoint_dir(self.run_dir)}",
+            f"the checkpoint of update {self.update} into "
+            f"{checkpoint.checkpoint_dir(self.run_dir)}",
             "the earlier checkpoints are intact",
         )
         self._last_save = clock()
@@ -424,7 +428,8 @@ class Trainer:
             raise TrainingError(
                 f"{self.nonfinite_in_row} non-finite updates in a row after update {self.update} "
                 f"(run.max_nonfinite={cfg.run.max_nonfinite}): training stopped. The last good "
-                f"checkpoint is {kept[-1] if kept else 'none (none was written yet)'}; it resumes from there, "
+                f"checkpoint is {kept[-1] if kept else 'none (none was written yet)'}; it resumes "
+                "from there, "
                 "e.g. with a lower optim.lr_scale, optim.clip_norm > 0 or run.precision=fp32"
             )
         return None
@@ -470,8 +475,10 @@ class Trainer:
         )
         if cfg.run.max_minutes > 0 and self.group.rank == 0:
             log.info(
-                "run.max_minutes=%g counts training time across resumes: updates, validation and checkpoints "
-                "(%.1f min so far); not data preparation, nor the averaging, dev re-score and test decode "
+                "run.max_minutes=%g counts training time across resumes: updates, validation and "
+                "checkpoints "
+                "(%.1f min so far); not data preparation, nor the averaging, dev re-score and test "
+                "decode "
                 "that follow the budget",
                 cfg.run.max_minutes,
                 self._elapsed() / 60,
@@ -516,7 +523,8 @@ class Trainer:
         """Log (rank 0) that run.max_minutes ended the run at this update, and what follows it."""
         if self.update < self.cfg.optim.max_updates and self.group.rank == 0:
             log.info(
-                "run.max_minutes=%g reached at update %d (%.1f min of training): %s, then the model chosen "
+                "run.max_minutes=%g reached at update %d (%.1f min of training): %s, then the "
+                "model chosen "
                 "and tested, outside the budget",
                 self.cfg.run.max_minutes,
                 self.update,

@@ -139,7 +139,8 @@ def init_from(model: torch.nn.Module, members, cfg, registry) -> dict:
         carried[side] = (copied, new.size(0))
     model.load_state_dict(loaded)
     log.info(
-        "run.init_from %s (%s): every weight carried; vocabulary rows carried by token: source %d of %d, "
+        "run.init_from %s (%s): every weight carried; vocabulary rows carried by token: source %d "
+        "of %d, "
         "target %d of %d (the others fresh)",
         where,
         source.name,
