@@ -3,7 +3,7 @@
 Built on Starlette (routing, requests, JSON responses) and uvicorn (the HTTP server): two small,
 well-kept libraries, pure Python, that pull in no torch of their own. Endpoints:
 
-    GET  /            the page (seq2seq_core/apps/page: HTML, a script and a style sheet; no build step)
+    GET  /            the page (apps/page: HTML, a script and a style sheet; no build step)
     GET  /health      {"status": "ok", ...} once the model is loaded
     GET  /info        the run: its tasks (members), the checkpoint, decoding settings, limits
     POST /generate    {"text": [sentence, ...], "task": MEMBER?, "nbest": N?, "sampling":

@@ -143,7 +143,8 @@ class Run:
         Member  # the run's task (of a multi-task run: the member asked for) in the run's id space
     )
     model: Transformer  # on cfg.run.device, in decode.precision, in eval mode
-    settings: DecodeDefaults  # beam, alpha, max_len_a, max_len_b, stop: the task's defaults with the decode section's
+    # beam, alpha, max_len_a, max_len_b, stop: the task's defaults with the decode section's
+    settings: DecodeDefaults
 
     @property
     def task(self) -> Task:

@@ -186,9 +186,9 @@ class RunConfig:
     valid_interval: int = setting(
         1000, at_least(1)
     )  # updates between validations (loss and task metric; the best model is kept)
-    valid_after: int = setting(
-        0, at_least(0)
-    )  # no validation before this update (fairseq's --validate-after-updates); the last update always validates
+    # no validation before this update (fairseq's --validate-after-updates); the last update
+    # always validates
+    valid_after: int = setting(0, at_least(0))
     valid_max_sentences: int = setting(
         0, at_least(0, "0 = all")
     )  # decode at most this many dev sentences for the metric (0 = all)
@@ -207,8 +207,8 @@ class RunConfig:
     average_last: int = setting(
         0,
         at_least(0, "0 = none"),
-        # at the end, average the last K checkpoints (0 = none); tested unless the best validated model
-        # scores higher on dev
+        # at the end, average the last K checkpoints (0 = none); tested unless the best
+        # validated model scores higher on dev
     )
     max_nonfinite: int = setting(
         10, at_least(1)
