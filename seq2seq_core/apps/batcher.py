@@ -52,6 +52,7 @@ class Job:
     wanted: Wanted = Wanted()  # the n best, or n drawn; jobs batch with those that want alike
     prefixes: list[str] | None = None  # a target prefix for each sentence
     terms: list | None = None  # for each sentence, its terms' target spellings (terminology)
+    targets: list[list[int]] | None = None  # given outputs to score (target ids), no search
     future: Future = field(default_factory=Future)
     queued: float = field(default_factory=time.perf_counter)
 
@@ -62,6 +63,8 @@ class Batcher:
 
     def __init__(self, model, cfg, budget: int, max_queued: int = 1024):
         self.model, self.cfg, self.budget = model, cfg, budget
+        # the model whose attention /attention shows: an ensemble's first
+        self.attending = getattr(model, "models", [model])[0]
         self.device = next(model.parameters()).device
         self.jobs: queue.Queue[Job] = queue.Queue(max_queued)
         self.held: Job | None = None  # taken from the queue, but for the next batch
@@ -81,33 +84,41 @@ class Batcher:
         return decode_settings(member, self.cfg.decode)
 
     # -- the worker ----------------------------------------------------------------------------
+    @staticmethod
+    def _alike(job: Job, first: Job) -> bool:
+        """Whether `job` can be decoded in `first`'s batch: the same member, the same wanted
+        outputs, both searched or both scored (attention is computed a request at a time)."""
+        return (
+            job.attention_layer is None
+            and first.attention_layer is None
+            and job.member is first.member
+            and job.wanted == first.wanted
+            and (job.targets is None) == (first.targets is None)
+        )
+
     def _work(self) -> None:
         while True:
             first = self.held or self.jobs.get()
             self.held = None
             batch = [first]
-            if first.attention_layer is None:
-                tokens = first.tokens
-                while tokens < self.budget:
-                    try:
-                        job = self.jobs.get_nowait()
-                    except queue.Empty:
-                        break
-                    if (
-                        job.attention_layer is not None
-                        or job.member is not first.member
-                        or job.wanted != first.wanted
-                        or tokens + job.tokens > self.budget
-                    ):
-                        self.held = job
-                        break
-                    batch.append(job)
-                    tokens += job.tokens
+            tokens = first.tokens
+            while first.attention_layer is None and tokens < self.budget:
+                try:
+                    job = self.jobs.get_nowait()
+                except queue.Empty:
+                    break
+                if not self._alike(job, first) or tokens + job.tokens > self.budget:
+                    self.held = job
+                    break
+                batch.append(job)
+                tokens += job.tokens
             try:
-                if first.attention_layer is None:
-                    self._generate(batch)
-                else:
+                if first.attention_layer is not None:
                     first.future.set_result(self._attention(first))
+                elif first.targets is not None:
+                    self._score(batch)
+                else:
+                    self._generate(batch)
             except Exception as e:  # noqa: BLE001 -- the requests answer with it; the worker goes on
                 log.exception("decoding failed")
                 for job in batch:
@@ -142,12 +153,7 @@ class Batcher:
             result = {
                 "hypotheses": [one_line(o.text) for o in best[at : at + n]],
                 "scores": scores[at : at + n],
-                "timing": {
-                    "queued_ms": round(1000 * (start - job.queued), 2),
-                    "decode_ms": round(1000 * (done - start), 2),
-                    "batch_sentences": len(sources),
-                    "batch_requests": len(batch),
-                },
+                "timing": self._timing(job, batch, start, done),
             }
             if wanted != Wanted():
                 result["nbest"] = [
@@ -156,6 +162,37 @@ class Batcher:
                 ]
             job.future.set_result(result)
             at += n
+
+    def _score(self, batch: list[Job]) -> None:
+        """The model's log-probabilities of the given targets of every job in the batch."""
+        member, start = batch[0].member, time.perf_counter()
+        sources = [s for job in batch for s in job.sources]
+        targets = [t for job in batch for t in job.targets]
+        alpha = self.settings(member).alpha
+        rated = target_scores(self.model, member, sources, targets, alpha, self.device)
+        done = time.perf_counter()
+        self.decoded["batches"] += 1
+        self.decoded["sentences"] += len(sources)
+        at = 0
+        for job in batch:
+            n = len(job.sources)
+            job.future.set_result(
+                {
+                    "scores": [r.as_dict() for r in rated[at : at + n]],
+                    "timing": self._timing(job, batch, start, done),
+                }
+            )
+            at += n
+
+    @staticmethod
+    def _timing(job: Job, batch: list[Job], start: float, done: float) -> dict:
+        """How long `job` waited and its batch took, and what the batch held."""
+        return {
+            "queued_ms": round(1000 * (start - job.queued), 2),
+            "decode_ms": round(1000 * (done - start), 2),
+            "batch_sentences": sum(len(j.sources) for j in batch),
+            "batch_requests": len(batch),
+        }
 
     def scores(
         self, member, sources: list[str], targets: list[list[int]], alpha: float
@@ -167,7 +204,8 @@ class Batcher:
     @torch.no_grad()
     def _attention(self, job: Job) -> dict:
         """The search's output for one sentence and the encoder-decoder attention weights of one
-        layer (every head) in the model's forward pass over (source, output)."""
+        layer (every head) in the model's forward pass over (source, output); for an ensemble,
+        the first model's weights over the ensemble's output."""
         member, line, start = job.member, job.sources[0], time.perf_counter()
         settings = self.settings(member)
         src = source_batch(member.encode_source([line])).to(self.device)
@@ -182,7 +220,7 @@ class Batcher:
             constraint=member.constraint([line]),
         )[0]
         tgt_in = torch.tensor([[BOS, *hyp.tokens]], device=self.device)
-        _, weights = self.model(src, tgt_in, return_attention=True)
+        _, weights = self.attending(src, tgt_in, return_attention=True)
         cross = weights.kinds()["cross"]
         layer = job.attention_layer or len(cross)
         w = cross[layer - 1][0].float().cpu()  # [heads, output tokens, source tokens]

@@ -10,8 +10,12 @@ well-kept libraries, pure Python, that pull in no torch of their own. Endpoints:
                       {"temperature", "top_k", "top_p", "seed"}?, "prefixes": [...]?, "terms": [[s,
                       t], ...]?} -> {"hypotheses", "scores", "nbest"?, "unknown_words", "trees",
                       "timing"}: `s2s generate`'s output lines (docs/decoding.md has the options)
+    POST /score       {"text": [sentence, ...], "targets": [output, ...], "task": MEMBER?} ->
+                      {"scores": [{"logprob", "score", "tokens", "token_logprobs"}, ...]}: the
+                      model's log-probability of each given output (`s2s generate --score-targets`)
     POST /attention   {"text": sentence, "task": MEMBER?, "layer": L?} -> the encoder-decoder
-                      attention weights of layer L (default: the last), every head
+                      attention weights of layer L (default: the last), every head (an
+                      ensemble's: its first model's, over the ensemble's output)
 
 Requests wait in one queue and one worker decodes them in batches up to a token budget
 (`batcher`). A bad request gets a 4xx answer {"error": "..."} naming what is wrong, before it is
@@ -223,6 +227,34 @@ def terms_of(data: dict, member, sources: list[str], settings, max_positions: in
     return [[spellings for _, _, spellings in terms] for terms in found]
 
 
+def targets_of(data: dict, member, count: int, max_positions: int) -> list[list[int]]:
+    """The request's "targets", one output a sentence, as target ids (a word the vocabulary
+    lacks scores as <unk>, as in `s2s generate --score-targets`); a 400 (413) naming the entry
+    that is not a one-line string, or too long for the model."""
+    targets = data.get("targets")
+    if (
+        not isinstance(targets, list)
+        or len(targets) != count
+        or not all(isinstance(t, str) and len(t) <= MAX_CHARS for t in targets)
+    ):
+        raise bad(
+            400,
+            f'"targets" must be a list of {count} strings of at most {MAX_CHARS} characters, '
+            'the output to score for each sentence of "text"',
+        )
+    ids = member.encode_target(targets)
+    for i, (target, seq) in enumerate(zip(targets, ids)):
+        if "\n" in target or "\r" in target:
+            raise bad(400, f'"targets"[{i}] holds a line break: send one output a string')
+        if len(seq) + 1 > max_positions:
+            raise bad(
+                413,
+                f'"targets"[{i}] has {len(seq) + 1} target tokens; the model takes at most '
+                f"{max_positions} (model.max_positions)",
+            )
+    return ids
+
+
 def measured(
     member, lines: list[str], max_positions: int, many: bool = True
 ) -> tuple[list[str], list[int], list]:
@@ -314,11 +346,33 @@ def build_app(service: Service):
             }
         )
 
+    async def score(request):
+        data = await body_json(request)
+        member = member_of(service, data)
+        lines = sentences(data)
+        start = time.perf_counter()
+        sources, tokens, unknown = measured(member, lines, max_positions)
+        targets = targets_of(data, member, len(sources), max_positions)
+        job = Job(member, sources, sum(tokens), targets=targets)
+        result = await decoded(service, job)
+        return JSONResponse(
+            {
+                "task": member.name,
+                **result,
+                "sources": sources,
+                "unknown_words": unknown,
+                "timing": {
+                    **result["timing"],
+                    "total_ms": round(1000 * (time.perf_counter() - start), 2),
+                },
+            }
+        )
+
     async def attention(request):
         data = await body_json(request)
         member = member_of(service, data)
         lines = sentences(data, many=False)
-        layers = len(service.batcher.model.decoder)
+        layers = len(service.batcher.attending.decoder)
         layer = data.get("layer", layers)
         if isinstance(layer, bool) or not isinstance(layer, int) or not 1 <= layer <= layers:
             raise bad(
@@ -344,6 +398,7 @@ def build_app(service: Service):
         Route("/health", health),
         Route("/info", info),
         Route("/generate", generate, methods=["POST"]),
+        Route("/score", score, methods=["POST"]),
         Route("/attention", attention, methods=["POST"]),
         Mount("/page", StaticFiles(directory=PAGE), name="page"),
     ]
@@ -392,6 +447,7 @@ class ServeOptions:
     overrides: tuple[str, ...] = ()  # key=value, over the run's config.yaml
     quiet: bool = False  # no access log; uvicorn's warnings only
     allowed_hosts: tuple[str, ...] = ()  # Host header values answered besides this machine's
+    ensemble: tuple[str, ...] = ()  # more runs decoded with this one as an ensemble (one member)
 
 
 def allowed_hosts(host: str, extra: tuple[str, ...]) -> list[str]:
@@ -413,6 +469,7 @@ def serve(path, registry, options: ServeOptions) -> None:
 
     from ..data.members import build_members, decode_settings, load_vocabularies
     from ..inference import load_for_inference
+    from ..inference.loading import load_ensemble
     from ..setup.config import load_config
     from ..training.checkpoint import tested
     from ..training.rundir import run_dir_of
@@ -426,7 +483,13 @@ def serve(path, registry, options: ServeOptions) -> None:
     run_dir = run_dir_of(path)
     cfg = load_config(run_dir / "config.yaml", list(overrides), registry=registry)
     names = list(cfg.tasks) if cfg.tasks is not None else [cfg.task.name]
-    cfg, member, model = load_for_inference(path, registry, overrides, options.task or names[0])
+    task = options.task or names[0]
+    if options.ensemble:  # the members an ensemble serves: the one its runs were checked for
+        runs = [path, *options.ensemble]
+        cfg, member, model = load_ensemble(runs, registry, overrides, task)
+        names = [member.name]
+    else:
+        cfg, member, model = load_for_inference(path, registry, overrides, task)
     members = {member.name: member}
     if len(names) > 1:  # every member, in the run's id space, beside the one loaded with the model
         others = build_members(cfg, registry)
@@ -441,9 +504,11 @@ def serve(path, registry, options: ServeOptions) -> None:
             )
     torch.set_num_threads(options.threads or cfg.run.threads or torch.get_num_threads())
     checkpoint = Path(path) if Path(path).is_file() else tested(run_dir)[1]
+    batcher = Batcher(model, cfg, BATCH_TOKENS)
     info = {
         "run_dir": str(run_dir),
         "checkpoint": str(checkpoint),
+        "ensemble": [str(run_dir_of(p)) for p in options.ensemble],  # beside run_dir
         "tasks": list(members),
         "default_task": options.task or (names[0] if len(names) == 1 else None),
         "decode": {
@@ -451,7 +516,7 @@ def serve(path, registry, options: ServeOptions) -> None:
             for name, m in members.items()
         },
         "threads": torch.get_num_threads(),
-        "layers": len(model.decoder),
+        "layers": len(batcher.attending.decoder),
         "limits": {
             "sentences": MAX_SENTENCES,
             "characters": MAX_CHARS,
@@ -463,12 +528,13 @@ def serve(path, registry, options: ServeOptions) -> None:
         },
     }
     info["allowed_hosts"] = allowed_hosts(options.host, options.allowed_hosts)
-    batcher = Batcher(model, cfg, BATCH_TOKENS)
     service = Service(batcher, members, info["default_task"], info, info["allowed_hosts"])
     bound = sock.getsockname()
     address = f"[{bound[0]}]" if ":" in bound[0] else bound[0]  # an IPv6 address, as URLs write it
+    with_others = f" + {', '.join(info['ensemble'])}" if options.ensemble else ""
     print(
-        f"s2s serve: {run_dir} ({', '.join(members)}; {checkpoint.name}) on http://{address}:{bound[1]}/",
+        f"s2s serve: {run_dir}{with_others} ({', '.join(members)}; {checkpoint.name}) on "
+        f"http://{address}:{bound[1]}/",
         file=sys.stderr,
         flush=True,
     )

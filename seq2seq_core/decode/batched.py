@@ -305,3 +305,12 @@ class TargetScore:
     tokens: list[float]
     logprob: float
     score: float
+
+    def as_dict(self) -> dict:
+        """The JSON object `s2s generate --score-targets` writes a line and the server answers."""
+        return {
+            "logprob": round(self.logprob, 4),
+            "score": round(self.score, 4),
+            "tokens": len(self.tokens),
+            "token_logprobs": [round(x, 4) for x in self.tokens],
+        }

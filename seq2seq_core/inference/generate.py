@@ -103,7 +103,8 @@ def generate_lines(
         if side is not None:
             extra = [_side_line(side, asked, first + i, name) for i in good]
         if asked.targets is not None:
-            answers = _rated(model, task, sources, extra, settings.alpha, device)
+            numbers = [first + i for i in good]
+            answers = _rated(model, task, sources, extra, settings.alpha, device, numbers, asked)
         else:
             if extra is not None:
                 _check_prefixes(
@@ -239,18 +240,18 @@ def _answers(model, task, sources, found, alpha: float, asked: Asked, device) ->
     return [{"outputs": a} for a in answers]
 
 
-def _rated(model, task, sources, targets, alpha: float, device) -> list[dict]:
-    """The model's log-probabilities of the given target lines, one JSON object each."""
-    rated = target_scores(model, task, sources, task.encode_target(list(targets)), alpha, device)
-    return [
-        {
-            "logprob": round(r.logprob, 4),
-            "score": round(r.score, 4),
-            "tokens": len(r.tokens),
-            "token_logprobs": [round(x, 4) for x in r.tokens],
-        }
-        for r in rated
-    ]
+def _rated(model, task, sources, targets, alpha: float, device, numbers, asked) -> list[dict]:
+    """The model's log-probabilities of the given target lines, one JSON object each; a target
+    longer than the model's positions is a UsageError naming the file and line."""
+    ids = task.encode_target(list(targets))
+    for seq, number in zip(ids, numbers):
+        if len(seq) + 1 > model.max_positions:
+            raise UsageError(
+                f"{asked.targets}, line {number}: {len(seq) + 1} target tokens; the model "
+                f"takes at most {model.max_positions} (model.max_positions)"
+            )
+    rated = target_scores(model, task, sources, ids, alpha, device)
+    return [r.as_dict() for r in rated]
 
 
 def _source_line(raw: bytes, name: str, number: int, task, max_positions: int) -> str | None:

@@ -145,6 +145,7 @@ def test_the_python_api_decodes_as_generate_does(demo_runs, lines, capsys):
         (["--prefixes", "{unk}"], ["unk.txt, line 2", "cannot spell", "zzzq"]),
         (["--prefixes", "{long}"], ["long.txt, line 1", "at most"]),
         (["--prefixes", "{short}"], ["short.txt has 1 line(s)"]),
+        (["--score-targets", "{huge}"], ["huge.txt, line 1", "target tokens", "at most 1024"]),
         (["--ensemble", "{parser}"], ["cannot ensemble", "parser", "vocabulary has"]),
         (["--terms", "{badterms}"], ["badterms.tsv, line 2", "source term<TAB>target term"]),
         (["--terms", "{unkterms}"], ["unkterms.tsv, line 1", "target vocabulary cannot spell"]),
@@ -156,12 +157,14 @@ def test_bad_options_fail_in_one_line_writing_nothing(
     (tmp_path / "unk.txt").write_text("de\nde zzzq\n" + "\n" * 6)
     (tmp_path / "long.txt").write_text("de " * 300 + "\n" + "\n" * 7)
     (tmp_path / "short.txt").write_text("de\n")
+    (tmp_path / "huge.txt").write_text(("de " * 1100 + "\n") * 8)
     (tmp_path / "badterms.tsv").write_text("book\tkat\ncar mann\n")
     (tmp_path / "unkterms.tsv").write_text("book\tzzzq\n")
     out = tmp_path / "out.txt"
     out.write_text("kept\n")
     places = {"in": lines, "unk": tmp_path / "unk.txt", "long": tmp_path / "long.txt"}
     places |= {"short": tmp_path / "short.txt", "parser": demo_runs["parser"]}
+    places |= {"huge": tmp_path / "huge.txt"}
     places |= {"badterms": tmp_path / "badterms.tsv", "unkterms": tmp_path / "unkterms.tsv"}
     options = [str(o).format(**places) for o in options]
     before = snapshot(out, demo_runs["a"])
@@ -219,6 +222,38 @@ def test_the_server_takes_the_same_options(demo_runs, lines, capsys, tmp_path):
             status, got = post(f"{url}/generate", {"text": text, **bad})
             assert status == 400 and field in got["error"], (bad, got)
         assert post(f"{url}/generate", {"text": text[:1]})[0] == 200
+
+
+def test_the_server_serves_ensembles_and_scores_given_outputs(demo_runs, lines, capsys, tmp_path):
+    """`s2s serve --ensemble` answers what `s2s generate --ensemble` writes, its /attention shows
+    the first model's weights; POST /score answers what `--score-targets` writes."""
+    from test_serve import get, post, server
+
+    text = lines.read_text().splitlines()
+    a, b = demo_runs["a"], demo_runs["b"]
+    both = generate(capsys, a, lines, "--ensemble", b)
+    targets = tmp_path / "targets.txt"
+    targets.write_text("".join(line + "\n" for line in both))
+    rated = [json.loads(x) for x in generate(capsys, a, lines, "--score-targets", targets)]
+    rated = [{k: v for k, v in r.items() if k != "line"} for r in rated]
+    with server(a, "--ensemble", b, log=tmp_path / "serve.log") as url:
+        assert get(f"{url}/info")[1]["ensemble"] == [str(b)]
+        status, got = post(f"{url}/generate", {"text": text})
+        assert status == 200 and got["hypotheses"] == both
+        status, got = post(f"{url}/attention", {"text": text[0]})
+        assert status == 200 and got["output"] == both[0] and got["heads"] == 2
+    with server(a, log=tmp_path / "serve_a.log") as url:
+        status, got = post(f"{url}/score", {"text": text, "targets": both})
+        assert status == 200 and got["scores"] == rated
+        for bad, needle in [
+            ({"targets": both[:1]}, '"targets" must be a list of 8 strings'),
+            ({"targets": [1] * 8}, '"targets" must be a list of 8 strings'),
+            ({"targets": ["de\nde"] * 8}, '"targets"[0] holds a line break'),
+            ({"targets": ["de " * 700] * 8}, "at most 2000 characters"),
+        ]:
+            status, got = post(f"{url}/score", {"text": text, **bad})
+            assert status in (400, 413) and needle in got["error"], (bad, got)
+        assert post(f"{url}/score", {"text": text[:1], "targets": both[:1]})[0] == 200
 
 
 def test_the_ctranslate2_export_gives_the_same_n_best(demo_runs, lines, capsys, tmp_path):

@@ -25,6 +25,14 @@ def add(subparsers, common) -> None:
         'run serves every member; requests choose with "task")',
     )
     s.add_argument(
+        "--ensemble",
+        nargs="+",
+        default=[],
+        metavar="RUN_DIR",
+        help="more runs decoded together with RUN_DIR as one model, averaging their "
+        "probabilities (one task: --task's; docs/decoding.md)",
+    )
+    s.add_argument(
         "--host",
         default="127.0.0.1",
         help="the address to listen on (default 127.0.0.1: this machine only)",
@@ -64,6 +72,7 @@ def run(args) -> int:
         overrides=tuple(args.overrides),
         quiet=args.quiet,
         allowed_hosts=tuple(args.allowed_hosts),
+        ensemble=tuple(args.ensemble),
     )
     serve(args.run_dir, registry_of(args), options)
     return 0
