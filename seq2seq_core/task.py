@@ -6,10 +6,11 @@ name; a task imports only this module and `s2s.core.vocab`.
 
 A plugin writes what is its own: `read_split`, `build_vocab` (which sets `src_vocab` and
 `tgt_vocab`, objects of the `s2s.core.vocab.Vocabulary` protocol, one object twice when shared)
-and `score`; optionally `prepare_source` (raw input text), `postprocess`, `display` and
-`constraint`. Everything else about vocabularies has
-a default built on those two objects: sizes, sharing, text <-> ids, saving and loading (file
-names `vocab_file` / `vocab_files`, read back with `Vocab.load`), and `tokenizers()` for export.
+and `score`; optionally `prepare_source` (raw input text), `postprocess`, `display`,
+`constraint` and `statistics` (per-sentence counts, for intervals and paired tests).
+Everything else about vocabularies has a default built on those two objects: sizes, sharing,
+text <-> ids, saving and loading (file names `vocab_file` / `vocab_files`, read back with
+`Vocab.load`), and `tokenizers()` for export.
 
 `postprocess` is a pure function of its arguments and changes no state, so the engine may call
 it anywhere, on any thread. What a task counts about post-processing (parsing: repaired trees)
@@ -34,6 +35,8 @@ from .vocab import Shareable, Vocabulary, WordTokenizer
 
 if TYPE_CHECKING:
     import torch
+
+    from .resampling import SentenceStatistics
 
 
 @dataclass(frozen=True)
@@ -289,6 +292,18 @@ class Task:
         `s2s score` passes output lines (with `sources` when given `--src`), so such a task
         tells the two apart (parsing: a token sequence from a bracketed tree)."""
         raise NotImplementedError
+
+    def statistics(
+        self,
+        hypotheses: Sequence[str],
+        references: Sequence[str],
+        sources: Sequence[str] | None = None,
+    ) -> "SentenceStatistics | None":
+        """Each sentence's counts behind the figures `score` gives, for confidence intervals
+        and paired tests (`s2s.core.resampling`: `s2s score --ci`, `--hyp A --hyp B`), with
+        the same arguments as `score`; None (the default): this task gives none, and its
+        figures have no interval. The figures of all rows summed must equal `score`'s."""
+        return None
 
 
 def checked_score(task, result) -> Score:

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 from s2s.core.checks import one_of, setting
+from s2s.core.resampling import SentenceStatistics, f_measure, joined, sacrebleu_statistics
 from s2s.core.task import DecodeDefaults, Score, Task, TaskConfig
 from s2s.core.vocab import WordTokenizer
 from sacrebleu.metrics import BLEU
@@ -76,17 +78,8 @@ class DemoTask(Task):
                 {"exact_match": round(100 * exact, 2)},
                 str(metric.get_signature()),
             )
-        matched = gold = test = malformed = 0
-        for hyp, ref in zip(hypotheses, references):
-            g = grammar.spans(ref.split())
-            t = grammar.spans(hyp.split()) or []
-            malformed += grammar.spans(hyp.split()) is None
-            t_pool = list(t)
-            for span in g:
-                if span in t_pool:
-                    t_pool.remove(span)
-                    matched += 1
-            gold, test = gold + len(g), test + len(t)
+        counts = [_span_counts(hyp, ref) for hyp, ref in zip(hypotheses, references)]
+        matched, gold, test, malformed = (sum(c) for c in zip(*counts)) if counts else [0] * 4
         p, r = matched / max(1, test), matched / max(1, gold)
         f1 = 2 * p * r / (p + r) if p + r else 0.0
         return Score(
@@ -95,3 +88,37 @@ class DemoTask(Task):
             {"precision": round(100 * p, 2), "recall": round(100 * r, 2), "malformed": malformed},
             "labelled spans",
         )
+
+    def statistics(self, hypotheses, references, sources=None) -> SentenceStatistics:
+        """translate: sacreBLEU's statistics and each sentence's exact match; parse: each
+        sentence's matched, gold and test spans."""
+        if self.cfg.mode == "translate":
+            exact = np.array([[h == r] for h, r in zip(hypotheses, references)], dtype=float)
+            matches = SentenceStatistics(
+                exact.reshape(-1, 1),
+                lambda totals: {"exact_match": 100 * totals[:, 0] / len(exact)},
+            )
+            return joined([sacrebleu_statistics("bleu", BLEU(), hypotheses, references), matches])
+        counts = np.array(
+            [_span_counts(h, r)[:3] for h, r in zip(hypotheses, references)], dtype=float
+        ).reshape(-1, 3)
+
+        def figures(totals):
+            precision, recall, f1 = f_measure(*totals.T)
+            return {"f1": f1, "precision": precision, "recall": recall}
+
+        return SentenceStatistics(counts, figures)
+
+
+def _span_counts(hypothesis: str, reference: str) -> tuple[int, int, int, int]:
+    """(matched, gold, test spans, whether the hypothesis is malformed) of one sentence."""
+    g = grammar.spans(reference.split())
+    found = grammar.spans(hypothesis.split())
+    t = found or []
+    pool = list(t)
+    matched = 0
+    for span in g:
+        if span in pool:
+            pool.remove(span)
+            matched += 1
+    return matched, len(g), len(t), int(found is None)

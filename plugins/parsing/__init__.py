@@ -324,6 +324,36 @@ class ParsingTask(Task):
         f1_all when they are linearised targets (training, validation and the benchmarks, which
         must not hide the sentences EVALB leaves out).
         """
+        result, repaired, rebuilt_refs = self._evalb(hypotheses, references, sources)
+        figures = {
+            k: round(v, 2) if isinstance(v, float) else v for k, v in result.figures().items()
+        }
+        figures.update(
+            {k: round(v, 2) if isinstance(v, float) else v for k, v in result.all_sentences.items()}
+        )
+        figures["repaired"] = repaired
+        s = result.summary
+        signature = (
+            f"evalb COLLINS.prm (s2s) | sentences {s['sentences']} | errors {s['error_sentences']}"
+            f" | skipped {s['skipped_sentences']} | repaired {figures['repaired']}"
+        )
+        if rebuilt_refs:
+            signature += " | references rebuilt from linearised targets (POS tags not gold)"
+        primary = "f1_all" if rebuilt_refs else "f1"
+        return Score(primary, figures.pop(primary), figures, signature)
+
+    def statistics(self, hypotheses, references, sources=None):
+        """Each sentence's matched, gold and test brackets (EVALB's, and over all sentences),
+        whose sums make f1 / recall / precision and f1_all / recall_all / precision_all, the
+        primary first as in `score`."""
+        from .evalb import sentence_statistics
+
+        result, _, rebuilt_refs = self._evalb(hypotheses, references, sources)
+        return sentence_statistics(result, "f1_all" if rebuilt_refs else "f1")
+
+    def _evalb(self, hypotheses, references, sources) -> tuple:
+        """(EVALB's result, the hypotheses repaired, whether the references were rebuilt from
+        linearised targets) of what `score` and `statistics` are given."""
         hypotheses, references = list(hypotheses), list(references)
         if len(hypotheses) != len(references):
             raise DataError(
@@ -342,23 +372,7 @@ class ParsingTask(Task):
                     r = delinearise(r, src, self.cfg.scheme, self.cfg.root_label)[0]
                     rebuilt_refs = True
                 refs.append(r)
-        result = evalb(refs, hyps)
-        figures = {
-            k: round(v, 2) if isinstance(v, float) else v for k, v in result.figures().items()
-        }
-        figures.update(
-            {k: round(v, 2) if isinstance(v, float) else v for k, v in result.all_sentences.items()}
-        )
-        figures["repaired"] = repaired
-        s = result.summary
-        signature = (
-            f"evalb COLLINS.prm (s2s) | sentences {s['sentences']} | errors {s['error_sentences']}"
-            f" | skipped {s['skipped_sentences']} | repaired {figures['repaired']}"
-        )
-        if rebuilt_refs:
-            signature += " | references rebuilt from linearised targets (POS tags not gold)"
-        primary = "f1_all" if rebuilt_refs else "f1"
-        return Score(primary, figures.pop(primary), figures, signature)
+        return evalb(refs, hyps), repaired, rebuilt_refs
 
 
 def ptb_tokens(sentence: str) -> list[str]:

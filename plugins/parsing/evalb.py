@@ -319,6 +319,7 @@ class EvalbResult:
     summary_len_le_40: dict
     messages: list[str]
     all_sentences: dict = None  # all_sentences_figures(): F1 with left-out sentences counted
+    gold_all: list = None  # each sentence's gold brackets, skipped ones included
 
     def figures(self) -> dict:
         """A flat dict: the summary, then the length <= 40 summary with a `_len_le_40` suffix."""
@@ -340,16 +341,55 @@ def evalb(gold: Iterable[str], test: Iterable[str]) -> EvalbResult:
         )
     rows = [score_sentence(g, t, i) for i, (g, t) in enumerate(zip(gold, test), 1)]
     short = [r for r in rows if r.length <= MAX_SHORT_LENGTH]
+    gold_all = gold_brackets_all(rows, gold)
     return EvalbResult(
         rows,
         summarise(rows),
         summarise(short),
         [r.message for r in rows if r.message],
-        all_sentences_figures(rows, gold),
+        all_sentences_figures(rows, gold_all),
+        gold_all,
     )
 
 
-def all_sentences_figures(rows: Sequence[Sentence], gold: Sequence[str]) -> dict:
+def sentence_statistics(result: EvalbResult, primary: str = "f1"):
+    """Each sentence's bracket counts, for intervals and paired tests (`s2s.core.resampling`):
+    matched, gold and test brackets of a valid sentence (EVALB's totals: error and skipped
+    sentences add nothing), and gold and test brackets over all sentences (`f1_all`'s: a
+    skipped sentence's gold brackets count as missed, an error sentence's test brackets as
+    wrong). Their sums give EVALB's recall, precision and f1 and the _all figures, `primary`
+    first; a zero denominator gives 0, as EVALB prints."""
+    import numpy as np
+
+    from s2s.core.resampling import SentenceStatistics, f_measure
+
+    rows = np.array(
+        [
+            [
+                r.matched if r.status == VALID else 0,
+                r.gold if r.status == VALID else 0,
+                r.test if r.status == VALID else 0,
+                gold_all,
+                r.test if r.status != SKIPPED else 0,
+            ]
+            for r, gold_all in zip(result.sentences, result.gold_all)
+        ],
+        dtype=np.float64,
+    ).reshape(-1, 5)
+
+    def figures(totals: np.ndarray) -> dict:
+        matched, gold, test, gold_all, test_all = totals.T
+        found = {}
+        for suffix, g, t in (("", gold, test), ("_all", gold_all, test_all)):
+            precision, recall, f1 = f_measure(matched, g, t)
+            found |= {f"f1{suffix}": f1, f"recall{suffix}": recall}
+            found[f"precision{suffix}"] = precision
+        return {primary: found.pop(primary), **found}
+
+    return SentenceStatistics(rows, figures)
+
+
+def all_sentences_figures(rows: Sequence[Sentence], gold_all: Sequence[int]) -> dict:
     """Labelled-bracket recall, precision and F1 over ALL sentences, not EVALB's valid ones only.
 
     EVALB leaves error and skipped sentences out of every total, so a parser that gets the
@@ -358,10 +398,7 @@ def all_sentences_figures(rows: Sequence[Sentence], gold: Sequence[str]) -> dict
     as wrong); with no error or skipped sentence the figures equal EVALB's.
     """
     matched = sum(r.matched for r in rows if r.status == VALID)
-    gold_all = sum(
-        r.gold if r.status != SKIPPED else len(brackets(read_tree(g))[0])
-        for r, g in zip(rows, gold)
-    )
+    gold_all = sum(gold_all)  # each sentence's gold brackets (`gold_brackets_all`)
     test_all = sum(r.test for r in rows if r.status != SKIPPED)
     recall = 100.0 * matched / gold_all if gold_all else 0.0
     precision = 100.0 * matched / test_all if test_all else 0.0
@@ -372,6 +409,14 @@ def all_sentences_figures(rows: Sequence[Sentence], gold: Sequence[str]) -> dict
         "precision_all": precision,
         "gold_brackets_all": gold_all,
     }
+
+
+def gold_brackets_all(rows: Sequence[Sentence], gold: Sequence[str]) -> list[int]:
+    """Each sentence's gold brackets, a skipped sentence's read from its gold tree."""
+    return [
+        r.gold if r.status != SKIPPED else len(brackets(read_tree(g))[0])
+        for r, g in zip(rows, gold)
+    ]
 
 
 def evalb_files(gold_path, test_path) -> EvalbResult:

@@ -8,6 +8,10 @@ Moses-style tokenisation of both sides (`moses.tokenize`), hyphenated compounds 
 as `multi-bleu.perl` computes it. It usually reads higher than `bleu` on the same output.
 Its signature names the Moses rules used: `tok:moses-fr+atat` for a language with rules of its
 own (`moses.RULES`), `tok:moses-generic+atat` for any other.
+
+`statistics` gives each sentence's counts behind the three (sacreBLEU's own sufficient
+statistics: n-gram matches and totals, lengths), for intervals and paired tests
+(`s2s.core.resampling`); the figures of resampled counts are sacreBLEU's own computation.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from s2s.core.errors import DataError
+from s2s.core.resampling import SentenceStatistics, joined, sacrebleu_statistics
 from sacrebleu.metrics import BLEU, CHRF
 
 from . import moses
@@ -41,12 +46,20 @@ def bleu(hypotheses: Sequence[str], references: Sequence[str]):
     return score
 
 
+def _moses_bleu() -> BLEU:
+    """The BLEU of `bleu_tok`: on Moses tokens, no further tokenisation, no smoothing."""
+    return BLEU(tokenize="none", smooth_method="none", force=True)
+
+
+def _moses_lines(lines: Sequence[str], lang: str) -> list[str]:
+    return [moses.split_compounds(moses.tokenize(line, lang)) for line in lines]
+
+
 def bleu_tok(hypotheses: Sequence[str], references: Sequence[str], lang: str = "en"):
     """Tokenised BLEU with compound splitting, as the paper's evaluation computed it."""
     hyps, (refs,) = _check(hypotheses, references)
-    prep = lambda line: moses.split_compounds(moses.tokenize(line, lang))  # noqa: E731
-    metric = BLEU(tokenize="none", smooth_method="none", force=True)
-    score = metric.corpus_score([prep(h) for h in hyps], [[prep(r) for r in refs]])
+    metric = _moses_bleu()
+    score = metric.corpus_score(_moses_lines(hyps, lang), [_moses_lines(refs, lang)])
     rules = lang if lang in moses.RULES else "generic"  # no rules of its own: the generic ones
     score.signature = str(metric.get_signature()).replace("tok:none", f"tok:moses-{rules}+atat")
     return score
@@ -58,3 +71,19 @@ def chrf(hypotheses: Sequence[str], references: Sequence[str]):
     score = metric.corpus_score(*_check(hypotheses, references))
     score.signature = str(metric.get_signature())
     return score
+
+
+def statistics(
+    hypotheses: Sequence[str], references: Sequence[str], lang: str = "en"
+) -> SentenceStatistics:
+    """The per-sentence statistics of `bleu` (primary), `bleu_tok` and `chrf`."""
+    hyps, (refs,) = _check(hypotheses, references)
+    return joined(
+        [
+            sacrebleu_statistics("bleu", BLEU(), hyps, refs),
+            sacrebleu_statistics(
+                "bleu_tok", _moses_bleu(), _moses_lines(hyps, lang), _moses_lines(refs, lang)
+            ),
+            sacrebleu_statistics("chrf", CHRF(), hyps, refs),
+        ]
+    )

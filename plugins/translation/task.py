@@ -226,6 +226,10 @@ class TranslationTask(Task):
         }
         return Score("bleu", round(bleu.score, 2), figures, bleu.signature)
 
+    def statistics(self, hypotheses, references, sources=None):
+        """sacreBLEU's per-sentence statistics of bleu, bleu_tok and chrf."""
+        return metrics.statistics(hypotheses, references, self.cfg.tgt_lang)
+
 
 def _chunks(items: Iterable) -> Iterator[list]:
     items = iter(items)

@@ -1,10 +1,20 @@
 """`s2s score`'s work: a task named on the command line (a task with its defaults, or a preset's
 single task), and its metric over files of output and reference lines. A partial score is no
-score: the files must have as many lines; a plugin's answer is checked where it comes in."""
+score: the files must have as many lines; a plugin's answer is checked where it comes in.
+
+With `--ci`, each figure the task's per-sentence statistics make gets its confidence interval;
+with several `--hyp` files, each after the first is compared with the first (`s2s.core.
+resampling`: the difference, its interval and a p-value)."""
 
 from __future__ import annotations
 
+import logging
+from dataclasses import dataclass, field
+
+from ..resampling import Difference, Interval, Resampling
 from ..task import Score
+
+log = logging.getLogger("s2s")
 
 
 def task_named(name: str, overrides, registry):
@@ -29,14 +39,155 @@ def task_named(name: str, overrides, registry):
 def score_files(task, ref, hyp, src=None) -> Score:
     """`task`'s score of the lines of `hyp` against those of `ref` (with the source lines of
     `src`, for a metric that reads them); a DataError when the two files differ in length."""
-    from .. import textio
-    from ..errors import DataError
     from ..task import checked_score
 
-    refs, hyps = textio.read_lines(ref), textio.read_lines(hyp)  # lines end at "\n" only
-    srcs = textio.read_lines(src) if src else None
-    if len(refs) != len(hyps):
-        raise DataError(
-            f"{hyp} has {len(hyps)} lines but {ref} has {len(refs)}: a partial score is no score"
-        )
+    refs, (hyps,), srcs = _read(ref, [hyp], src)
     return checked_score(task, task.score(hyps, refs, srcs))  # a plugin's answer, checked
+
+
+def _read(ref, hyps: list, src) -> tuple[list[str], list[list[str]], list[str] | None]:
+    """The lines of the reference, each hypothesis file and the source file; a DataError when
+    a hypothesis file's line count differs from the reference's."""
+    from .. import textio
+    from ..errors import DataError
+
+    refs = textio.read_lines(ref)  # lines end at "\n" only
+    outputs = []
+    for hyp in hyps:
+        lines = textio.read_lines(hyp)
+        if len(refs) != len(lines):
+            raise DataError(
+                f"{hyp} has {len(lines)} lines but {ref} has {len(refs)}: a partial score is "
+                "no score"
+            )
+        outputs.append(lines)
+    return refs, outputs, textio.read_lines(src) if src else None
+
+
+@dataclass
+class Scored:
+    """One hypothesis file's score, with its figures' intervals."""
+
+    hyp: str
+    score: Score
+    intervals: dict[str, Interval] = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        found = {"hyp": self.hyp, **self.score.as_dict()}
+        return found | {"intervals": {k: v.as_dict() for k, v in self.intervals.items()}}
+
+
+@dataclass
+class Report:
+    """What `s2s score` found: each file's score (and intervals) and each later file's
+    comparison with the first."""
+
+    scored: list[Scored]
+    compared: list[dict[str, Difference]]
+    how: Resampling
+
+    def as_dict(self) -> dict:
+        if len(self.scored) == 1:  # one file: its score, as without resampling
+            return {**self.scored[0].as_dict(), "resampling": self.how.as_dict()}
+        return {
+            "systems": [s.as_dict() for s in self.scored],
+            "comparisons": [
+                {
+                    "a": self.scored[0].hyp,
+                    "b": other.hyp,
+                    "figures": {k: d.as_dict() for k, d in differences.items()},
+                }
+                for other, differences in zip(self.scored[1:], self.compared)
+            ],
+            "resampling": self.how.as_dict(),
+        }
+
+    def lines(self) -> list[str]:
+        """For a person: each file's figures with their intervals, then each comparison as a
+        table of A, B, B - A with its interval and p-value."""
+        how = self.how
+        if len(self.scored) == 1:
+            return [*_with_intervals(self.scored[0]), how.describe()]
+        out = []
+        for letter, s in zip(LETTERS, self.scored):
+            i = s.intervals[s.score.name]
+            out.append(
+                f"{letter}: {s.hyp}  {s.score.name} {s.score.value:.2f} [{i.low:.2f}, {i.high:.2f}]"
+            )
+        for letter, other, differences in zip(LETTERS[1:], self.scored[1:], self.compared):
+            width = max(len(k) for k in differences)
+            head = f"{'':<{width}}  {'A':>7}  {letter:>7}  {letter + ' - A':>7}  "
+            out += ["", f"{letter} against A"]
+            out.append(head + f"{f'{how.level:.0%} interval':<18}  p")
+            for k, d in differences.items():
+                interval = f"[{d.low:+.2f}, {d.high:+.2f}]"
+                out.append(
+                    f"{k:<{width}}  {d.a:7.2f}  {d.b:7.2f}  {d.difference:+7.2f}  "
+                    f"{interval:<18}  {d.p:.4f}"
+                )
+        test = (
+            f"approximate randomisation, {how.trials} trials"
+            if how.test == "ar"
+            else f"paired bootstrap, {how.resamples} resamples"
+        )
+        return [*out, "", f"p: {test}, seed {how.seed}; intervals: {how.describe()}, paired"]
+
+
+LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+
+def _with_intervals(scored: Scored) -> list[str]:
+    """The score's lines (`Score.lines`: a figure a line), each figure that has an interval
+    followed by it."""
+    score, found = scored.score, scored.intervals
+    out = []
+    for name, line in zip([score.name, *score.figures], score.lines()):
+        if name in found:
+            i = found[name]
+            shown = f"{score.value:.2f}" if name == score.name else str(score.figures[name])
+            at = line.index(shown, len(name)) + len(shown)
+            line = f"{line[:at]}  [{i.low:.2f}, {i.high:.2f}]{line[at:]}"
+        out.append(line)
+    return out
+
+
+def resampled_report(task, ref, hyps: list, src, how: Resampling) -> Report:
+    """Each hypothesis file's score and the intervals of its figures, and each file after the
+    first compared with the first; a UsageError before any work when the task gives no
+    per-sentence statistics or `how` is out of range."""
+    from ..errors import UsageError
+    from ..resampling import compare, intervals
+    from ..task import Task, checked_score
+
+    problem = how.problem()
+    if problem:
+        raise UsageError(problem)
+    none = UsageError(
+        f"task {task.name!r} gives no per-sentence statistics (Task.statistics): its figures "
+        "have no interval or paired test (docs/uncertainty.md)"
+    )
+    if getattr(type(task), "statistics", Task.statistics) is Task.statistics:
+        raise none
+    refs, outputs, srcs = _read(ref, hyps, src)
+    for hyp in hyps[1:]:
+        if _same_file(hyp, hyps[0]):
+            log.warning("--hyp %s is the same file as %s: difference 0, p = 1", hyp, hyps[0])
+    scored, statistics = [], []
+    for hyp, lines in zip(hyps, outputs):
+        score = checked_score(task, task.score(lines, refs, srcs))
+        stats = task.statistics(lines, refs, srcs)
+        if stats is None:
+            raise none
+        statistics.append(stats)
+        scored.append(Scored(str(hyp), score, intervals(stats, how)))
+    compared = [compare(statistics[0], other, how) for other in statistics[1:]]
+    return Report(scored, compared, how)
+
+
+def _same_file(a, b) -> bool:
+    import os
+
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
