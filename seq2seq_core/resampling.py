@@ -238,3 +238,16 @@ def _randomised_p(a, b, observed: dict, how: Resampling, chunk: int = 2000) -> d
         for k in hits:
             hits[k] += int(np.sum(np.abs(fb[k] - fa[k]) >= abs(observed[k]) - 1e-9))
     return {k: (h + 1) / (how.trials + 1) for k, h in hits.items()}
+
+
+def scored(task, hypotheses, references, sources=None, how: Resampling = Resampling()):
+    """`task`'s checked score of the hypotheses with each figure's interval (`Score.intervals`)
+    where the task gives per-sentence statistics; without them, the score alone."""
+    from .task import checked_score
+
+    score = checked_score(task, task.score(hypotheses, references, sources))
+    stats = task.statistics(hypotheses, references, sources)
+    if stats is not None:
+        found = intervals(stats, how)
+        score.intervals = {k: v.as_dict() for k, v in found.items()}
+    return score

@@ -36,8 +36,6 @@ from .vocab import Shareable, Vocabulary, WordTokenizer
 if TYPE_CHECKING:
     import torch
 
-    from .resampling import SentenceStatistics
-
 
 @dataclass(frozen=True)
 class DecodeDefaults:
@@ -63,9 +61,13 @@ class Score:
     value: float
     figures: dict = field(default_factory=dict)
     signature: str = ""
+    # figure -> its confidence interval {"value", "low", "high", "mean"}: set by the engine from
+    # `Task.statistics` (`s2s.core.resampling.scored`), not by a plugin
+    intervals: dict = field(default_factory=dict)
 
     def as_dict(self) -> dict:
-        return {self.name: self.value, **self.figures, "signature": self.signature}
+        found = {self.name: self.value, **self.figures, "signature": self.signature}
+        return found | ({"intervals": self.intervals} if self.intervals else {})
 
     def __str__(self) -> str:
         return (
@@ -79,18 +81,25 @@ class Score:
         """The Score that `as_dict` wrote (result.json's test figures): its first key is the
         primary figure."""
         name, value = next(iter(record.items()))
-        figures = {k: v for k, v in record.items() if k not in (name, "signature")}
-        return cls(name, value, figures, record.get("signature", ""))
+        figures = {k: v for k, v in record.items() if k not in (name, "signature", "intervals")}
+        intervals = record.get("intervals", {})
+        return cls(name, value, figures, record.get("signature", ""), intervals)
 
     def lines(self) -> list[str]:
-        """Every figure for a person, one a line: the primary with its signature first."""
+        """Every figure for a person, one a line: the primary with its signature first; a
+        figure with an interval is followed by it, [low, high]."""
         width = max(len(k) for k in (self.name, *self.figures))
+
+        def interval(key: str) -> str:
+            found = self.intervals.get(key)
+            return f"  [{found['low']:.2f}, {found['high']:.2f}]" if found else ""
+
         lines = [
-            f"{self.name:<{width}}  {self.value:.2f}"
+            f"{self.name:<{width}}  {self.value:.2f}{interval(self.name)}"
             + (f"  ({self.signature})" if self.signature else "")
         ]
         for key, value in self.figures.items():
-            lines.append(f"{key:<{width}}  {value}")
+            lines.append(f"{key:<{width}}  {value}{interval(key)}")
         return lines
 
 
@@ -298,7 +307,7 @@ class Task:
         hypotheses: Sequence[str],
         references: Sequence[str],
         sources: Sequence[str] | None = None,
-    ) -> "SentenceStatistics | None":
+    ) -> "s2s.core.resampling.SentenceStatistics | None":  # noqa: F821
         """Each sentence's counts behind the figures `score` gives, for confidence intervals
         and paired tests (`s2s.core.resampling`: `s2s score --ci`, `--hyp A --hyp B`), with
         the same arguments as `score`; None (the default): this task gives none, and its

@@ -61,7 +61,10 @@ def test_every_engine_module_lives_in_a_wing():
     root = {m for m in _imports() if _wing(m) == ""}
     assert root == {
         f"s2s.core{x}"
-        for x in ("", ".errors", ".files", ".progress", ".task", ".vocab", ".textio", ".checks")
+        for x in (
+            *("", ".errors", ".files", ".progress", ".task", ".vocab", ".textio", ".checks"),
+            ".resampling",
+        )
     }, root
 
 

@@ -3,7 +3,8 @@
 One PNG per quantity, each with two panels, against updates and against training time (in
 seconds, minutes or hours, whichever suits the run's length: `time_unit`):
 loss.png (training loss, dev loss), lr.png (the learning rate of equation 3) and one for each
-dev metric the task reports (bleu.png, f1.png, ...). A multi-task run's figures carry their
+dev metric the task reports (bleu.png, f1.png, ...), shaded with its 95% interval where the run
+recorded one (`bleu_low`, `bleu_high`: the primary figure's, `s2s.core.resampling`). A multi-task run's figures carry their
 member's name (`parse/f1`): each PNG then draws one curve per member, and select.png the
 selection figure. matplotlib draws off-screen (Agg); no display is needed.
 """
@@ -15,7 +16,7 @@ from pathlib import Path
 from ..files import no_such_run
 from ..training.runlog import read_metrics
 
-NOT_METRICS = {"kind", "update", "elapsed", "loss", "nll", "ppl"}
+NOT_METRICS = {"kind", "update", "elapsed", "loss", "nll", "ppl", "seconds"}
 
 
 def time_unit(seconds: float) -> tuple[str, float]:
@@ -32,12 +33,15 @@ def time_unit(seconds: float) -> tuple[str, float]:
 
 def _curves(
     records: list[dict], kind: str, key: str, unit: float = 3600.0
-) -> tuple[list, list, list]:
-    """(updates, times, values) of `key` in the records of `kind`, times in units of `unit`
-    seconds; times empty if not recorded."""
+) -> tuple[list, list, list, tuple | None]:
+    """(updates, times, values, band) of `key` in the records of `kind`, times in units of
+    `unit` seconds (empty if not recorded); band: the confidence interval's (lows, highs) where
+    every record holds `key`_low and `key`_high (the run recorded one), else None."""
     rows = [r for r in records if r.get("kind") == kind and isinstance(r.get(key), (int, float))]
     times = [r["elapsed"] / unit for r in rows] if all("elapsed" in r for r in rows) else []
-    return [r["update"] for r in rows], times, [r[key] for r in rows]
+    bounded = rows and all(f"{key}_low" in r and f"{key}_high" in r for r in rows)
+    band = ([r[f"{key}_low"] for r in rows], [r[f"{key}_high"] for r in rows]) if bounded else None
+    return [r["update"] for r in rows], times, [r[key] for r in rows], band
 
 
 def _figure(
@@ -47,11 +51,14 @@ def _figure(
 
     fig = Figure(figsize=(11, 4), layout="constrained")
     by_update, by_time = fig.subplots(1, 2, sharey=True)
-    for label, (updates, hours, values) in series:
+    for label, (updates, hours, values, band) in series:
         marker = "o" if len(values) < 30 else None
-        by_update.plot(updates, values, label=label, marker=marker, markersize=3)
-        if hours:
-            by_time.plot(hours, values, label=label, marker=marker, markersize=3)
+        for ax, xs in ((by_update, updates), (by_time, hours)):
+            if not xs:
+                continue
+            (line,) = ax.plot(xs, values, label=label, marker=marker, markersize=3)
+            if band is not None:  # the 95% interval of each dev figure, shaded
+                ax.fill_between(xs, *band, color=line.get_color(), alpha=0.2, linewidth=0)
     by_update.set_xlabel("updates")
     by_time.set_xlabel(f"training time ({unit})")
     by_update.set_ylabel(ylabel)
@@ -114,9 +121,12 @@ def plot_run(run_dir: Path, out_dir: Path | None = None) -> list[Path]:
         if any(r.get("kind") == "valid" and isinstance(r.get(k), (int, float)) for r in records)
     ):
         metric = key.rpartition("/")[2]
-        if metric not in NOT_METRICS:
+        bound = metric.endswith(("_low", "_high")) and metric.rpartition("_")[0] in keys
+        if metric not in NOT_METRICS and not bound:
             metrics.setdefault(metric, []).append(key)
     for metric, series in metrics.items():
         drawn = [(f"dev {key}", curves("valid", key)) for key in series]
-        written.append(draw(f"{name}: dev {metric}", drawn, metric, out_dir / f"{metric}.png"))
+        shaded = any(c[3] is not None for _, c in drawn)
+        label = f"{metric} (shaded: 95% interval)" if shaded else metric
+        written.append(draw(f"{name}: dev {metric}", drawn, label, out_dir / f"{metric}.png"))
     return written

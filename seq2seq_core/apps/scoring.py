@@ -9,9 +9,9 @@ resampling`: the difference, its interval and a p-value)."""
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from ..resampling import Difference, Interval, Resampling
+from ..resampling import Difference, Resampling
 from ..task import Score
 
 log = logging.getLogger("s2s")
@@ -65,39 +65,27 @@ def _read(ref, hyps: list, src) -> tuple[list[str], list[list[str]], list[str] |
 
 
 @dataclass
-class Scored:
-    """One hypothesis file's score, with its figures' intervals."""
-
-    hyp: str
-    score: Score
-    intervals: dict[str, Interval] = field(default_factory=dict)
-
-    def as_dict(self) -> dict:
-        found = {"hyp": self.hyp, **self.score.as_dict()}
-        return found | {"intervals": {k: v.as_dict() for k, v in self.intervals.items()}}
-
-
-@dataclass
 class Report:
     """What `s2s score` found: each file's score (and intervals) and each later file's
     comparison with the first."""
 
-    scored: list[Scored]
-    compared: list[dict[str, Difference]]
+    hyps: list[str]
+    scores: list[Score]  # each with its intervals
+    compared: list[dict[str, Difference]]  # each file after the first against the first
     how: Resampling
 
     def as_dict(self) -> dict:
-        if len(self.scored) == 1:  # one file: its score, as without resampling
-            return {**self.scored[0].as_dict(), "resampling": self.how.as_dict()}
+        if len(self.scores) == 1:  # one file: its score, as without resampling
+            return {**self.scores[0].as_dict(), "resampling": self.how.as_dict()}
         return {
-            "systems": [s.as_dict() for s in self.scored],
+            "systems": [{"hyp": h, **s.as_dict()} for h, s in zip(self.hyps, self.scores)],
             "comparisons": [
                 {
-                    "a": self.scored[0].hyp,
-                    "b": other.hyp,
+                    "a": self.hyps[0],
+                    "b": other,
                     "figures": {k: d.as_dict() for k, d in differences.items()},
                 }
-                for other, differences in zip(self.scored[1:], self.compared)
+                for other, differences in zip(self.hyps[1:], self.compared)
             ],
             "resampling": self.how.as_dict(),
         }
@@ -106,15 +94,15 @@ class Report:
         """For a person: each file's figures with their intervals, then each comparison as a
         table of A, B, B - A with its interval and p-value."""
         how = self.how
-        if len(self.scored) == 1:
-            return [*_with_intervals(self.scored[0]), how.describe()]
+        if len(self.scores) == 1:
+            return [*self.scores[0].lines(), how.describe()]
         out = []
-        for letter, s in zip(LETTERS, self.scored):
-            i = s.intervals[s.score.name]
+        for letter, hyp, score in zip(LETTERS, self.hyps, self.scores):
+            i = score.intervals[score.name]
             out.append(
-                f"{letter}: {s.hyp}  {s.score.name} {s.score.value:.2f} [{i.low:.2f}, {i.high:.2f}]"
+                f"{letter}: {hyp}  {score.name} {score.value:.2f} [{i['low']:.2f}, {i['high']:.2f}]"
             )
-        for letter, other, differences in zip(LETTERS[1:], self.scored[1:], self.compared):
+        for letter, differences in zip(LETTERS[1:], self.compared):
             width = max(len(k) for k in differences)
             head = f"{'':<{width}}  {'A':>7}  {letter:>7}  {letter + ' - A':>7}  "
             out += ["", f"{letter} against A"]
@@ -136,28 +124,13 @@ class Report:
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 
-def _with_intervals(scored: Scored) -> list[str]:
-    """The score's lines (`Score.lines`: a figure a line), each figure that has an interval
-    followed by it."""
-    score, found = scored.score, scored.intervals
-    out = []
-    for name, line in zip([score.name, *score.figures], score.lines()):
-        if name in found:
-            i = found[name]
-            shown = f"{score.value:.2f}" if name == score.name else str(score.figures[name])
-            at = line.index(shown, len(name)) + len(shown)
-            line = f"{line[:at]}  [{i.low:.2f}, {i.high:.2f}]{line[at:]}"
-        out.append(line)
-    return out
-
-
 def resampled_report(task, ref, hyps: list, src, how: Resampling) -> Report:
     """Each hypothesis file's score and the intervals of its figures, and each file after the
     first compared with the first; a UsageError before any work when the task gives no
     per-sentence statistics or `how` is out of range."""
     from ..errors import UsageError
-    from ..resampling import compare, intervals
-    from ..task import Task, checked_score
+    from ..resampling import compare, scored
+    from ..task import Task
 
     problem = how.problem()
     if problem:
@@ -172,16 +145,15 @@ def resampled_report(task, ref, hyps: list, src, how: Resampling) -> Report:
     for hyp in hyps[1:]:
         if _same_file(hyp, hyps[0]):
             log.warning("--hyp %s is the same file as %s: difference 0, p = 1", hyp, hyps[0])
-    scored, statistics = [], []
-    for hyp, lines in zip(hyps, outputs):
-        score = checked_score(task, task.score(lines, refs, srcs))
+    scores, statistics = [], []
+    for lines in outputs:
         stats = task.statistics(lines, refs, srcs)
         if stats is None:
             raise none
         statistics.append(stats)
-        scored.append(Scored(str(hyp), score, intervals(stats, how)))
+        scores.append(scored(task, lines, refs, srcs, how))
     compared = [compare(statistics[0], other, how) for other in statistics[1:]]
-    return Report(scored, compared, how)
+    return Report([str(h) for h in hyps], scores, compared, how)
 
 
 def _same_file(a, b) -> bool:

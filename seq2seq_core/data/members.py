@@ -25,7 +25,7 @@ class Member:
     """One task of the run, as the trainer and the search see it: ids in the run's space.
 
     `encode_source`, `decode_target`, `constraint`, `postprocess`, `prepare_source`, `display`,
-    `score` and `decoding` are the task's, mapped into the run's id space, so that batched
+    `score`, `statistics` and `decoding` are the task's, mapped into the run's id space, so that batched
     decoding (`s2s.core.decode.batched`) serves a member exactly as it serves a task.
     """
 
@@ -103,6 +103,9 @@ class Member:
 
     def score(self, hypotheses, references, sources=None):
         return self.task.score(hypotheses, references, sources)
+
+    def statistics(self, hypotheses, references, sources=None):
+        return self.task.statistics(hypotheses, references, sources)
 
 
 def decode_settings(task: Task, decode_cfg) -> DecodeDefaults:

@@ -16,13 +16,15 @@ from pathlib import Path
 from ..data.members import Member, decode_settings
 from ..decode.batched import hypotheses
 from ..files import atomic_write_text
-from ..task import Score, checked_score
+from ..resampling import scored
+from ..task import Score
 
 
 def score_test_split(search_model, member: Member, decode, device, run_dir: Path) -> Score | None:
     """Decode `member`'s test split with `search_model` as the decode section `decode` says,
-    write its outputs to RUN_DIR/test{.MEMBER}.hyp.txt and return their score; None when the
-    member has no test split."""
+    write its outputs to RUN_DIR/test{.MEMBER}.hyp.txt and return their score, each figure with
+    its 95% interval (`s2s.core.resampling`, the defaults); None when the member has no test
+    split."""
     if "test" not in member.data.splits:
         return None
     sources, refs = member.data.texts("test")
@@ -30,7 +32,7 @@ def score_test_split(search_model, member: Member, decode, device, run_dir: Path
     hyps = hypotheses(search_model, member, sources, settings, device, decode.max_sentences)
     outputs = (member.postprocess(h, s) for h, s in zip(hyps, sources))
     atomic_write_text(run_dir / f"test{member.infix}.hyp.txt", "".join(h + "\n" for h in outputs))
-    return checked_score(member, member.score(hyps, refs, sources))
+    return scored(member, hyps, refs, sources)  # with 95% intervals where the task can give them
 
 
 def write_result(run_dir: Path, chosen: dict, tested: dict, several: bool) -> dict:

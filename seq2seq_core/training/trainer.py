@@ -43,7 +43,7 @@ from .rng import rng_state, seed_everything, set_rng_state
 from .runlog import RunLog
 from .schedule import Stream, draw, probabilities
 from .tally import Tally
-from .validation import DevModels, evaluate_dev
+from .validation import DevModels, bounds, evaluate_dev
 
 log = logging.getLogger("s2s")
 clock = time.monotonic  # what run.save_minutes is measured with (tests substitute their own)
@@ -614,8 +614,13 @@ class Trainer:
             if score is None:
                 continue
             tested[m.name] = score.as_dict()
+            figures = {score.name: score.value, **bounds(score)}
             self.record(
-                {"kind": "test", "update": self.update, f"{m.prefix}{score.name}": score.value}
+                {
+                    "kind": "test",
+                    "update": self.update,
+                    **{f"{m.prefix}{k}": v for k, v in figures.items()},
+                }
             )
         return result.write_result(self.run_dir, chosen, tested, bool(self.members[0].prefix))
 

@@ -31,7 +31,8 @@ import torch
 from ..data.members import Member, decode_settings
 from ..data.prepared import token_batches
 from ..decode.batched import hypotheses
-from ..task import Constraint, checked_score
+from ..resampling import scored
+from ..task import Constraint
 from ..vocab import EOS
 from . import heap
 from .rng import rng_preserved
@@ -155,7 +156,7 @@ def dev_score(search_model, member: Member, group, cfg):
     heap.release()  # the search's caches, free now, are not kept on top of training's heap
     shares = group.gather(hyps)
     hyps = [shares[i % group.world][i // group.world] for i in range(len(sources))]
-    return checked_score(member, member.score(hyps, refs, sources))
+    return scored(member, hyps, refs, sources)  # with intervals where the task gives them
 
 
 def _per_token(sums: torch.Tensor) -> dict:
@@ -164,7 +165,7 @@ def _per_token(sums: torch.Tensor) -> dict:
 
 
 def _figures(sums: torch.Tensor, score) -> dict:
-    record = {**_per_token(sums), score.name: score.value}
+    record = {**_per_token(sums), score.name: score.value, **bounds(score)}
     record.update(
         {
             k: v
@@ -173,6 +174,14 @@ def _figures(sums: torch.Tensor, score) -> dict:
         }
     )
     return record
+
+
+def bounds(score) -> dict:
+    """The primary figure's 95% interval as record fields (`bleu_low`, `bleu_high`), if any."""
+    found = score.intervals.get(score.name)
+    if not found:
+        return {}
+    return {f"{score.name}_low": found["low"], f"{score.name}_high": found["high"]}
 
 
 def evaluate_dev(

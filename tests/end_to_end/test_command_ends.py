@@ -60,10 +60,11 @@ def test_train_ends_with_a_summary_for_a_person(trained):
     assert lines[1].startswith(f"tested {chosen}") and "dev figure" in lines[1], out
     if chosen == "checkpoint_average.pt":
         assert "the average of the last 2 checkpoints" in lines[1]
-    # every test figure, one a line, the primary with its signature
+    # every test figure, one a line, the primary with its 95% interval and its signature
     assert lines[2] == "test figures:"
-    assert re.match(r"  bleu +[\d.]+  \(nrefs:1\|case:mixed\|.*\|version:", lines[3]), out
-    assert re.match(r"  exact_match +[\d.]+$", lines[4]), out
+    interval = r"  \[[\d.]+, [\d.]+\]"
+    assert re.match(rf"  bleu +[\d.]+{interval}  \(nrefs:1\|case:mixed\|.*\|version:", lines[3])
+    assert re.match(rf"  exact_match +[\d.]+{interval}$", lines[4]), out
     assert "wrote runs/demo/test.hyp.txt, runs/demo/result.json, runs/demo/metrics.jsonl" in lines
     assert all(
         (root / "runs/demo" / name).is_file()
