@@ -54,9 +54,25 @@ class Sweep:
     directory: Path
     common: list[str] = field(default_factory=list)
     plugins: list[str] = field(default_factory=list)
+    seeds: int = 1  # runs of each variant, with run.seed 1..seeds (SWEEP_DIR/NAME/seedS)
 
     def run_dir(self, variant: Variant) -> Path:
         return Path(self.directory) / variant.name
+
+    def trained(self) -> list[Variant]:
+        """The runs the sweep trains: each variant, or with seeds each variant's seed runs
+        (named NAME/seedS, `run.seed=S` added)."""
+        if self.seeds == 1:
+            return list(self.variants)
+        return [
+            Variant(f"{v.name}/seed{s}", [*v.overrides, f"run.seed={s}"])
+            for v in self.variants
+            for s in range(1, self.seeds + 1)
+        ]
+
+    def seed_runs(self, variant: Variant) -> list[Variant]:
+        """The runs of one of the user's variants (itself without seeds)."""
+        return [t for t in self.trained() if t.name.partition("/seed")[0] == variant.name]
 
     def overrides(self, variant: Variant) -> list[str]:
         """What `s2s train` gets for `variant`: common, budget, the variant's own, run.dir."""
@@ -76,6 +92,7 @@ class Sweep:
             "preset": self.preset,
             "common": list(self.common),
             "budget": dict(self.budget),
+            "seeds": self.seeds,
             "variants": [{"name": v.name, "overrides": list(v.overrides)} for v in self.variants],
         }
 
@@ -209,6 +226,12 @@ def configs(sweep: Sweep, registry) -> list:
                 f"common override {key}: the sweep sets it (run.dir=SWEEP_DIR/NAME; the budget "
                 "option)"
             )
+    if not 1 <= sweep.seeds <= 100:
+        raise UsageError(f"--seeds {sweep.seeds}: from 1 to 100 runs of each variant")
+    if sweep.seeds > 1:
+        taken.add("run.seed")
+        if "run.seed" in keys(sweep.common):
+            raise UsageError("common override run.seed: --seeds sets it (1 to N) for every run")
     for v in sweep.variants:
         if (
             not _NAME.fullmatch(v.name)
@@ -223,14 +246,14 @@ def configs(sweep: Sweep, registry) -> list:
         for key in keys(v.overrides):
             if key in taken:
                 raise UsageError(
-                    f"variant {v.name}: {key} is set by the sweep (run.dir, the budget) for every "
-                    "variant"
+                    f"variant {v.name}: {key} is set by the sweep (run.dir, the budget, "
+                    "run.seed with --seeds) for every variant"
                 )
     load_config(
         sweep.preset, sweep.overrides(Variant("", [])), registry=registry
     )  # the common part alone
     out = []
-    for v in sweep.variants:
+    for v in sweep.trained():
         try:
             out.append(load_config(sweep.preset, sweep.overrides(v), registry=registry))
         except ConfigError as e:
@@ -244,7 +267,7 @@ def commands(sweep: Sweep, registry) -> list[str]:
     plugins = [a for p in sweep.plugins for a in ("--plugin", p)]
     return [
         shlex.join(["s2s", "train", *plugins, sweep.preset, *sweep.overrides(v)])
-        for v in sweep.variants
+        for v in sweep.trained()
     ]
 
 
@@ -277,8 +300,8 @@ def _claim(sweep: Sweep):
             raise UsageError(
                 f"{path} cannot be read ({e}); move the folder aside or use another --dir"
             ) from None
-        for key in ("preset", "budget", "common", "variants"):
-            was = old.get(key)
+        for key in ("preset", "budget", "common", "variants", "seeds"):
+            was = old.get(key, 1 if key == "seeds" else None)  # a sweep from before --seeds
             if key == "variants" and isinstance(was, list):
                 was = [
                     {"name": v.get("name"), "overrides": v.get("overrides")}
@@ -297,8 +320,9 @@ def _claim(sweep: Sweep):
 
 def _save_states(sweep: Sweep, states: dict) -> None:
     manifest = sweep.manifest()
-    for v in manifest["variants"]:
-        v["state"] = states[v["name"]]
+    for entry, v in zip(manifest["variants"], sweep.variants):
+        found = [states[t.name] for t in sweep.seed_runs(v)]
+        entry["state"] = found[0] if sweep.seeds == 1 else found
     atomic_write_text(Path(sweep.directory) / MANIFEST, json.dumps(manifest, indent=1) + "\n")
 
 
@@ -310,9 +334,9 @@ def run(sweep: Sweep, registry, quiet: bool = False) -> dict:
     lock = _claim(sweep)
     try:
         done = lambda v: (sweep.run_dir(v) / "result.json").is_file()  # noqa: E731
-        states = {v.name: "done" if done(v) else "pending" for v in sweep.variants}
+        states = {v.name: "done" if done(v) else "pending" for v in sweep.trained()}
         _save_states(sweep, states)
-        for i, (v, cfg) in enumerate(zip(sweep.variants, cfgs), 1):
+        for i, (v, cfg) in enumerate(zip(sweep.trained(), cfgs), 1):
             if states[v.name] == "done":
                 log.info(
                     "sweep %s: variant %d/%d %s is finished", sweep.directory, i, len(cfgs), v.name
@@ -331,7 +355,7 @@ def run(sweep: Sweep, registry, quiet: bool = False) -> dict:
             train(cfg, registry, quiet=quiet)
             states[v.name] = "done"
             _save_states(sweep, states)
-        return write_results(sweep, cfgs)
+        return write_results(sweep, cfgs, registry)
     finally:
         lock.close()
 
@@ -358,41 +382,111 @@ def _plain(value):
     return value if isinstance(value, (int, float, bool, type(None), list, dict)) else str(value)
 
 
-def collect(sweep: Sweep, cfgs: list) -> dict:
-    """One row per variant: varied settings, parameters, updates, dev ppl, dev and test metric."""
-    from ..training.runlog import read_metrics
-
+def collect(sweep: Sweep, cfgs: list, registry=None) -> dict:
+    """One row per variant: varied settings, parameters, updates, dev ppl, dev and test metric.
+    With seeds, a row's figures are the mean over the variant's seed runs, with their standard
+    deviation (`dev_sd`, `test_sd`), each seed's figures (`seed_runs`) and the pooled test
+    interval of the primary figure (`pooled`, `pooled_interval`)."""
     varied = list(dict.fromkeys(k for v in sweep.variants for k in keys(v.overrides)))
     rows, metric = [], None
-    for v, cfg in zip(sweep.variants, cfgs):
-        run_dir = sweep.run_dir(v)
-        result = json.loads((run_dir / "result.json").read_text(encoding="utf-8"))
-        valid = [r for r in read_metrics(run_dir) if r.get("kind") == "valid"]
-        test = result.get("test") or {}
-        single = bool(test) and not all(isinstance(t, dict) for t in test.values())
-        scores = {"": test} if single else test
-        tests = {
-            f"{m}/{next(iter(s))}" if m else next(iter(s)): next(iter(s.values()))
-            for m, s in scores.items()
-            if s
-        }
-        metric = metric or (next(iter(test)) if single else "select")
-        rows.append(
-            {
-                "name": v.name,
-                "settings": {k: _plain(OmegaConf.select(cfg, k)) for k in varied},
-                "overrides": v.overrides,
-                "run_dir": str(run_dir),
-                "params": _count_parameters(run_dir),
-                "updates": result.get("update"),
-                "elapsed_s": valid[-1].get("elapsed") if valid else None,
-                "dev_ppl": valid[-1].get("ppl") if valid else None,
-                "dev_metric": (result.get("dev_select") or {}).get(result.get("checkpoint")),
-                "checkpoint": result.get("checkpoint"),
-                "test": tests,
-            }
-        )
+    runs = dict(zip((t.name for t in sweep.trained()), zip(sweep.trained(), cfgs)))
+    for v in sweep.variants:
+        seeds = [_run_row(sweep, t, runs[t.name][1], varied) for t in sweep.seed_runs(v)]
+        metric = metric or seeds[0].pop("metric")
+        for r in seeds:
+            r.pop("metric", None)
+        if sweep.seeds == 1:
+            rows.append({"name": v.name, **seeds[0]})
+            continue
+        cfg = runs[sweep.seed_runs(v)[0].name][1]
+        rows.append({"name": v.name, **_over_seeds(seeds), **_pooled(sweep, v, cfg, registry)})
+        rows[-1]["seed_runs"] = seeds
     return {**sweep.manifest(), "varied": varied, "metric": metric, "rows": rows}
+
+
+def _run_row(sweep: Sweep, v: Variant, cfg, varied: list[str]) -> dict:
+    """One run's settings and figures, from its result.json and metrics.jsonl."""
+    from ..training.runlog import read_metrics
+
+    run_dir = sweep.run_dir(v)
+    result = json.loads((run_dir / "result.json").read_text(encoding="utf-8"))
+    valid = [r for r in read_metrics(run_dir) if r.get("kind") == "valid"]
+    test = result.get("test") or {}
+    single = bool(test) and "signature" in test  # else member -> figures
+    scores = {"": test} if single else test
+    tests = {
+        f"{m}/{next(iter(s))}" if m else next(iter(s)): next(iter(s.values()))
+        for m, s in scores.items()
+        if s
+    }
+    return {
+        "metric": next(iter(test)) if single else "select",
+        "settings": {k: _plain(OmegaConf.select(cfg, k)) for k in varied},
+        "overrides": v.overrides,
+        "run_dir": str(run_dir),
+        "params": _count_parameters(run_dir),
+        "updates": result.get("update"),
+        "elapsed_s": valid[-1].get("elapsed") if valid else None,
+        "dev_ppl": valid[-1].get("ppl") if valid else None,
+        "dev_metric": (result.get("dev_select") or {}).get(result.get("checkpoint")),
+        "checkpoint": result.get("checkpoint"),
+        "test": tests,
+    }
+
+
+def _over_seeds(seeds: list[dict]) -> dict:
+    """A variant's row from its seed runs' rows: means, and the sample standard deviations of
+    the dev and test figures."""
+    import numpy as np
+
+    def spread(values: list) -> tuple[float | None, float | None]:
+        values = [x for x in values if _number(x)]
+        if not values:
+            return None, None
+        sd = float(np.std(values, ddof=1)) if len(values) > 1 else None
+        return float(np.mean(values)), sd
+
+    labels = list(dict.fromkeys(k for r in seeds for k in r["test"]))
+    tests = {label: spread([r["test"].get(label) for r in seeds]) for label in labels}
+    first = seeds[0]
+    return {
+        "settings": first["settings"],
+        "overrides": first["overrides"][:-1],  # without the seed's run.seed
+        "run_dir": str(Path(first["run_dir"]).parent),
+        "params": first["params"],
+        "updates": spread([r["updates"] for r in seeds])[0],
+        "elapsed_s": spread([r["elapsed_s"] for r in seeds])[0],
+        "dev_ppl": spread([r["dev_ppl"] for r in seeds])[0],
+        "dev_metric": spread([r["dev_metric"] for r in seeds])[0],
+        "dev_sd": spread([r["dev_metric"] for r in seeds])[1],
+        "test": {label: mean for label, (mean, _) in tests.items()},
+        "test_sd": {label: sd for label, (_, sd) in tests.items()},
+    }
+
+
+def _pooled(sweep: Sweep, v: Variant, cfg, registry) -> dict:
+    """The primary test figure of the variant's seed runs pooled (every seed's output of a
+    sentence counted together, `s2s.core.resampling`), with its 95% interval from resampling
+    the test sentences; {} for a multi-task run or a task without per-sentence statistics."""
+    from ..data.members import build_members, data_config
+    from ..data.prepared import prepare_data
+    from ..resampling import SentenceStatistics, intervals
+
+    if registry is None or cfg.tasks is not None:
+        return {}
+    (member,) = build_members(cfg, registry)
+    member.data = prepare_data(member.task, data_config(cfg), quiet=True)
+    sources, refs = member.data.texts("test")
+    parts = []
+    for t in sweep.seed_runs(v):
+        hyps = (sweep.run_dir(t) / "test.hyp.txt").read_text(encoding="utf-8").splitlines()
+        stats = member.statistics(hyps, refs, sources)
+        if stats is None:
+            return {}
+        parts.append(stats)
+    pooled = SentenceStatistics(sum(p.rows for p in parts), parts[0].figures)
+    name, found = next(iter(intervals(pooled).items()))
+    return {"pooled": {name: found.value}, "pooled_interval": {name: found.as_dict()}}
 
 
 def _cell(value, digits: int = 2) -> str:
@@ -408,6 +502,8 @@ def _cell(value, digits: int = 2) -> str:
 def table(results: dict) -> str:
     """results.md's Markdown table."""
     labels = list(dict.fromkeys(k for r in results["rows"] for k in r["test"]))
+    seeds = results.get("seeds", 1)
+    pooled = list(dict.fromkeys(k for r in results["rows"] for k in r.get("pooled_interval", {})))
     head = [
         "variant",
         *results["varied"],
@@ -416,19 +512,35 @@ def table(results: dict) -> str:
         "dev ppl",
         f"dev {results['metric']}",
         *(f"test {label}" for label in labels),
+        *(f"pooled test {label} [95%]" for label in pooled),
     ]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+
+    def spread(mean, sd) -> str:  # mean +- the seeds' standard deviation
+        return _cell(mean) + (f" ± {sd:.2f}" if _number(sd) else "")
+
     for r in results["rows"]:
+        sds = r.get("test_sd", {})
+        intervals = r.get("pooled_interval", {})
         cells = [
             r["name"],
             *(_cell(r["settings"][k]) for k in results["varied"]),
             _cell(r["params"]),
-            _cell(r["updates"]),
+            _cell(r["updates"], 0),
             _cell(r["dev_ppl"], 3),
-            _cell(r["dev_metric"]),
-            *(_cell(r["test"].get(label)) for label in labels),
+            spread(r["dev_metric"], r.get("dev_sd")),
+            *(spread(r["test"].get(label), sds.get(label)) for label in labels),
+            *(
+                f"{i['value']:.2f} [{i['low']:.2f}, {i['high']:.2f}]" if i else "-"
+                for i in (intervals.get(label) for label in pooled)
+            ),
         ]
         lines.append("| " + " | ".join(cells) + " |")
+    if seeds > 1:
+        lines.append(
+            f"\n{seeds} seeds a variant: mean ± the seeds' standard deviation; pooled: every "
+            "seed's test output together, its 95% interval from resampling the test sentences"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -455,11 +567,22 @@ def plot(results: dict, key: str, path: Path) -> Path:
     fig = Figure(figsize=(11, 4), layout="constrained")
     dev, test = fig.subplots(1, 2)
     panels = (
-        (dev, f"dev {results['metric']}", [(None, lambda r: r["dev_metric"])]),
+        (
+            dev,
+            f"dev {results['metric']}",
+            [(None, lambda r: r["dev_metric"], lambda r: r.get("dev_sd"))],
+        ),
         (
             test,
             "test" if len(labels) > 1 else f"test {labels[0] if labels else ''}",
-            [(label, lambda r, label=label: r["test"].get(label)) for label in labels],
+            [
+                (
+                    label,
+                    lambda r, label=label: r["test"].get(label),
+                    lambda r, label=label: r.get("test_sd", {}).get(label),
+                )
+                for label in labels
+            ],
         ),
     )
     for ax, title, series in panels:
@@ -468,15 +591,22 @@ def plot(results: dict, key: str, path: Path) -> Path:
             fixed = ", ".join(
                 f"{k.rpartition('.')[2]} {_text(group[0]['settings'][k])}" for k in others
             )
-            for label, figure in series:
-                points = [(x(r["settings"][key]), figure(r)) for r in group if _number(figure(r))]
+            for label, figure, sd in series:
+                points = [
+                    (x(r["settings"][key]), figure(r), sd(r)) for r in group if _number(figure(r))
+                ]
                 legend = "; ".join(
                     s
                     for s in (label if len(labels) > 1 else None, fixed if len(lines) > 1 else None)
                     if s
                 )
-                ax.plot(
-                    [p[0] for p in points], [p[1] for p in points], marker="o", label=legend or "_"
+                ax.errorbar(  # with seeds: the seeds' standard deviation as error bars
+                    [p[0] for p in points],
+                    [p[1] for p in points],
+                    yerr=[p[2] if _number(p[2]) else 0.0 for p in points],
+                    marker="o",
+                    capsize=3,
+                    label=legend or "_",
                 )
         ax.set_title(title)
         ax.set_xlabel(key)
@@ -488,15 +618,17 @@ def plot(results: dict, key: str, path: Path) -> Path:
         if any(not line.get_label().startswith("_") for line in ax.get_lines()):
             ax.legend(fontsize="small")
     ((kind, budget),) = results["budget"].items()
-    fig.suptitle(f"{results['preset']}: {budget:g} {kind} per variant")
+    seeds = results.get("seeds", 1)
+    each = f", mean ± sd of {seeds} seeds" if seeds > 1 else ""
+    fig.suptitle(f"{results['preset']}: {budget:g} {kind} per variant{each}")
     fig.savefig(path, dpi=100)
     return path
 
 
-def write_results(sweep: Sweep, cfgs: list) -> dict:
+def write_results(sweep: Sweep, cfgs: list, registry=None) -> dict:
     """SWEEP_DIR/results.md, results.json and sweep_KEY.png for each varied setting."""
     d = Path(sweep.directory)
-    results = collect(sweep, cfgs)
+    results = collect(sweep, cfgs, registry)
     results["plots"] = [
         str(plot(results, key, d / f"sweep_{_UNSAFE.sub('_', key)}.png"))
         for key in results["varied"]

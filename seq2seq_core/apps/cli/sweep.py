@@ -43,6 +43,14 @@ def add(subparsers, common) -> None:
         "--budget-minutes", type=float, metavar="M", help="run.max_minutes of every variant"
     )
     s.add_argument(
+        "--seeds",
+        type=int,
+        default=1,
+        metavar="N",
+        help="train each variant N times, run.seed 1..N (DIR/NAME/seedS); the table gives the "
+        "mean, the seeds' spread and the pooled test figure's interval",
+    )
+    s.add_argument(
         "--dir",
         required=True,
         help="the sweep's folder: sweep.json, a run directory per variant, results",
@@ -63,7 +71,13 @@ def run(args) -> int:
         else {"minutes": args.budget_minutes}
     )
     plan = sweep.Sweep(
-        args.preset, variants, budget, Path(args.dir), list(args.overrides), list(args.plugin or [])
+        args.preset,
+        variants,
+        budget,
+        Path(args.dir),
+        list(args.overrides),
+        list(args.plugin or []),
+        args.seeds,
     )
     if args.print_commands:
         print("\n".join(sweep.commands(plan, registry_of(args))))

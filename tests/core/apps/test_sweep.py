@@ -307,3 +307,41 @@ def test_a_sigkilled_sweep_process_resumes(tmp_path, registry):
     )
     train(cfg, registry, quiet=True)
     assert _same_model(_model(directory / "heads-2"), _model(tmp_path / "never_stopped"))
+
+
+def test_seeds_train_each_variant_several_times_and_report_their_spread(tmp_path, capsys):
+    """--seeds 2: each variant twice (run.seed 1 and 2, NAME/seed1 and NAME/seed2), a row with
+    the seeds' mean and standard deviation and the pooled test interval; the same command again
+    trains nothing; run.seed is the sweep's to set."""
+    directory, cache = tmp_path / "seeds", tmp_path / "cache"
+    argv = _sweep(directory, cache, "--grid", "model.heads=1,2", "--seeds", "2")
+    assert main(argv) == 0
+    capsys.readouterr()
+    results = json.loads((directory / "results.json").read_text())
+    assert results["seeds"] == 2
+    for row in results["rows"]:
+        runs = row["seed_runs"]
+        assert [Path(r["run_dir"]).name for r in runs] == ["seed1", "seed2"]
+        values = [r["test"]["bleu"] for r in runs]
+        assert row["test"]["bleu"] == pytest.approx(sum(values) / 2)
+        if values[0] != values[1]:
+            assert row["test_sd"]["bleu"] > 0
+        interval = row["pooled_interval"]["bleu"]
+        assert interval["low"] <= interval["value"] <= interval["high"]
+        configs = [json.loads((Path(r["run_dir"]) / "result.json").read_text()) for r in runs]
+        assert all(c["update"] == 4 for c in configs)
+    config = (directory / "heads-1" / "seed2" / "config.yaml").read_text()
+    assert "seed: 2" in config
+    table = (directory / "results.md").read_text()
+    assert "±" in table and "pooled test bleu [95%]" in table and "2 seeds a variant" in table
+    before = _files(directory / "heads-1" / "seed2")
+    assert main(argv) == 0  # resumes: both finished, nothing trained again
+    assert _files(directory / "heads-1" / "seed2") == before
+    capsys.readouterr()
+    for bad, needle in [
+        (["--seeds", "0"], "--seeds 0: from 1 to 100"),
+        (["--seeds", "2", "run.seed=3"], "common override run.seed"),
+    ]:
+        code = main(_sweep(tmp_path / "bad", cache, "--grid", "model.heads=1,2", *bad))
+        err = capsys.readouterr().err.strip().splitlines()
+        assert code == 2 and len(err) == 1 and needle in err[0], err
