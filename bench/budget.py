@@ -3,6 +3,7 @@
     python bench/budget.py multi30k_en_de --minutes 10 60      # scores after 10 and after 60 minutes
     python bench/budget.py ptb_sample_parsing --minutes 20
     python bench/budget.py multi30k_en_de --minutes 10 60 --precisions fp32 bf16   # equal budgets
+    python bench/budget.py ptb_sample_parsing --minutes 10 --seeds 3   # the spread of 3 seeds
 
 With --precisions each precision trains in its own run directory (RUN_DIR_fp32, RUN_DIR_bf16, ...)
 with run.precision set, and the runs take turns budget by budget (fp32 to 10 minutes, bf16 to 10
@@ -41,6 +42,7 @@ import torch  # noqa: E402
 from s2s.core.data.members import decode_settings  # noqa: E402
 from s2s.core.decode.batched import hypotheses  # noqa: E402
 from s2s.core.inference import load_for_inference  # noqa: E402
+from s2s.core.resampling import scored  # noqa: E402
 from s2s.core.setup.config import load_config  # noqa: E402
 from s2s.core.setup.registry import Registry  # noqa: E402
 from s2s.core.training.runlog import read_metrics  # noqa: E402
@@ -142,33 +144,80 @@ def main() -> None:
         choices=["fp32", "bf16", "auto"],
         help="train each in its own run directory at the same budgets (default: the preset's)",
     )
+    p.add_argument(
+        "--seeds",
+        type=int,
+        default=1,
+        help="train each setting N times (run.seed 1..N, RUN_DIR_seedS), taking turns budget by "
+        "budget; the JSON gives each run's test figure with its 95%% interval and, per budget, "
+        "the seeds' mean and standard deviation",
+    )
     p.add_argument("overrides", nargs="*")
     args = p.parse_intermixed_args()
+    if args.seeds < 1:
+        p.error(f"--seeds {args.seeds}: at least 1")
     torch.set_num_threads(2)  # decoding; training uses the preset's run.threads unless overridden
     run_dir = args.run_dir or f"runs/bench_{args.preset}"
     reg = Registry.installed()
     results = []
+    seeds = range(1, args.seeds + 1) if args.seeds > 1 else [None]
     for minutes in sorted(args.minutes):
         for precision in args.precisions or [None]:
-            results.append(budget_row(args, reg, minutes, run_dir, precision))
-            print(json.dumps(results[-1]))
-            path = write(
-                args.name or f"budget_{args.preset}",
-                {
-                    "preset": args.preset,
-                    "overrides": args.overrides,
-                    "note": args.note,
-                    "results": results,
-                },
-            )  # after each budget
-            print(f"wrote {path}")
+            for seed in seeds:
+                results.append(budget_row(args, reg, minutes, run_dir, precision, seed))
+                print(json.dumps(results[-1]))
+                path = write(
+                    args.name or f"budget_{args.preset}",
+                    {
+                        "preset": args.preset,
+                        "overrides": args.overrides,
+                        "note": args.note,
+                        "seeds": args.seeds,
+                        "results": results,
+                        "over_seeds": over_seeds(results) if args.seeds > 1 else None,
+                    },
+                )  # after each budget
+                print(f"wrote {path}")
 
 
-def budget_row(args, reg, minutes: float, run_dir: str, precision: str | None) -> dict:
+def over_seeds(results: list[dict]) -> list[dict]:
+    """For each budget and precision: each seed's primary test figure, their mean and sample
+    standard deviation."""
+    import statistics
+
+    groups: dict[tuple, list] = {}
+    for row in results:
+        if "test" in row:
+            groups.setdefault((row["minutes"], row["precision"]), []).append(row)
+    out = []
+    for (minutes, precision), rows in groups.items():
+        name = next(iter(rows[0]["test"]))
+        values = [r["test"][name] for r in rows]
+        out.append(
+            {
+                "minutes": minutes,
+                "precision": precision,
+                "figure": name,
+                "seeds": [r["seed"] for r in rows],
+                "values": values,
+                "intervals": [r["test"].get("intervals", {}).get(name) for r in rows],
+                "mean": round(statistics.mean(values), 2),
+                "sd": round(statistics.stdev(values), 2) if len(values) > 1 else None,
+            }
+        )
+    return out
+
+
+def budget_row(
+    args, reg, minutes: float, run_dir: str, precision: str | None, seed: int | None
+) -> dict:
     """Train (or resume) to `minutes`, then decode and score the test split (of every member)."""
     if precision is not None:
         run_dir = f"{run_dir}_{precision}"
+    if seed is not None:
+        run_dir = f"{run_dir}_seed{seed}"
     extra = [] if precision is None else [f"run.precision={precision}"]
+    extra += [] if seed is None else [f"run.seed={seed}"]
     cfg = load_config(
         args.preset,
         [
@@ -196,6 +245,7 @@ def budget_row(args, reg, minutes: float, run_dir: str, precision: str | None) -
     )
     row = {
         "minutes": minutes,
+        "seed": cfg.run.seed,
         "precision": str(cfg.run.precision),
         "run_dir": run_dir,
         "updates": records[-1]["update"],
@@ -240,7 +290,7 @@ def test_scores(run_dir: str, reg, name: str | None) -> dict:
         cfg_run.decode.max_sentences,
     )
     decode_s = time.time() - t1
-    score = task.score(hyps, refs, sources)
+    score = scored(task, hyps, refs, sources)  # each figure with its 95% interval
     row = {
         "test": score.as_dict(),
         "test_sentences": len(sources),
