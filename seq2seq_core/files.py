@@ -211,6 +211,38 @@ def not_a_run_file(path: str, option: str) -> None:
         )
 
 
+OUTPUTS_MARK = ".s2s-outputs"  # in a folder s2s writes named files into: the names it wrote
+
+
+def own_outputs(folder: str | Path, names, option: str) -> None:
+    """Fail before any work when writing the files `names` into `folder` would replace a file
+    that s2s did not write there (one not listed in the folder's OUTPUTS_MARK): a command's
+    output replaces only its own earlier output, never a file of the user's. A folder that is a
+    run directory's own (its plots) is s2s's."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return
+    if run_of(folder / "x") == folder.resolve():
+        raise UsageError(f"{option} {folder} is a run directory: write into a folder of its own")
+    if folder.name == "plots" and run_of(folder) == folder.resolve().parent:
+        return  # RUN_DIR/plots: s2s plot's own folder in a run
+    mark = folder / OUTPUTS_MARK
+    ours = set(mark.read_text(encoding="utf-8").splitlines()) if mark.is_file() else set()
+    for name in names:
+        if (folder / name).exists() and name not in ours:
+            raise UsageError(
+                f"{option} {folder}: {name} is there and s2s did not write it; write into an "
+                "empty folder or one holding only s2s's earlier output"
+            )
+
+
+def record_outputs(folder: str | Path, names) -> None:
+    """Add `names` to the files s2s wrote into `folder` (`own_outputs`)."""
+    mark = Path(folder) / OUTPUTS_MARK
+    ours = set(mark.read_text(encoding="utf-8").splitlines()) if mark.is_file() else set()
+    atomic_write_text(mark, "".join(f"{n}\n" for n in sorted(ours | set(map(str, names)))))
+
+
 def readable(path: str) -> None:
     """Fail before any work when the input file cannot be read."""
     p = Path(path)

@@ -29,7 +29,13 @@ from ..data.prepared import chunks
 from ..decode.batched import prepared_sources, source_batch
 from ..decode.search import search, sentences_per_batch
 from ..errors import ConfigError, UsageError
-from ..files import atomic_write_text, remove_stale_temporaries, replacing
+from ..files import (
+    atomic_write_text,
+    own_outputs,
+    record_outputs,
+    remove_stale_temporaries,
+    replacing,
+)
 from ..inference import load_for_inference
 from ..training.rundir import run_dir_of
 from ..vocab import BOS, EOS, SPECIALS
@@ -105,6 +111,21 @@ def draw_attention(run_dir, registry, request: AttentionRequest) -> list[Path]:
             len(ids[i]) + 1,
             model.max_positions,
         )
+    layers = [request.layer] if request.layer is not None else list(range(1, n_layers + 1))
+    width = len(str(len(lines)))
+    planned = [
+        name
+        for i in keep
+        for name in [
+            *(
+                _map_name(f"{i + 1:0{width}d}", kind, L, request.head)
+                for kind in KINDS
+                for L in layers
+            ),
+            f"{i + 1:0{width}d}.json",
+        ]
+    ]
+    own_outputs(out, planned, "--output")  # never over a file of the user's
     device = next(model.parameters()).device
     hyps = {}
     for batch in chunks(
@@ -124,8 +145,6 @@ def draw_attention(run_dir, registry, request: AttentionRequest) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     remove_stale_temporaries(out)
     head = request.head  # a page for this head alone, else every head on one page
-    layers = [request.layer] if request.layer is not None else list(range(1, n_layers + 1))
-    width = len(str(len(lines)))
     written = []
     for i in keep:
         src = source_batch([ids[i]]).to(device)
@@ -139,7 +158,7 @@ def draw_attention(run_dir, registry, request: AttentionRequest) -> list[Path]:
             "decoder": (tgt_tokens, tgt_tokens),
             "cross": (tgt_tokens[1:] + [SPECIALS[EOS]], src_tokens),
         }
-        stem = f"{i + 1:0{width}d}"
+        stem, first = f"{i + 1:0{width}d}", len(written)
         record = {
             "line": i + 1,
             "source": raw[i],
@@ -163,12 +182,18 @@ def draw_attention(run_dir, registry, request: AttentionRequest) -> list[Path]:
                 title = f"{KINDS[kind]}, layer {L} of {n_layers}" + (
                     f", head {head} of {n_heads}" if head else f", all {n_heads} heads"
                 )
-                name = f"{stem}.{kind}.layer{L}" + (f".head{head}" if head else "") + ".png"
+                name = _map_name(stem, kind, L, head)
                 page = Page(kind, f"{title}  (line {i + 1})", heads, rows, cols)
                 written.append(draw(page, w[[H - 1 for H in heads]], out / name))
         atomic_write_text(out / f"{stem}.json", json.dumps(record, ensure_ascii=False) + "\n")
         written.append(out / f"{stem}.json")
+        record_outputs(out, [p.name for p in written[first:]])
     return written
+
+
+def _map_name(stem: str, kind: str, layer: int, head: int | None) -> str:
+    """The PNG of one line's attention of one kind and layer (and head)."""
+    return f"{stem}.{kind}.layer{layer}" + (f".head{head}" if head else "") + ".png"
 
 
 def _readable(path) -> None:

@@ -57,6 +57,22 @@ class Job:
     queued: float = field(default_factory=time.perf_counter)
 
 
+class ShuttingDown(Exception):
+    """The server is stopping: a job that waited is answered 503."""
+
+
+def _answer(job: Job, result=None, error: Exception | None = None) -> int:
+    """Give a job its result (or error) unless its client has left (its future cancelled);
+    1 if it was answered."""
+    if job.future.done() or not job.future.set_running_or_notify_cancel():
+        return 0
+    if error is not None:
+        job.future.set_exception(error)
+    else:
+        job.future.set_result(result)
+    return 1
+
+
 class Batcher:
     """One worker thread decoding queued jobs in batches of at most `budget` source tokens (a
     job larger than the budget is decoded alone); at most `max_queued` jobs wait."""
@@ -68,14 +84,36 @@ class Batcher:
         self.device = next(model.parameters()).device
         self.jobs: queue.Queue[Job] = queue.Queue(max_queued)
         self.held: Job | None = None  # taken from the queue, but for the next batch
-        self.decoded = {"batches": 0, "sentences": 0}
+        self.stopping = False  # `stop` was called: no more jobs
+        # batches and sentences decoded, jobs passed over because their clients left
+        self.decoded = {"batches": 0, "sentences": 0, "dropped": 0}
         self.thread = threading.Thread(target=self._work, name="s2s-decoder", daemon=True)
         self.thread.start()
 
     def submit(self, job: Job) -> Future:
-        """Queue a job (queue.Full when `max_queued` already wait); its future gets the result."""
+        """Queue a job (queue.Full when `max_queued` already wait, ShuttingDown once `stop`
+        was called); its future gets the result. A job whose future is cancelled before the
+        worker reaches it (its client left) is passed over."""
+        if self.stopping:
+            raise ShuttingDown()
         self.jobs.put_nowait(job)
         return job.future
+
+    def stop(self) -> int:
+        """Answer every waiting job with ShuttingDown (the server is stopping); the batch being
+        decoded finishes. Returns how many were waiting."""
+        self.stopping = True
+        answered = 0
+        while True:
+            try:
+                job = self.jobs.get_nowait()
+            except queue.Empty:
+                break
+            answered += _answer(job, error=ShuttingDown())
+        held, self.held = self.held, None
+        if held is not None:
+            answered += _answer(held, error=ShuttingDown())
+        return answered
 
     def waiting(self) -> int:
         return self.jobs.qsize() + (self.held is not None)
@@ -96,10 +134,18 @@ class Batcher:
             and (job.targets is None) == (first.targets is None)
         )
 
+    def _next(self) -> Job:
+        """The oldest job whose client is still waiting."""
+        while True:
+            job = self.held or self.jobs.get()
+            self.held = None
+            if not job.future.cancelled():
+                return job
+            self.decoded["dropped"] += 1
+
     def _work(self) -> None:
         while True:
-            first = self.held or self.jobs.get()
-            self.held = None
+            first = self._next()
             batch = [first]
             tokens = first.tokens
             while first.attention_layer is None and tokens < self.budget:
@@ -107,6 +153,9 @@ class Batcher:
                     job = self.jobs.get_nowait()
                 except queue.Empty:
                     break
+                if job.future.cancelled():
+                    self.decoded["dropped"] += 1
+                    continue
                 if not self._alike(job, first) or tokens + job.tokens > self.budget:
                     self.held = job
                     break
@@ -114,7 +163,7 @@ class Batcher:
                 tokens += job.tokens
             try:
                 if first.attention_layer is not None:
-                    first.future.set_result(self._attention(first))
+                    _answer(first, self._attention(first))
                 elif first.targets is not None:
                     self._score(batch)
                 else:
@@ -122,8 +171,7 @@ class Batcher:
             except Exception as e:  # noqa: BLE001 -- the requests answer with it; the worker goes on
                 log.exception("decoding failed")
                 for job in batch:
-                    if not job.future.done():
-                        job.future.set_exception(e)
+                    _answer(job, error=e)
 
     def _generate(self, batch: list[Job]) -> None:
         member, wanted, start = batch[0].member, batch[0].wanted, time.perf_counter()
@@ -160,7 +208,7 @@ class Batcher:
                     [{"output": one_line(o.text), "score": round(o.score, 4)} for o in outs]
                     for outs in found[at : at + n]
                 ]
-            job.future.set_result(result)
+            _answer(job, result)
             at += n
 
     def _score(self, batch: list[Job]) -> None:
@@ -176,11 +224,12 @@ class Batcher:
         at = 0
         for job in batch:
             n = len(job.sources)
-            job.future.set_result(
+            _answer(
+                job,
                 {
                     "scores": [r.as_dict() for r in rated[at : at + n]],
                     "timing": self._timing(job, batch, start, done),
-                }
+                },
             )
             at += n
 

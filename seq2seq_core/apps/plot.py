@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..files import no_such_run
+from ..files import no_such_run, own_outputs, record_outputs
 from ..training.runlog import read_metrics
 
 NOT_METRICS = {"kind", "update", "elapsed", "loss", "nll", "ppl", "seconds"}
@@ -84,15 +84,13 @@ def plot_run(run_dir: Path, out_dir: Path | None = None) -> list[Path]:
     if not records:
         raise ValueError(f"{run_dir / 'metrics.jsonl'} holds no records yet")
     out_dir = Path(out_dir) if out_dir is not None else run_dir / "plots"
-    out_dir.mkdir(parents=True, exist_ok=True)
     name = run_dir.resolve().name
     longest = max(
         (r["elapsed"] for r in records if isinstance(r.get("elapsed"), (int, float))), default=0
     )
     unit, seconds = time_unit(longest)
     curves = lambda kind, key: _curves(records, kind, key, seconds)  # noqa: E731
-    draw = lambda *args: _figure(*args, unit=unit)  # noqa: E731
-    written = []
+    figures = []  # (title, series, y label, file name): every figure, before one is drawn
     keys = [k for k in dict.fromkeys(k for r in records for k in r) if isinstance(k, str)]
     members = list(dict.fromkeys(k.split("/")[0] for k in keys if "/" in k))
     loss = [
@@ -102,19 +100,12 @@ def plot_run(run_dir: Path, out_dir: Path | None = None) -> list[Path]:
     ]
     loss = [(label, c) for label, c in loss if c[2]]
     if loss:
-        written.append(
-            draw(
-                f"{name}: label-smoothed loss per target token", loss, "loss", out_dir / "loss.png"
-            )
-        )
+        figures.append((f"{name}: label-smoothed loss per target token", loss, "loss", "loss.png"))
     lr = curves("train", "lr")
     if lr[2]:
-        written.append(
-            draw(f"{name}: learning rate", [("lr", lr)], "learning rate", out_dir / "lr.png")
-        )
-    metrics: dict[
-        str, list[str]
-    ] = {}  # metric -> its keys, one per member (or the one of a single task)
+        figures.append((f"{name}: learning rate", [("lr", lr)], "learning rate", "lr.png"))
+    # metric -> its keys, one per member (or the one of a single task)
+    metrics: dict[str, list[str]] = {}
     for key in sorted(
         k
         for k in keys
@@ -128,5 +119,9 @@ def plot_run(run_dir: Path, out_dir: Path | None = None) -> list[Path]:
         drawn = [(f"dev {key}", curves("valid", key)) for key in series]
         shaded = any(c[3] is not None for _, c in drawn)
         label = f"{metric} (shaded: 95% interval)" if shaded else metric
-        written.append(draw(f"{name}: dev {metric}", drawn, label, out_dir / f"{metric}.png"))
+        figures.append((f"{name}: dev {metric}", drawn, label, f"{metric}.png"))
+    own_outputs(out_dir, [f[3] for f in figures], "--output")  # never over a user's file
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = [_figure(*f[:3], out_dir / f[3], unit=unit) for f in figures]
+    record_outputs(out_dir, [p.name for p in written])
     return written

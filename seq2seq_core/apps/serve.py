@@ -44,6 +44,8 @@ MAX_SAMPLES = 16  # outputs drawn a sentence ("sampling" with "nbest")
 MAX_TERMS = 32  # source/target term pairs a request ("terms")
 MAX_CHARS = 2000  # characters a sentence
 MAX_BODY = 1 << 20  # bytes a request body
+MAX_WEIGHTS = 400_000  # attention weights an /attention answer may hold (about 3 MB of JSON)
+SHUTDOWN_SECONDS = 5  # on SIGTERM / SIGINT: the batch being decoded gets this long to finish
 BATCH_TOKENS = 4096  # source tokens decoded together, summed over the requests of a batch
 
 
@@ -57,19 +59,26 @@ class Service:
 
 
 # -- requests ----------------------------------------------------------------------------------
-def bad(status: int, message: str):
+def bad(status: int, message: str, retry_after: int | None = None):
+    """An HTTP error answered as {"error": message} (with Retry-After seconds, for a 503)."""
     from starlette.exceptions import HTTPException
 
-    return HTTPException(status, message)
+    headers = None if retry_after is None else {"Retry-After": str(retry_after)}
+    return HTTPException(status, message, headers=headers)
 
 
 async def body_json(request) -> dict:
     """The request's JSON object, or a 4xx: empty, too large, not UTF-8, not JSON, not an object."""
+    from starlette.requests import ClientDisconnect
+
     body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > MAX_BODY:
-            raise bad(413, f"request body over {MAX_BODY} bytes")
+    try:
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > MAX_BODY:
+                raise bad(413, f"request body over {MAX_BODY} bytes")
+    except ClientDisconnect:
+        raise ClientGone() from None
     if not body.strip():
         raise bad(400, 'empty request body: send a JSON object, {"text": ["a sentence", ...]}')
     try:
@@ -82,6 +91,8 @@ async def body_json(request) -> dict:
         data = json.loads(text)
     except ValueError as e:
         raise bad(400, f"request body is not JSON: {e}") from None
+    except RecursionError:
+        raise bad(400, "request body is JSON nested too deeply to read") from None
     if not isinstance(data, dict):
         raise bad(
             400, f'request body is a JSON {type(data).__name__}, not an object {{"text": [...]}}'
@@ -280,13 +291,40 @@ def measured(
     )
 
 
-async def decoded(service: Service, job):
-    """The worker's answer to `job` (a 503 when the queue is full)."""
+class ClientGone(Exception):
+    """The client closed its connection before its answer: nothing is sent."""
+
+
+async def _left(request) -> None:
+    """Returns once the client has closed its connection (after its whole body was read)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def decoded(service: Service, job, request):
+    """The worker's answer to `job`; a 503 (with Retry-After) when the queue is full or the
+    server is stopping. When the client leaves first its job is dropped: the worker passes it
+    over, or throws its part of a batch away."""
+    from .batcher import ShuttingDown
+
     try:
-        future = service.batcher.submit(job)
+        answer = asyncio.wrap_future(service.batcher.submit(job))
     except queue.Full:
-        raise bad(503, "the server is busy (its queue is full): try again shortly") from None
-    return await asyncio.wrap_future(future)
+        raise bad(503, "the server is busy (its queue is full): try again shortly", 1) from None
+    except ShuttingDown:
+        raise bad(503, "the server is stopping", 5) from None
+    gone = asyncio.ensure_future(_left(request))
+    try:
+        await asyncio.wait({answer, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+    if not answer.done():
+        answer.cancel()  # the job's future too: the worker passes it over
+        raise ClientGone()
+    try:
+        return answer.result()
+    except ShuttingDown:
+        raise bad(503, "the server is stopping: try again shortly", 5) from None
 
 
 # -- endpoints ---------------------------------------------------------------------------------
@@ -294,7 +332,7 @@ def build_app(service: Service):
     """The Starlette application serving `service`."""
     from starlette.applications import Starlette
     from starlette.exceptions import HTTPException
-    from starlette.responses import FileResponse, JSONResponse
+    from starlette.responses import FileResponse, JSONResponse, Response
     from starlette.routing import Mount, Route
     from starlette.staticfiles import StaticFiles
 
@@ -330,7 +368,7 @@ def build_app(service: Service):
         prefixes = prefixes_of(data, member, sources, settings, max_positions)
         terms = terms_of(data, member, sources, settings, max_positions)
         job = Job(member, sources, sum(tokens), wanted=wanted, prefixes=prefixes, terms=terms)
-        result = await decoded(service, job)
+        result = await decoded(service, job, request)
         trees = [parse(h) for h in result["hypotheses"]]
         return JSONResponse(
             {
@@ -354,7 +392,7 @@ def build_app(service: Service):
         sources, tokens, unknown = measured(member, lines, max_positions)
         targets = targets_of(data, member, len(sources), max_positions)
         job = Job(member, sources, sum(tokens), targets=targets)
-        result = await decoded(service, job)
+        result = await decoded(service, job, request)
         return JSONResponse(
             {
                 "task": member.name,
@@ -381,12 +419,29 @@ def build_app(service: Service):
                 f"{layers})",
             )
         sources, tokens, _ = measured(member, lines, max_positions, many=False)
-        return JSONResponse(
-            await decoded(service, Job(member, sources, tokens[0], attention_layer=layer))
-        )
+        settings = service.batcher.settings(member)
+        most = int(settings.max_len_a * tokens[0] + settings.max_len_b) + 1
+        weights = service.batcher.cfg.model.heads * tokens[0] * most
+        if weights > MAX_WEIGHTS:
+            raise bad(
+                413,
+                f'"text": its attention could hold {weights:,} weights ({tokens[0]} source '
+                f"tokens, up to {most} output tokens, every head); at most {MAX_WEIGHTS:,} a "
+                "request: send a shorter sentence",
+            )
+        job = Job(member, sources, tokens[0], attention_layer=layer)
+        return JSONResponse(await decoded(service, job, request))
 
     async def error(request, exc: HTTPException):
         return JSONResponse({"error": exc.detail}, status_code=exc.status_code, headers=exc.headers)
+
+    async def gone(request, exc: ClientGone):
+        log.info(
+            "a client left before its answer (%s %s): its work was dropped",
+            request.method,
+            request.url.path,
+        )
+        return Response(status_code=499)
 
     async def failed(request, exc: Exception):
         return JSONResponse(
@@ -409,7 +464,7 @@ def build_app(service: Service):
     return Starlette(
         routes=routes,
         middleware=[hosts],
-        exception_handlers={HTTPException: error, Exception: failed},
+        exception_handlers={HTTPException: error, ClientGone: gone, Exception: failed},
     )
 
 
@@ -427,6 +482,7 @@ def listening_socket(host: str, port: int) -> socket.socket:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind(address)
+        sock.listen(2048)  # now: a second server on this port fails here, before its model loads
     except OSError as e:
         sock.close()
         raise UsageError(
@@ -448,6 +504,8 @@ class ServeOptions:
     quiet: bool = False  # no access log; uvicorn's warnings only
     allowed_hosts: tuple[str, ...] = ()  # Host header values answered besides this machine's
     ensemble: tuple[str, ...] = ()  # more runs decoded with this one as an ensemble (one member)
+    max_connections: int | None = None  # open connections at once (None: `Limits`' default)
+    client_seconds: float | None = None  # to send a request, to read an answer (None: default)
 
 
 def allowed_hosts(host: str, extra: tuple[str, ...]) -> list[str]:
@@ -474,9 +532,16 @@ def serve(path, registry, options: ServeOptions) -> None:
     from ..training.checkpoint import tested
     from ..training.rundir import run_dir_of
     from .batcher import Batcher
+    from .connections import Limits, guarded
 
     if options.threads is not None and options.threads < 1:
         raise UsageError(f"--threads {options.threads}: at least 1")
+    if options.max_connections is not None and options.max_connections < 1:
+        raise UsageError(f"--max-connections {options.max_connections}: at least 1")
+    if options.client_seconds is not None and not 0 < options.client_seconds < float("inf"):
+        raise UsageError(f"--client-seconds {options.client_seconds}: a number of seconds > 0")
+    given = {"connections": options.max_connections, "client_seconds": options.client_seconds}
+    limits = Limits(**{k: v for k, v in given.items() if v is not None})
     sock = listening_socket(options.host, options.port)  # a taken port fails before the model loads
     precision = [f"decode.precision={options.precision}"] if options.precision else []
     overrides = [*options.overrides, *precision]
@@ -525,6 +590,11 @@ def serve(path, registry, options: ServeOptions) -> None:
             "nbest": {name: decode_settings(m, cfg.decode).beam for name, m in members.items()},
             "samples": MAX_SAMPLES,
             "terms": MAX_TERMS,
+            "body_bytes": MAX_BODY,
+            "attention_weights": MAX_WEIGHTS,
+            "queued_requests": batcher.jobs.maxsize,
+            **vars(limits),
+            "shutdown_seconds": SHUTDOWN_SECONDS,
         },
     }
     info["allowed_hosts"] = allowed_hosts(options.host, options.allowed_hosts)
@@ -540,8 +610,25 @@ def serve(path, registry, options: ServeOptions) -> None:
     )
     config = uvicorn.Config(
         build_app(service),
+        http=guarded(limits),  # uvicorn's h11 protocol, its connections bounded
         log_level="warning" if options.quiet else "info",
         access_log=not options.quiet,
-        timeout_graceful_shutdown=5,
+        timeout_graceful_shutdown=SHUTDOWN_SECONDS,
     )
-    uvicorn.Server(config).run(sockets=[sock])
+    stopping_server(config, batcher).run(sockets=[sock])
+
+
+def stopping_server(config, batcher):
+    """uvicorn's server for `config` that, on SIGTERM or SIGINT, answers every request still
+    waiting for the worker with a JSON 503 at once, then stops as uvicorn does (the batch being
+    decoded gets SHUTDOWN_SECONDS to finish)."""
+    import uvicorn
+
+    class Stopping(uvicorn.Server):
+        def handle_exit(self, sig, frame) -> None:
+            if not self.should_exit:
+                waiting = batcher.stop()
+                log.info("stopping: %d waiting request(s) answered 503", waiting)
+            super().handle_exit(sig, frame)
+
+    return Stopping(config)

@@ -584,3 +584,28 @@ def test_fine_tuning_checks_the_source_vocabulary(demo_runs, tmp_path, capsys):
     before = snapshot(source)
     result = s2s(capsys, "train", "demo", *TINY, f"run.dir={run}", f"run.init_from={source}", "-q")
     fails(result, before, "run.init_from=", "vocab.json differs from the vocabulary")
+
+
+@pytest.mark.parametrize("command", ["attention", "plot"])
+def test_maps_and_plots_never_write_over_a_users_file(demo_runs, tmp_path, capsys, command):
+    """`s2s attention --output DIR` and `s2s plot --output DIR` write fixed names: into a folder
+    holding a file of that name that s2s did not write they fail in one line, before any work,
+    changing nothing; into their own earlier output they write again."""
+    run = demo_runs["a"]
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    lines = tmp_path / "in.txt"
+    lines.write_text("the cat sees a dog\n")
+    argv = ["plot", run] if command == "plot" else ["attention", run, "--input", lines]
+    users = mine / ("loss.png" if command == "plot" else "1.cross.layer1.png")
+    users.write_bytes(b"the user's own picture")
+    (mine / "notes.txt").write_text("the user's notes\n")
+    before = snapshot(mine, run)
+    fails(s2s(capsys, *argv, "--output", mine), before, users.name, "s2s did not write it")
+    ours = tmp_path / "ours"
+    assert s2s(capsys, *argv, "--output", ours)[0] == 0
+    written = sorted(p.name for p in ours.iterdir())
+    assert s2s(capsys, *argv, "--output", ours)[0] == 0  # its own earlier output: again
+    assert sorted(p.name for p in ours.iterdir()) == written
+    code, _, err = s2s(capsys, *argv, "--output", run)
+    assert code == 2 and "run directory" in err

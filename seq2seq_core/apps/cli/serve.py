@@ -53,6 +53,20 @@ def add(subparsers, common) -> None:
         "--threads", type=int, metavar="N", help="torch threads for decoding (default: run.threads)"
     )
     s.add_argument(
+        "--max-connections",
+        dest="max_connections",
+        type=int,
+        metavar="N",
+        help="open connections at once; one more is answered 503 (default 256)",
+    )
+    s.add_argument(
+        "--client-seconds",
+        dest="client_seconds",
+        type=float,
+        metavar="S",
+        help="a client's time to send a whole request and to read a buffered answer (default 10)",
+    )
+    s.add_argument(
         "--precision",
         choices=["fp32", "bf16", "int8"],
         help="the model searched with (decode.precision)",
@@ -73,6 +87,8 @@ def run(args) -> int:
         quiet=args.quiet,
         allowed_hosts=tuple(args.allowed_hosts),
         ensemble=tuple(args.ensemble),
+        max_connections=args.max_connections,
+        client_seconds=args.client_seconds,
     )
     serve(args.run_dir, registry_of(args), options)
     return 0

@@ -22,7 +22,14 @@ from pathlib import Path
 import pytest
 from cli_checks import s2s
 from conftest import NLTK_DATA, needs, task_keys, tiny_run
-from s2s.core.apps.serve import MAX_CHARS, MAX_SAMPLES, MAX_SENTENCES, MAX_TERMS
+from s2s.core.apps.serve import (
+    MAX_BODY,
+    MAX_CHARS,
+    MAX_SAMPLES,
+    MAX_SENTENCES,
+    MAX_TERMS,
+    MAX_WEIGHTS,
+)
 from s2s.core.data.members import build_members, pick
 from s2s.core.data.prepared import prepare_data
 from s2s.core.setup.config import load_config
@@ -273,8 +280,15 @@ def test_health_and_info(demo_run, demo_server):
         "nbest": {"demo": 4},  # at most the beam
         "samples": MAX_SAMPLES,
         "terms": MAX_TERMS,
+        "body_bytes": MAX_BODY,
+        "attention_weights": MAX_WEIGHTS,
+        "queued_requests": 1024,
+        "connections": 256,
+        "client_seconds": 10.0,
+        "shutdown_seconds": 5,
     }
-    assert get(demo_server + "/health")[1]["status"] == "ok"
+    health = get(demo_server + "/health")[1]
+    assert health["status"] == "ok" and health["dropped"] == 0
 
 
 BAD = [  # (body, status, words the error names)
@@ -367,6 +381,9 @@ def test_a_taken_port_is_one_line_before_the_model_loads(capsys, tmp_path):
         (["--port", "70000"], "--port 70000: a port is a number from 0"),
         (["--port", "-1"], "--port -1: a port"),
         (["--threads", "0"], "--threads 0: at least 1"),
+        (["--max-connections", "0"], "--max-connections 0: at least 1"),
+        (["--client-seconds", "0"], "--client-seconds 0.0: a number of seconds > 0"),
+        (["--client-seconds", "inf"], "--client-seconds inf"),
         (["--host", "no-such-host.invalid"], "--host no-such-host.invalid"),
         ([], "no_run: no such run directory"),
     ],
