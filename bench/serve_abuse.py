@@ -7,9 +7,10 @@ A `s2s serve` process on the demo model (127.0.0.1, a free port, 2 threads, the 
 meets, at once and bounded: 100 connections that are idle or stop half-way through a request
 (half send no byte, half a head without its end or a body shorter than its Content-Length),
 16 send-and-close clients each sending a heavy /generate (64 long sentences, 4-best) and
-closing, and 8 clients pipelining 20 /attention requests each and never reading. Meanwhile a
-normal client sends one-sentence /generate requests, one a second: each must be answered 200
-within 1 s. The server's resident memory (VmRSS of its process) is read idle, at its peak
+closing, and 8 clients pipelining 80 /attention requests of 240 words each (57 KB of answer
+each on the demo model: more than the kernel's socket buffers hold) and never reading,
+all from 127.0.0.2. Meanwhile a normal client on 127.0.0.1 sends one-sentence /generate
+requests, one a second: each must be answered 200 within 1 s. The server's resident memory (VmRSS of its process) is read idle, at its peak
 under the load, and 5 s after every misbehaving client has gone: it must come back within 50 MB
 of the idle figure. The JSON records every latency, the memory, /health's dropped count, the
 log's refusals, and whether a traceback appeared.
@@ -46,12 +47,24 @@ def request(path: str, body: bytes, length: int | None = None) -> bytes:
     ).encode() + body
 
 
+def connect(port: int, rcvbuf: int | None = None) -> socket.socket:
+    """A connection to the server from 127.0.0.2, another client than the normal one's
+    127.0.0.1 (the server serves clients in turn by address)."""
+    s = socket.socket()
+    if rcvbuf:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+    s.bind(("127.0.0.2", 0))
+    s.settimeout(10)
+    s.connect(("127.0.0.1", port))
+    return s
+
+
 def misbehave(port: int, hold: float) -> dict:
     """Open every misbehaving client; hold them `hold` seconds (the non-readers and idlers);
     close them all. Returns what was sent."""
     socks = []
     for i in range(100):  # idle and half-sent
-        s = socket.create_connection(("127.0.0.1", port), timeout=10)
+        s = connect(port)
         if i % 4 == 1:
             s.sendall(b"POST /generate HTTP/1.1\r\nHost: 127.0.0.1\r\n")
         elif i % 4 == 2:
@@ -59,15 +72,13 @@ def misbehave(port: int, hold: float) -> dict:
         socks.append(s)
     heavy = json.dumps({"text": ["the dog sees a big cat and the bird " * 2] * 64, "nbest": 4})
     for _ in range(16):  # send and close
-        s = socket.create_connection(("127.0.0.1", port), timeout=10)
+        s = connect(port)
         s.sendall(request("/generate", heavy.encode()))
         s.close()
-    attention = json.dumps({"text": " ".join(["the dog sees a big cat"] * 12)}).encode()
-    for _ in range(8):  # pipelined /attention, never read
-        s = socket.socket()
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        s.connect(("127.0.0.1", port))
-        for _ in range(20):
+    attention = json.dumps({"text": " ".join(["the dog sees a big cat"] * 40)}).encode()
+    for _ in range(8):  # pipelined /attention, about 4.5 MB of answers each, never read
+        s = connect(port, rcvbuf=4096)
+        for _ in range(80):
             s.sendall(request("/attention", attention))
         socks.append(s)
     time.sleep(hold)

@@ -1,9 +1,10 @@
 """The decoding worker behind `s2s serve`: requests queue, and one thread decodes them in batches.
 
-Requests arrive on the server's event loop and wait in one queue. A single worker thread owns the
-model: it takes the oldest request, adds the requests queued behind it for the same member and the
-same wanted outputs (`Wanted`: the n best, or n drawn) while their source tokens fit the token
-budget, and decodes them together through `s2s generate`'s path (`decode.batched.outputs`, with
+Requests arrive on the server's event loop and wait in a queue per client, served in turn. A
+single worker thread owns the model: it takes the oldest request of the client whose turn it is,
+adds the waiting requests of every client for the same member and the same wanted outputs
+(`Wanted`: the n best, or n drawn) while their source tokens fit the token budget, and decodes
+them together through `s2s generate`'s path (`decode.batched.outputs`, with
 the task's post-processing), so that a sentence gets the output `s2s generate` writes for it,
 whatever it was batched with (drawn samples depend on the batch: a seed repeats a request's
 draws when it is decoded alone). Each request gets its own outputs back with their scores and
@@ -20,6 +21,7 @@ import logging
 import queue
 import threading
 import time
+from collections import OrderedDict, deque
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
@@ -53,6 +55,7 @@ class Job:
     prefixes: list[str] | None = None  # a target prefix for each sentence
     terms: list | None = None  # for each sentence, its terms' target spellings (terminology)
     targets: list[list[int]] | None = None  # given outputs to score (target ids), no search
+    client: str = ""  # who asked (the address): each client's jobs are served in turn
     future: Future = field(default_factory=Future)
     queued: float = field(default_factory=time.perf_counter)
 
@@ -75,15 +78,22 @@ def _answer(job: Job, result=None, error: Exception | None = None) -> int:
 
 class Batcher:
     """One worker thread decoding queued jobs in batches of at most `budget` source tokens (a
-    job larger than the budget is decoded alone); at most `max_queued` jobs wait."""
+    job larger than the budget is decoded alone); at most `max_queued` jobs wait.
+
+    Jobs wait in one queue per client (its address), served in turn: a batch starts with the
+    oldest job of the client served longest ago and takes alike jobs from the heads of the
+    other clients' queues, so a client with many heavy requests holds the worker from the
+    others for one batch at most."""
 
     def __init__(self, model, cfg, budget: int, max_queued: int = 1024):
         self.model, self.cfg, self.budget = model, cfg, budget
         # the model whose attention /attention shows: an ensemble's first
         self.attending = getattr(model, "models", [model])[0]
         self.device = next(model.parameters()).device
-        self.jobs: queue.Queue[Job] = queue.Queue(max_queued)
-        self.held: Job | None = None  # taken from the queue, but for the next batch
+        self.max_queued = max_queued
+        self.queues: OrderedDict[str, deque[Job]] = OrderedDict()  # client -> its jobs, in turn
+        self.queued = 0
+        self.ready = threading.Condition()
         self.stopping = False  # `stop` was called: no more jobs
         # batches and sentences decoded, jobs passed over because their clients left
         self.decoded = {"batches": 0, "sentences": 0, "dropped": 0}
@@ -94,29 +104,28 @@ class Batcher:
         """Queue a job (queue.Full when `max_queued` already wait, ShuttingDown once `stop`
         was called); its future gets the result. A job whose future is cancelled before the
         worker reaches it (its client left) is passed over."""
-        if self.stopping:
-            raise ShuttingDown()
-        self.jobs.put_nowait(job)
+        with self.ready:
+            if self.stopping:
+                raise ShuttingDown()
+            if self.queued >= self.max_queued:
+                raise queue.Full()
+            self.queues.setdefault(job.client, deque()).append(job)
+            self.queued += 1
+            self.ready.notify()
         return job.future
 
     def stop(self) -> int:
         """Answer every waiting job with ShuttingDown (the server is stopping); the batch being
         decoded finishes. Returns how many were waiting."""
-        self.stopping = True
-        answered = 0
-        while True:
-            try:
-                job = self.jobs.get_nowait()
-            except queue.Empty:
-                break
-            answered += _answer(job, error=ShuttingDown())
-        held, self.held = self.held, None
-        if held is not None:
-            answered += _answer(held, error=ShuttingDown())
-        return answered
+        with self.ready:
+            self.stopping = True
+            waiting = [job for jobs in self.queues.values() for job in jobs]
+            self.queues.clear()
+            self.queued = 0
+        return sum(_answer(job, error=ShuttingDown()) for job in waiting)
 
     def waiting(self) -> int:
-        return self.jobs.qsize() + (self.held is not None)
+        return self.queued
 
     def settings(self, member) -> DecodeDefaults:
         return decode_settings(member, self.cfg.decode)
@@ -134,33 +143,51 @@ class Batcher:
             and (job.targets is None) == (first.targets is None)
         )
 
-    def _next(self) -> Job:
-        """The oldest job whose client is still waiting."""
-        while True:
-            job = self.held or self.jobs.get()
-            self.held = None
-            if not job.future.cancelled():
-                return job
-            self.decoded["dropped"] += 1
+    def _take(self, client: str) -> Job:
+        """The oldest job of `client`; the client goes to the back of the turn. Holds `ready`."""
+        jobs = self.queues[client]
+        job = jobs.popleft()
+        self.queued -= 1
+        if jobs:
+            self.queues.move_to_end(client)
+        else:
+            del self.queues[client]
+        return job
+
+    def _batch(self) -> list[Job]:
+        """The next batch: the oldest job of the client whose turn it is, then alike jobs at the
+        heads of the other queues, in turn, while their source tokens fit the budget; jobs
+        whose clients left are passed over."""
+        with self.ready:
+            while True:
+                while not self.queues:
+                    self.ready.wait()
+                first = self._take(next(iter(self.queues)))
+                if not first.future.cancelled():
+                    break
+                self.decoded["dropped"] += 1
+            batch, tokens = [first], first.tokens
+            if first.attention_layer is not None:
+                return batch
+            progress = True
+            while progress and tokens < self.budget:
+                progress = False
+                for client in list(self.queues):
+                    head = self.queues[client][0]
+                    if head.future.cancelled():
+                        self._take(client)
+                        self.decoded["dropped"] += 1
+                        progress = True
+                    elif self._alike(head, first) and tokens + head.tokens <= self.budget:
+                        batch.append(self._take(client))
+                        tokens += head.tokens
+                        progress = True
+            return batch
 
     def _work(self) -> None:
         while True:
-            first = self._next()
-            batch = [first]
-            tokens = first.tokens
-            while first.attention_layer is None and tokens < self.budget:
-                try:
-                    job = self.jobs.get_nowait()
-                except queue.Empty:
-                    break
-                if job.future.cancelled():
-                    self.decoded["dropped"] += 1
-                    continue
-                if not self._alike(job, first) or tokens + job.tokens > self.budget:
-                    self.held = job
-                    break
-                batch.append(job)
-                tokens += job.tokens
+            batch = self._batch()
+            first = batch[0]
             try:
                 if first.attention_layer is not None:
                     _answer(first, self._attention(first))

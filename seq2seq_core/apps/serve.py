@@ -291,6 +291,11 @@ def measured(
     )
 
 
+def client_of(request) -> str:
+    """Who sent a request, for taking turns: its address (behind a reverse proxy, the proxy's)."""
+    return request.client.host if request.client else ""
+
+
 class ClientGone(Exception):
     """The client closed its connection before its answer: nothing is sent."""
 
@@ -367,7 +372,15 @@ def build_app(service: Service):
         sources, tokens, unknown = measured(member, lines, max_positions)
         prefixes = prefixes_of(data, member, sources, settings, max_positions)
         terms = terms_of(data, member, sources, settings, max_positions)
-        job = Job(member, sources, sum(tokens), wanted=wanted, prefixes=prefixes, terms=terms)
+        job = Job(
+            member,
+            sources,
+            sum(tokens),
+            wanted=wanted,
+            prefixes=prefixes,
+            terms=terms,
+            client=client_of(request),
+        )
         result = await decoded(service, job, request)
         trees = [parse(h) for h in result["hypotheses"]]
         return JSONResponse(
@@ -391,7 +404,7 @@ def build_app(service: Service):
         start = time.perf_counter()
         sources, tokens, unknown = measured(member, lines, max_positions)
         targets = targets_of(data, member, len(sources), max_positions)
-        job = Job(member, sources, sum(tokens), targets=targets)
+        job = Job(member, sources, sum(tokens), targets=targets, client=client_of(request))
         result = await decoded(service, job, request)
         return JSONResponse(
             {
@@ -429,7 +442,7 @@ def build_app(service: Service):
                 f"tokens, up to {most} output tokens, every head); at most {MAX_WEIGHTS:,} a "
                 "request: send a shorter sentence",
             )
-        job = Job(member, sources, tokens[0], attention_layer=layer)
+        job = Job(member, sources, tokens[0], attention_layer=layer, client=client_of(request))
         return JSONResponse(await decoded(service, job, request))
 
     async def error(request, exc: HTTPException):
@@ -592,7 +605,7 @@ def serve(path, registry, options: ServeOptions) -> None:
             "terms": MAX_TERMS,
             "body_bytes": MAX_BODY,
             "attention_weights": MAX_WEIGHTS,
-            "queued_requests": batcher.jobs.maxsize,
+            "queued_requests": batcher.max_queued,
             **vars(limits),
             "shutdown_seconds": SHUTDOWN_SECONDS,
         },

@@ -192,3 +192,37 @@ def test_sigterm_answers_waiting_requests_and_stops(demo_runs, tmp_path):
     assert 503 in statuses and set(statuses) <= {200, 503}, answers
     assert all("stopping" in a["error"] for s, a in answers if s == 503)
     assert "Traceback" not in log.read_text()
+
+
+def test_clients_are_served_in_turn(demo_runs, tmp_path):
+    """A client (127.0.0.2) with many heavy requests queued holds the worker from another
+    (127.0.0.3) for about one batch, not for all of its requests."""
+    import http.client
+
+    def ask(source: str, body: dict, took: list) -> None:
+        port = int(url.rsplit(":", 1)[1])
+        conn = http.client.HTTPConnection(
+            "127.0.0.1", port, timeout=120, source_address=(source, 0)
+        )
+        start = time.time()
+        conn.request("POST", "/generate", json.dumps(body), {"Content-Type": "application/json"})
+        response = conn.getresponse()
+        response.read()
+        took.append((response.status, time.time() - start))
+        conn.close()
+
+    with server(demo_runs["a"], log=tmp_path / "serve.log") as url:
+        heavy = {"text": ["the dog sees a cat " * 12] * 64, "nbest": 4}  # a batch each
+        heavy_took, light_took = [], []
+        threads = [
+            threading.Thread(target=ask, args=("127.0.0.2", heavy, heavy_took)) for _ in range(12)
+        ]
+        for t in threads:
+            t.start()
+        time.sleep(0.5)
+        ask("127.0.0.3", {"text": ["the dog sees a cat"]}, light_took)
+        for t in threads:
+            t.join(120)
+    (status, light), slowest = light_took[0], max(s for _, s in heavy_took)
+    assert status == 200 and all(s == 200 for s, _ in heavy_took)
+    assert light < slowest / 3, (light, sorted(s for _, s in heavy_took))
