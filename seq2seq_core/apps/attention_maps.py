@@ -72,6 +72,8 @@ class AttentionRequest:
 def draw_attention(run_dir, registry, request: AttentionRequest) -> list[Path]:
     """Write the attention maps of every line of `request.input` into folder `request.output`,
     decoded by the run at `run_dir`. Returns the files written."""
+    if request.beam is not None and request.beam < 1:
+        raise UsageError(f"--beam {request.beam}: at least 1")
     beam = [f"decode.beam={request.beam}"] if request.beam is not None else []
     overrides = [*request.overrides, *beam]
     _readable(request.input)

@@ -55,6 +55,8 @@ class Sweep:
     common: list[str] = field(default_factory=list)
     plugins: list[str] = field(default_factory=list)
     seeds: int = 1  # runs of each variant, with run.seed 1..seeds (SWEEP_DIR/NAME/seedS)
+    # each trained run's settings as loaded (the preset's content, not its name): `configs`
+    resolved: dict = field(default_factory=dict)
 
     def run_dir(self, variant: Variant) -> Path:
         return Path(self.directory) / variant.name
@@ -94,6 +96,7 @@ class Sweep:
             "budget": dict(self.budget),
             "seeds": self.seeds,
             "variants": [{"name": v.name, "overrides": list(v.overrides)} for v in self.variants],
+            "resolved": self.resolved,
         }
 
 
@@ -218,8 +221,8 @@ def configs(sweep: Sweep, registry) -> list:
 
     taken = {"run.dir", *BUDGET_KEYS.values()}
     ((kind, value),) = sweep.budget.items()
-    if not value > 0:  # run.max_minutes=0 would mean no budget at all
-        raise UsageError(f"--budget-{kind} {value}: must be a number > 0")
+    if not (value > 0 and math.isfinite(value)):  # run.max_minutes=0 would mean no budget
+        raise UsageError(f"--budget-{kind} {value}: must be a finite number > 0")
     for key in keys(sweep.common):
         if key == "run.dir" or key == BUDGET_KEYS[kind]:
             raise UsageError(
@@ -252,13 +255,42 @@ def configs(sweep: Sweep, registry) -> list:
     load_config(
         sweep.preset, sweep.overrides(Variant("", [])), registry=registry
     )  # the common part alone
-    out = []
+    out, seen = [], {}
     for v in sweep.trained():
         try:
-            out.append(load_config(sweep.preset, sweep.overrides(v), registry=registry))
+            cfg = load_config(sweep.preset, sweep.overrides(v), registry=registry)
         except ConfigError as e:
             raise ConfigError(f"variant {v.name}: {e}") from None
+        settings = _flat_settings(cfg)
+        same = json.dumps({k: x for k, x in settings.items() if k != "run.dir"}, sort_keys=True)
+        if same in seen:  # variants compared by value: "2" and "02" are one setting
+            raise UsageError(
+                f"variants {seen[same]} and {v.name} have the same settings "
+                f"({' '.join(v.overrides) or 'the preset'}): give each value once"
+            )
+        seen[same] = v.name
+        sweep.resolved[v.name] = settings
+        out.append(cfg)
     return out
+
+
+def _flat_settings(cfg) -> dict:
+    """A config as {"section.key": value}, resolved (what a run trains with)."""
+    found = {}
+
+    def walk(node, prefix: str) -> None:
+        for key, value in node.items():
+            if isinstance(value, dict):
+                walk(value, f"{prefix}{key}.")
+            else:
+                found[f"{prefix}{key}"] = (
+                    value
+                    if isinstance(value, (int, float, bool, str, type(None), list))
+                    else str(value)
+                )
+
+    walk(OmegaConf.to_container(cfg, resolve=True, enum_to_str=True), "")
+    return found
 
 
 def commands(sweep: Sweep, registry) -> list[str]:
@@ -315,7 +347,27 @@ def _claim(sweep: Sweep):
                     f"{json.dumps(wanted[key])[:200]}; run the command it was made with, or use "
                     "another --dir"
                 )
+        changed = _changed(old.get("resolved") or {}, wanted["resolved"])
+        if changed:
+            lock.close()
+            raise UsageError(
+                f"{path} holds this sweep with other settings: {changed}; the preset or an "
+                "override changed since it began: run it as it was, or use another --dir"
+            )
     return lock
+
+
+def _changed(was: dict, now: dict) -> str | None:
+    """The first setting of a run that differs between a sweep's manifest and now, said in
+    words, or None (a manifest from before settings were recorded says nothing)."""
+    for name in sorted(set(was) & set(now)):
+        for key in sorted(set(was[name]) & set(now[name])):  # a setting added since: its default
+            if key != "run.dir" and was[name][key] != now[name][key]:
+                return (
+                    f"variant {name}'s {key} was {json.dumps(was[name][key])}, now "
+                    f"{json.dumps(now[name][key])}"
+                )
+    return None
 
 
 def _save_states(sweep: Sweep, states: dict) -> None:

@@ -81,7 +81,7 @@ def load_for_inference(path: str | Path, registry, overrides=(), task: str | Non
         ) from None
     device = resolve_device(cfg.run.device)
     model.to(device).eval()
-    log.info("loaded %s (update %s)", p, state.get("update", "?"))
+    log.info("loaded %s (%s)", p, checkpoint.described(state))
     return (
         cfg,
         member,

@@ -200,13 +200,17 @@ def check_tokenizer_files(state: dict, run_dir: Path, path: Path) -> None:
 
 
 def average(paths: list[Path]) -> dict:
-    """Element-wise mean of the model parameters of `paths` (the first one's other entries kept).
+    """Element-wise mean of the model parameters of `paths`. The other entries are the newest
+    input's (the highest update: its update, data position, member updates, best figure), so
+    that what is kept from an average (a schedule) continues from where its last input was;
+    `averaged` names the inputs and `averaged_updates` their updates.
 
     Checkpoints of models of other shapes, or trained with other vocabularies (the hashes of the
     tokenizer files they record), are refused, naming both files: their rows mean other words."""
     if not paths:
         raise CheckpointError("no checkpoints to average")
     first = load(paths[0])
+    newest, updates = {k: v for k, v in first.items() if k != "model"}, [first.get("update")]
     total = {
         k: v.double().clone() if v.is_floating_point() else v for k, v in first["model"].items()
     }
@@ -245,15 +249,33 @@ def average(paths: list[Path]) -> dict:
         for k, v in model.items():
             if v.is_floating_point():
                 total[k] += v.double()
+        updates.append(state.get("update"))
+        if isinstance(state.get("update"), int) and state["update"] > (newest.get("update") or 0):
+            newest = {k: v for k, v in state.items() if k != "model"}
     n = len(paths)
-    first["model"] = {
-        k: (v / n).to(first["model"][k].dtype) if v.is_floating_point() else v
-        for k, v in total.items()
+    averaged = {
+        **newest,
+        "model": {
+            k: (v / n).to(first["model"][k].dtype) if v.is_floating_point() else v
+            for k, v in total.items()
+        },
+        "averaged": [str(p) for p in paths],
+        "averaged_updates": updates,
     }
-    first["averaged"] = [str(p) for p in paths]
     for key in ("optimizer", "scaler", "rng"):  # they belong to one point of training, not the mean
-        first.pop(key, None)
-    return first
+        averaged.pop(key, None)
+    return averaged
+
+
+def described(state: dict) -> str:
+    """How a loaded checkpoint is named in the log: its update, or an average's inputs."""
+    updates = [u for u in state.get("averaged_updates") or [] if isinstance(u, int)]
+    if state.get("averaged") and updates:
+        return (
+            f"the average of {len(state['averaged'])} checkpoints, updates {min(updates)} to "
+            f"{max(updates)}"
+        )
+    return f"update {state.get('update', '?')}"
 
 
 def average_files(

@@ -212,10 +212,25 @@ def test_average_of_models_with_different_vocabularies(world, other_models, caps
     )
 
 
-def test_average_of_one_runs_checkpoints_still_works(world, capsys):
-    out = world["root"] / "avg_ok.pt"
+def test_average_of_one_runs_checkpoints_still_works(world, capsys, caplog):
+    """The average keeps its newest input's update and data position (issue 43: it kept the
+    oldest's), names its inputs and their updates, and says so when loaded."""
+    out = world["run"] / "avg_ok.pt"  # a new file in the run: allowed
     assert s2s(capsys, "average", world["run"], "--last", "2", "--output", out)[0] == 0
-    assert len(checkpoint.load(out)["averaged"]) == 2
+    state = checkpoint.load(out)
+    inputs = checkpoint.listed(world["run"])[-2:]
+    newest = checkpoint.load(inputs[-1])
+    assert len(state["averaged"]) == 2 and state["averaged_updates"] == [1, 2]
+    assert state["update"] == newest["update"] == 2
+    assert state["streams"] == newest["streams"]
+    assert "optimizer" not in state
+    from s2s.core.inference import load_for_inference
+    from s2s.core.setup.registry import Registry
+
+    with caplog.at_level("INFO", logger="s2s"):
+        load_for_inference(out, Registry.installed())
+    out.unlink()
+    assert "the average of 2 checkpoints, updates 1 to 2" in caplog.text
 
 
 # -- 3. generate: never over its input; which checkpoint a run directory means --------------

@@ -185,7 +185,14 @@ def test_every_variant_is_checked_before_the_first_trains(tmp_path, capsys):
     assert main([*_sweep(directory, tmp_path / "cache"), "run.dir=elsewhere"]) == 2
     assert "run.dir" in capsys.readouterr().err
     assert main(_sweep(directory, tmp_path / "cache", budget=0)) == 2
-    assert "--budget-updates 0: must be a number > 0" in capsys.readouterr().err
+    assert "--budget-updates 0: must be a finite number > 0" in capsys.readouterr().err
+    minutes = [
+        x if x != "--budget-updates" else "--budget-minutes"
+        for x in _sweep(directory, tmp_path / "cache")
+    ]
+    minutes[minutes.index("--budget-minutes") + 1] = "inf"
+    assert main(minutes) == 2
+    assert "--budget-minutes inf: must be a finite number > 0" in capsys.readouterr().err
     assert not directory.exists()
     directory.mkdir()
     (directory / "notes.txt").write_text("mine")
@@ -345,3 +352,28 @@ def test_seeds_train_each_variant_several_times_and_report_their_spread(tmp_path
         code = main(_sweep(tmp_path / "bad", cache, "--grid", "model.heads=1,2", *bad))
         err = capsys.readouterr().err.strip().splitlines()
         assert code == 2 and len(err) == 1 and needle in err[0], err
+
+
+def test_a_sweep_resumed_with_other_settings_and_one_value_twice_are_refused(tmp_path, capsys):
+    """The manifest records each run's settings as loaded: a resume after the preset file was
+    edited is refused naming the setting; two spellings of one value (2 and 02) are one
+    variant, refused before any training (issue 43)."""
+    preset = tmp_path / "mine.yaml"
+    preset.write_text((Path(__file__).resolve().parents[3] / "tasks" / "demo.yaml").read_text())
+    directory, cache = tmp_path / "sweep", tmp_path / "cache"
+    argv = _sweep(directory, cache, "--grid", "model.heads=1,2")
+    argv[1] = str(preset)
+    assert main(argv) == 0
+    capsys.readouterr()
+    manifest = json.loads((directory / "sweep.json").read_text())
+    assert manifest["resolved"]["heads-1"]["model.heads"] == 1
+    preset.write_text(preset.read_text().replace("dropout: 0.1", "dropout: 0.2"))
+    before = _files(directory)
+    code = main(argv)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "model.dropout was 0.1, now 0.2" in err[0], err
+    assert _files(directory) == before
+    code = main(_sweep(tmp_path / "twice", cache, "--grid", "model.heads=2,02"))
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and "have the same settings" in err[0], err
+    assert not (tmp_path / "twice" / "heads-2").exists()
