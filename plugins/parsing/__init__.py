@@ -286,11 +286,13 @@ class ParsingTask(Task):
     def rebuild(self, hypotheses: Sequence[str], sources: Sequence[str]) -> tuple[list[str], int]:
         """The trees of decoded hypotheses, and how many of them had to be repaired.
 
-        A hypothesis that is already a bracketed tree is kept as it is; an empty one is a
-        decoder that wrote nothing, rebuilt (and repaired) like any token sequence."""
+        A hypothesis that is already a bracketed tree is kept as it is; an empty one is a search
+        that found no tree within the length limit: it stays empty, so that EVALB counts the
+        sentence as skipped and `f1_all` its brackets as missed, instead of scoring a made-up
+        tree."""
         trees, repaired = [], 0
         for h, src in zip(hypotheses, sources):
-            if not h.strip() or _is_linearised(h):
+            if h.strip() and _is_linearised(h):
                 h, fixed = delinearise(h, src, self.cfg.scheme, self.cfg.root_label)
                 repaired += fixed
             trees.append(h)

@@ -219,6 +219,7 @@ class Batcher:
         )
         best = [outs[0] for outs in found]
         scores = self.scores(member, sources, [o.tokens for o in best], settings.alpha)
+        scores = [s if o.found else None for s, o in zip(scores, best)]  # no output, no score
         done = time.perf_counter()
         self.decoded["batches"] += 1
         self.decoded["sentences"] += len(sources)
@@ -228,11 +229,19 @@ class Batcher:
             result = {
                 "hypotheses": [one_line(o.text) for o in best[at : at + n]],
                 "scores": scores[at : at + n],
+                # the sentences for which the search found no output within the length limit
+                "no_output": [k for k, o in enumerate(best[at : at + n]) if not o.found],
                 "timing": self._timing(job, batch, start, done),
             }
             if wanted != Wanted():
                 result["nbest"] = [
-                    [{"output": one_line(o.text), "score": round(o.score, 4)} for o in outs]
+                    [
+                        {
+                            "output": one_line(o.text),
+                            "score": round(o.score, 4) if o.found else None,
+                        }
+                        for o in outs
+                    ]
                     for outs in found[at : at + n]
                 ]
             _answer(job, result)

@@ -101,6 +101,12 @@ class Output:
     tokens: list[int]
     score: float
 
+    @property
+    def found(self) -> bool:
+        """Whether the search found an output its constraint admits within the length limit
+        (else its score is -inf, and `text` is empty: no made-up output)."""
+        return self.score != float("-inf")
+
 
 def decode_sources(
     model,
@@ -140,6 +146,8 @@ def outputs(
     )
     for outs, source in zip(found, sources):
         for out in outs:
+            if not out.found:
+                continue  # stays empty: the task's post-processing would make one up
             out.text = task.postprocess(out.text, source)
             if not isinstance(out.text, str):
                 raise plugin_error(
@@ -227,7 +235,13 @@ def candidates(
             sampling=sampling,
         )
         lines = [
-            [Output(task.decode_target(h.tokens), h.tokens, h.score) for h in hs] for hs in found
+            [
+                Output(task.decode_target(h.tokens), h.tokens, h.score)
+                if h.score != float("-inf")
+                else Output("", [], h.score)  # nothing the constraint admits fitted the limit
+                for h in hs
+            ]
+            for hs in found
         ]
         for hs in lines:
             for h in hs:

@@ -16,7 +16,7 @@ import sys
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
-from typing import IO, Iterable, Sequence
+from typing import IO, Iterable, NamedTuple, Sequence
 
 import torch
 
@@ -71,11 +71,20 @@ class Job:
     beam_setting: str = "decode.beam"  # how the command line names the beam, for errors
 
 
+class Counts(NamedTuple):
+    """What `s2s generate` wrote: lines read, lines that could not be decoded, and lines for
+    which the search found no output within the length limit (both got an empty line)."""
+
+    lines: int
+    undecodable: int
+    without_output: int
+
+
 def generate_lines(
     model, task, cfg, raw: Iterable[bytes], name: str, out: IO[str], progress=None, asked=Asked()
-) -> tuple[int, int]:
+) -> Counts:
     """Write one output line to `out` for every raw source line (bytes without "\\n"), in
-    order, and return (lines read, lines that could not be decoded).
+    order, and return the `Counts`.
 
     A line that cannot be decoded (invalid UTF-8, too long for the model's positions) gets an
     empty output line (JSON: no outputs) and a warning naming `name` and its line number; the
@@ -89,7 +98,7 @@ def generate_lines(
         1, torch.get_num_threads()
     )  # what one call of `outputs` shares out
     raw = iter(raw)
-    number = bad = 0
+    number = bad = missing = 0
     while chunk := list(islice(raw, block)):
         first = number + 1
         lines = []
@@ -127,6 +136,16 @@ def generate_lines(
                 prefixes=extra,
                 terms=terms,
             )
+            for i, outs in zip(good, found):
+                if not outs[0].found:
+                    missing += 1
+                    log.warning(
+                        "%s, line %d: the search found no output within the length limit "
+                        "(decode.max_len_a, max_len_b) that the task's constraint admits: an "
+                        "empty output line",
+                        name,
+                        first + i,
+                    )
             answers = _answers(model, task, sources, found, settings.alpha, asked, device)
         result = [{"outputs": []} if asked.as_json() else ""] * len(lines)
         for i, answer in zip(good, answers):
@@ -145,7 +164,7 @@ def generate_lines(
             f"{asked.prefixes or asked.targets} has {len(side)} line(s), {name} {number}: "
             "one a line of input"
         )
-    return number, bad
+    return Counts(number, bad, missing)
 
 
 def _term_pairs(task, asked: Asked):
@@ -232,9 +251,9 @@ def _answers(model, task, sources, found, alpha: float, asked: Asked, device) ->
         answers[i].append(
             {
                 "output": out.text,
-                "score": round(out.score, 4),
-                "logprob": round(r.logprob, 4),
-                "tokens": len(r.tokens),
+                "score": round(out.score, 4) if out.found else None,  # None: no output found
+                "logprob": round(r.logprob, 4) if out.found else None,
+                "tokens": len(r.tokens) if out.found else 0,
             }
         )
     return [{"outputs": a} for a in answers]
@@ -290,9 +309,9 @@ def _source_line(raw: bytes, name: str, number: int, task, max_positions: int) -
     return line
 
 
-def generate_file(job: Job, registry, stdout) -> tuple[int, int]:
+def generate_file(job: Job, registry, stdout) -> Counts:
     """`s2s generate`: decode the lines of `job.input` (None: stdin) with the run (or ensemble)
-    into `job.output` (None: `stdout`); returns (lines, lines that could not be decoded). A
+    into `job.output` (None: `stdout`); returns the `Counts`. A
     regular output file appears complete at the end (`files.replacing`); a device or a pipe is
     written as it goes."""
     from .loading import load_ensemble

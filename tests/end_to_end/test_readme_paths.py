@@ -282,7 +282,7 @@ def test_generate_names_its_checkpoint_and_words_never_seen(demo_run, capsys, ca
     try:
         sys.stdin = io.TextIOWrapper(io.BytesIO(b"the dog sees a cat\nThe dog sees a cat.\n"))
         with caplog.at_level(logging.INFO, logger="s2s"):
-            number, bad = generate_file(Job([demo_run[0]]), Registry.installed(), out)
+            number, bad, _ = generate_file(Job([demo_run[0]]), Registry.installed(), out)
     finally:
         sys.stdin = sys_stdin
     assert (number, bad) == (2, 0) and len(out.getvalue().splitlines()) == 2

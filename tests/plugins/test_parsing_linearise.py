@@ -170,9 +170,10 @@ def test_score_counts_the_repairs_of_decoded_hypotheses():
     good = "(S (NP XX XX )NP (VP XX )VP XX )S"
     score = task.score(
         [good, "(S (NP XX )NP", ""], [good] * 3, src
-    )  # "": the decoder wrote nothing
-    assert score.figures["repaired"] == 2 and "repaired 2" in score.signature
-    assert score.figures["error_sentences"] == 0
+    )  # "": no tree found within the length limit: not made up, a sentence skipped
+    assert score.figures["repaired"] == 1 and "repaired 1" in score.signature
+    assert score.figures["error_sentences"] == 0 and score.figures["skipped_sentences"] == 1
+    assert score.value < score.figures["f1"]  # f1_all counts its brackets as missed
     # post-processed hypotheses (trees) are scored as they are: their repairs are not seen again
     trees = [task.postprocess(good, src[0]), task.postprocess("(S (NP XX )NP", src[1])]
     assert task.score(trees, [good, good], src[:2]).figures["repaired"] == 0

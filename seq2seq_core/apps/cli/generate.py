@@ -198,13 +198,22 @@ def run(args) -> int:
     )
     stdout = sys.stdout  # the output's, whatever plugins print meanwhile
     with contextlib.redirect_stdout(sys.stderr):
-        number, bad = generate_file(job, registry_of(args), stdout)
-    if bad:
+        counts = generate_file(job, registry_of(args), stdout)
+    name = args.input or "<stdin>"
+    if counts.undecodable:
         log.warning(
             "%s: %d of %d line(s) could not be decoded and got an empty output line",
-            args.input or "<stdin>",
-            bad,
-            number,
+            name,
+            counts.undecodable,
+            counts.lines,
+        )
+    if counts.without_output:
+        log.warning(
+            "%s: for %d of %d line(s) the search found no output within the length limit "
+            "(an empty output line each; a larger decode.max_len_b may find one)",
+            name,
+            counts.without_output,
+            counts.lines,
         )
     return 0
 

@@ -394,10 +394,17 @@ def test_a_bad_command_line_is_one_line(capsys, tmp_path, args, needle):
 
 
 # -- parsing and members -----------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def parser_run(tmp_path_factory):
+    if not NLTK_DATA.exists():
+        pytest.skip(f"real corpus not found: {NLTK_DATA}")
+    return parser(tmp_path_factory.mktemp("ptb"))
+
+
 @pytest.mark.slow
 @needs(NLTK_DATA)
-def test_parsing_outputs_are_s2s_generates_and_every_tree_is_drawn(tmp_path_factory, tmp_path):
-    run = parser(tmp_path_factory.mktemp("ptb"))
+def test_parsing_outputs_are_s2s_generates_and_every_tree_is_drawn(parser_run, tmp_path):
+    run = parser_run
     lines = RAW + ["The company said its profit fell in the third quarter."]
     expected = generate_cli(run, lines, tmp_path)
     with server(run, "-q") as url:
@@ -408,6 +415,31 @@ def test_parsing_outputs_are_s2s_generates_and_every_tree_is_drawn(tmp_path_fact
     for source, tree in zip(answer["sources"], answer["trees"]):
         assert tree.startswith("<svg") and 'class="tree"' in tree
         assert tree.count('class="word"') == len(source.split())
+
+
+@pytest.mark.slow
+@needs(NLTK_DATA)
+def test_no_tree_within_the_length_limit_is_an_empty_line_never_a_made_up_one(
+    parser_run, capsys, caplog, tmp_path
+):
+    """The constrained parser with a length limit too short for a sentence's tree: an empty
+    output line, a warning naming the line and a count at the end, JSON score null, the
+    server's `no_output`; never a flat tree made up by post-processing."""
+    src = tmp_path / "in.txt"
+    src.write_text("The company said its profit fell in the third quarter .\nProfits rose .\n")
+    limit = ["decode.max_len_a=0", "decode.max_len_b=12"]
+    code, out, err = s2s(capsys, "generate", parser_run, "--input", src, *limit)
+    lines = out.split("\n")
+    assert code == 0 and lines[0] == "" and lines[1].startswith("(TOP"), (out, err)
+    assert "in.txt, line 1: the search found no output within the length limit" in caplog.text
+    assert "for 1 of 2 line(s) the search found no output" in caplog.text
+    code, out, _ = s2s(capsys, "generate", parser_run, "--input", src, "--json", *limit)
+    first = json.loads(out.splitlines()[0])["outputs"][0]
+    assert first == {"output": "", "score": None, "logprob": None, "tokens": 0}
+    with server(parser_run, *limit, log=tmp_path / "serve.log") as url:
+        status, got = post(f"{url}/generate", {"text": src.read_text().splitlines()})
+    assert status == 200 and got["no_output"] == [0] and got["hypotheses"][0] == ""
+    assert got["scores"][0] is None and got["scores"][1] is not None
 
 
 @pytest.mark.slow
