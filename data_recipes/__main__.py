@@ -68,6 +68,11 @@ def fetch(names: list[str], directory: Path | None) -> int:
             failed.append(name)
             print(f"{name}: error: {e}", file=sys.stderr)
             continue
+        except OSError as e:  # a file in the way, a read-only or full disk
+            _remove_empty(new)
+            failed.append(name)
+            print(f"{name}: error: {e.filename or target}: {e.strerror or e}", file=sys.stderr)
+            continue
         print(f"{name}: {where}")
     if failed:
         print(
@@ -103,6 +108,11 @@ def split(argv) -> int:
     except DataError as e:
         _remove_empty(new)
         print(f"error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:  # a file in the way, a read-only or full disk: the path, in one line
+        _remove_empty(new)
+        where = e.filename or args.dir
+        print(f"error: {where}: {e.strerror or e}", file=sys.stderr)
         return 2
     print(", ".join(f"{name} {n} lines" for name, n in counts.items()) + f" in {args.dir}")
     return 0

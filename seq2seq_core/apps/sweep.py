@@ -178,8 +178,10 @@ def read_variants(path: str | Path) -> list[Variant]:
     path = Path(path)
     if not path.is_file():
         raise UsageError(f"--variants {path}: no such file")
+    from .. import textio
+
     try:
-        items = yaml.safe_load(path.read_text(encoding="utf-8"))
+        items = yaml.safe_load("\n".join(textio.read_lines(path)))  # invalid UTF-8: file, line
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         raise ConfigError(

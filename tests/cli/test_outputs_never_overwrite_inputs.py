@@ -624,3 +624,47 @@ def test_maps_and_plots_never_write_over_a_users_file(demo_runs, tmp_path, capsy
     assert sorted(p.name for p in ours.iterdir()) == written
     code, _, err = s2s(capsys, *argv, "--output", run)
     assert code == 2 and "run directory" in err
+
+
+def test_os_errors_and_malformed_files_are_one_line(tmp_path, capsys):
+    """Issue 43's one-line errors: the split recipe with a file where its folder goes, a
+    variants file that is not UTF-8 (file and line), `s2s prepare` of a multi-task preset."""
+    from s2s.data_recipes.__main__ import main as recipes
+
+    (tmp_path / "c.en").write_text("a b\nc d\ne f\ng h\n")
+    (tmp_path / "c.de").write_text("x y\nz w\nq r\ns t\n")
+    in_the_way = tmp_path / "afile"
+    in_the_way.write_text("mine\n")
+    before = snapshot(tmp_path)
+    code = recipes(
+        ["split", str(tmp_path / "c.en"), str(tmp_path / "c.de"), "--dir"]
+        + [str(in_the_way), "--valid", "1", "--test", "1"]
+    )
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and err == [f"error: {in_the_way}: File exists"], err
+    assert snapshot(*before) == before
+    variants = tmp_path / "v.yaml"
+    variants.write_bytes(b"- {model.heads: 1}\n- \xc8\xff\n")
+    before = snapshot(variants)
+    result = s2s(
+        capsys,
+        "sweep",
+        "demo",
+        "--variants",
+        variants,
+        "--budget-updates",
+        "2",
+        "--dir",
+        tmp_path / "sw",
+    )
+    fails(result, before, "v.yaml, line 2", "UTF-8")
+    code, out, err = s2s(
+        capsys,
+        "prepare",
+        "multitask_demo",
+        f"data.cache_dir={tmp_path / 'cache'}",
+        "-q",
+        "tasks.translate.task.train_size=50",
+        "tasks.parse.task.train_size=50",
+    )
+    assert code == 0 and "translate train: 50 pairs" in out and "parse vocabulary" in out, err

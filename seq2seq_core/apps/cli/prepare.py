@@ -15,19 +15,22 @@ def add(subparsers, common) -> None:
 
 
 def run(args) -> int:
-    from ...data.members import build_task
-    from ...data.prepared import prepare_data
+    from ...data.members import build_members, prepare_members
+    from ...training.distributed import Group
 
     cfg, reg = config_of(args)
-    task = build_task(cfg.task, reg)
-    prepared = prepare_data(task, cfg.data, quiet=args.quiet)
-    for name, split in prepared.splits.items():
+    members = build_members(cfg, reg)  # a multi-task preset: each member, as training prepares it
+    prepare_members(members, cfg, Group("cpu"), quiet=args.quiet)
+    for m in members:
+        prepared, task = m.data, m.task
+        head = f"{m.name} " if len(members) > 1 else ""
+        for name, split in prepared.splits.items():
+            print(
+                f"{head}{name}: {len(split)} pairs, {int(split.src_lens.sum())} source and "
+                f"{int(split.tgt_lens.sum())} target tokens"
+            )
         print(
-            f"{name}: {len(split)} pairs, {int(split.src_lens.sum())} source and "
-            f"{int(split.tgt_lens.sum())} target tokens"
+            f"{head}vocabulary: source {task.src_vocab_size}, target {task.tgt_vocab_size}"
+            f"{' (shared)' if task.shared_vocab else ''}; prepared in {prepared.directory}"
         )
-    print(
-        f"vocabulary: source {task.src_vocab_size}, target {task.tgt_vocab_size}"
-        f"{' (shared)' if task.shared_vocab else ''}; prepared in {prepared.directory}"
-    )
     return 0
