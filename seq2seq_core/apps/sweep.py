@@ -309,9 +309,8 @@ def _claim(sweep: Sweep):
     """SWEEP_DIR, held by this sweep, with its manifest: a new one, or the same sweep's."""
     d = Path(sweep.directory)
     path, wanted = d / MANIFEST, sweep.manifest()
-    names = {v.name for v in sweep.variants}
-    if d.is_dir() and not path.is_file():
-        foreign = sorted(p.name for p in d.iterdir() if p.name not in names and p.name != LOCK)
+    if d.is_dir() and not path.is_file():  # no sweep began here: every entry is the user's
+        foreign = sorted(p.name for p in d.iterdir() if p.name != LOCK)
         if foreign:
             raise UsageError(
                 f"--dir {d} holds files s2s sweep did not write ({', '.join(foreign[:3])}): "
@@ -372,6 +371,16 @@ def _changed(was: dict, now: dict) -> str | None:
     return None
 
 
+def _trained(run_dir: Path) -> int | None:
+    """The updates a finished run trained (its result.json's), or None: not finished, or it
+    trained none (a budget too small: an untrained model's figures are no variant's)."""
+    try:
+        update = json.loads((run_dir / "result.json").read_text(encoding="utf-8")).get("update")
+    except (OSError, ValueError):
+        return None
+    return update if isinstance(update, int) and update > 0 else None
+
+
 def _save_states(sweep: Sweep, states: dict) -> None:
     manifest = sweep.manifest()
     for entry, v in zip(manifest["variants"], sweep.variants):
@@ -387,7 +396,7 @@ def run(sweep: Sweep, registry, quiet: bool = False) -> dict:
     cfgs = configs(sweep, registry)
     lock = _claim(sweep)
     try:
-        done = lambda v: (sweep.run_dir(v) / "result.json").is_file()  # noqa: E731
+        done = lambda v: _trained(sweep.run_dir(v)) is not None  # noqa: E731
         states = {v.name: "done" if done(v) else "pending" for v in sweep.trained()}
         _save_states(sweep, states)
         for i, (v, cfg) in enumerate(zip(sweep.trained(), cfgs), 1):
@@ -407,6 +416,12 @@ def run(sweep: Sweep, registry, quiet: bool = False) -> dict:
             states[v.name] = "running"
             _save_states(sweep, states)
             train(cfg, registry, quiet=quiet)
+            if not _trained(sweep.run_dir(v)):
+                ((kind, value),) = sweep.budget.items()
+                raise UsageError(
+                    f"--budget-{kind} {value:g}: variant {v.name} trained no update in it; a "
+                    "budget must train at least one: give a larger one"
+                )
             states[v.name] = "done"
             _save_states(sweep, states)
         return write_results(sweep, cfgs, registry)
@@ -446,15 +461,21 @@ def collect(sweep: Sweep, cfgs: list, registry=None) -> dict:
     runs = dict(zip((t.name for t in sweep.trained()), zip(sweep.trained(), cfgs)))
     for v in sweep.variants:
         seeds = [_run_row(sweep, t, runs[t.name][1], varied) for t in sweep.seed_runs(v)]
-        metric = metric or seeds[0].pop("metric")
-        for r in seeds:
-            r.pop("metric", None)
         if sweep.seeds == 1:
             rows.append({"name": v.name, **seeds[0]})
             continue
         cfg = runs[sweep.seed_runs(v)[0].name][1]
-        rows.append({"name": v.name, **_over_seeds(seeds), **_pooled(sweep, v, cfg, registry)})
+        rows.append(
+            {
+                "name": v.name,
+                "dev_name": seeds[0]["dev_name"],
+                **_over_seeds(seeds),
+                **_pooled(sweep, v, cfg, registry),
+            }
+        )
         rows[-1]["seed_runs"] = seeds
+    metrics = list(dict.fromkeys(r["dev_name"] for r in rows))  # variants may differ (task.mode)
+    metric = metrics[0] if len(metrics) == 1 else "several"
     return {**sweep.manifest(), "varied": varied, "metric": metric, "rows": rows}
 
 
@@ -474,7 +495,7 @@ def _run_row(sweep: Sweep, v: Variant, cfg, varied: list[str]) -> dict:
         if s
     }
     return {
-        "metric": next(iter(test)) if single else "select",
+        "dev_name": next(iter(test)) if single else "select",  # what dev_metric is
         "settings": {k: _plain(OmegaConf.select(cfg, k)) for k in varied},
         "overrides": v.overrides,
         "run_dir": str(run_dir),
@@ -558,13 +579,14 @@ def table(results: dict) -> str:
     labels = list(dict.fromkeys(k for r in results["rows"] for k in r["test"]))
     seeds = results.get("seeds", 1)
     pooled = list(dict.fromkeys(k for r in results["rows"] for k in r.get("pooled_interval", {})))
+    dev_names = list(dict.fromkeys(r.get("dev_name", results["metric"]) for r in results["rows"]))
     head = [
         "variant",
         *results["varied"],
         "params",
         "updates",
         "dev ppl",
-        f"dev {results['metric']}",
+        *(f"dev {name}" for name in dev_names),  # each metric its own column
         *(f"test {label}" for label in labels),
         *(f"pooled test {label} [95%]" for label in pooled),
     ]
@@ -582,7 +604,12 @@ def table(results: dict) -> str:
             _cell(r["params"]),
             _cell(r["updates"], 0),
             _cell(r["dev_ppl"], 3),
-            spread(r["dev_metric"], r.get("dev_sd")),
+            *(
+                spread(r["dev_metric"], r.get("dev_sd"))
+                if r.get("dev_name", results["metric"]) == name
+                else "-"
+                for name in dev_names
+            ),
             *(spread(r["test"].get(label), sds.get(label)) for label in labels),
             *(
                 f"{i['value']:.2f} [{i['low']:.2f}, {i['high']:.2f}]" if i else "-"
@@ -618,13 +645,21 @@ def plot(results: dict, key: str, path: Path) -> Path:
         groups.setdefault(tuple(str(r["settings"][k]) for k in others), []).append(r)
     lines = [g for g in groups.values() if len(g) > 1] or list(groups.values())
     labels = list(dict.fromkeys(k for r in rows for k in r["test"]))
+    dev_names = list(dict.fromkeys(r.get("dev_name", results["metric"]) for r in rows))
     fig = Figure(figsize=(11, 4), layout="constrained")
     dev, test = fig.subplots(1, 2)
     panels = (
         (
             dev,
             f"dev {results['metric']}",
-            [(None, lambda r: r["dev_metric"], lambda r: r.get("dev_sd"))],
+            [
+                (  # each metric its own line (variants of different tasks: bleu, f1)
+                    name if len(dev_names) > 1 else None,
+                    lambda r, name=name: r["dev_metric"] if r.get("dev_name") == name else None,
+                    lambda r: r.get("dev_sd"),
+                )
+                for name in dev_names
+            ],
         ),
         (
             test,

@@ -377,3 +377,34 @@ def test_a_sweep_resumed_with_other_settings_and_one_value_twice_are_refused(tmp
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and "have the same settings" in err[0], err
     assert not (tmp_path / "twice" / "heads-2").exists()
+
+
+def test_metrics_get_their_own_columns_and_no_folder_or_empty_budget_is_adopted(tmp_path, capsys):
+    """Variants of different metrics (the demo translated: bleu; parsed: f1) each get their own
+    dev column; a folder of the user's bearing a variant's name is not adopted as its result;
+    a budget that trains no update is refused, not reported (issue 43)."""
+    cache = tmp_path / "cache"
+    directory = tmp_path / "modes"
+    assert main(_sweep(directory, cache, "--grid", "task.mode=translate,parse")) == 0
+    capsys.readouterr()
+    head = (directory / "results.md").read_text().splitlines()[0]
+    assert "| dev bleu | dev f1 |" in head, head
+    rows = json.loads((directory / "results.json").read_text())["rows"]
+    assert [r["dev_name"] for r in rows] == ["bleu", "f1"]
+    mine = tmp_path / "mine"
+    (mine / "heads-1").mkdir(parents=True)
+    (mine / "heads-1" / "result.json").write_text('{"update": 4, "test": {"bleu": 99.0}}')
+    before = _files(mine)
+    assert main(_sweep(mine, cache)) == 2
+    assert "holds files s2s sweep did not write (heads-1)" in capsys.readouterr().err
+    assert _files(mine) == before
+    tiny = [x for x in _sweep(tmp_path / "tiny", cache)]
+    tiny[tiny.index("--budget-updates") : tiny.index("--budget-updates") + 2] = [
+        "--budget-minutes",
+        "0.000001",
+    ]
+    assert main(tiny) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "variant heads-1 trained no update in it" in err[-1], err
+    manifest = json.loads((tmp_path / "tiny" / "sweep.json").read_text())
+    assert manifest["variants"][0]["state"] != "done"
