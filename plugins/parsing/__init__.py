@@ -264,9 +264,11 @@ class ParsingTask(Task):
 
     # -- ids <-> text -------------------------------------------------------------------------
     def prepare_source(self, lines: Sequence[str]) -> list[str]:
-        """Raw sentences as Penn Treebank tokens (with `tokenize`), else split on whitespace."""
+        """Raw sentences as Penn Treebank tokens (with `tokenize`), else split on whitespace,
+        each bracket written as the treebank writes it (-LRB-, -RRB-, -LCB-, ...): a raw
+        bracket would read as a phrase's bracket in the output tree."""
         if not self.cfg.tokenize:
-            return [" ".join(line.split()) for line in lines]
+            return [" ".join(_escaped(w) for w in line.split()) for line in lines]
         return [" ".join(ptb_tokens(line)) for line in lines]
 
     def display(self, output: str) -> str:
@@ -375,6 +377,15 @@ class ParsingTask(Task):
                     rebuilt_refs = True
                 refs.append(r)
         return evalb(refs, hyps), repaired, rebuilt_refs
+
+
+# bracket tokens as the Penn Treebank writes them (what `ptb_tokens` makes of raw text)
+BRACKETS = {"(": "-LRB-", ")": "-RRB-", "[": "-LSB-", "]": "-RSB-", "{": "-LCB-", "}": "-RCB-"}
+
+
+def _escaped(word: str) -> str:
+    """A pre-tokenised word with every bracket in it as the treebank writes one."""
+    return re.sub(r"[()\[\]{}]", lambda m: BRACKETS[m.group()], word)
 
 
 def ptb_tokens(sentence: str) -> list[str]:

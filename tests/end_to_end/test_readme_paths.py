@@ -218,6 +218,10 @@ def test_parsing_prepares_raw_text_unless_told_and_displays_a_tree():
     assert task.prepare_source(["I don't know."]) == ["I do n't know ."]
     task = ParsingTask(OmegaConf.structured(ParsingConfig(tokenize=False)))
     assert task.prepare_source(["I  do n't know ."]) == ["I do n't know ."]
+    # pre-tokenised brackets as the treebank writes them: never a phrase's bracket in the tree
+    assert task.prepare_source(["f(x) ( a ) [b] {c}"]) == [
+        "f-LRB-x-RRB- -LRB- a -RRB- -LSB-b-RSB- -LCB-c-RCB-"
+    ]
     drawn = task.display("(TOP (S (NP (PRP I)) (VP (VBP know)) (. .)))")
     assert drawn.splitlines()[0] == "(TOP" and len(drawn.splitlines()) > 1
     assert task.display("not a tree (") == "not a tree ("
