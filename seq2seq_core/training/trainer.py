@@ -61,12 +61,15 @@ class Trainer:
         self.cfg, self.run_dir = cfg, Path(cfg.run.dir)
         quiet = quiet or cfg.run.quiet
         self._setup_processes()
+        # a new run's source is checked before the run directory is claimed (nothing left behind)
+        fresh = cfg.run.init_from and not checkpoint.listed(self.run_dir)
+        source = transfer.checked_source(cfg, registry) if fresh else None
         self._setup_run_dir()
         sizes = self._setup_members(registry, quiet)
         self._setup_model(sizes)
         self._setup_optimizer()
         self._setup_data()
-        resumed = self._start_from(registry)
+        resumed = self._start_from(registry, source)
         self._write_run_files(resumed)
         self._setup_log(quiet)
 
@@ -140,7 +143,7 @@ class Trainer:
         ]
         self.prefetch = Prefetch(self.device)
 
-    def _start_from(self, registry) -> bool:
+    def _start_from(self, registry, source) -> bool:
         """Where training starts: this run's newest readable checkpoint (`_resume`), else the
         weights of run.init_from (and what run.init_keep takes, `_keep_from_source`), else
         update 0. True when resumed."""
@@ -152,7 +155,8 @@ class Trainer:
         if state is not None:
             self._resume(state, path)
         elif self.cfg.run.init_from:  # a new run that starts from another run's weights
-            self._keep_from_source(transfer.init_from(self.model, self.members, self.cfg, registry))
+            source = source or transfer.checked_source(self.cfg, registry)
+            self._keep_from_source(transfer.init_from(self.model, self.members, self.cfg, source))
         return state is not None
 
     def _resume(self, state: dict, path: Path) -> None:

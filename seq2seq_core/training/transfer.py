@@ -20,6 +20,7 @@ its source.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -71,9 +72,19 @@ def rows(member, side: str) -> dict[str, int] | None:
     return {t: (i + offset if i >= N_SPECIAL else i) for i, t in enumerate(tokens) if t is not None}
 
 
-def init_from(model: torch.nn.Module, members, cfg, registry) -> dict:
-    """Load the weights of run.init_from into `model` (the new run's, over `members`' id space)
-    and return the source checkpoint, whose other parts run.init_keep may take."""
+@dataclass
+class Source:
+    """The checkpoint run.init_from names, checked: its state, the member whose rows carry."""
+
+    state: dict
+    member: object
+
+
+def checked_source(cfg, registry) -> Source:
+    """The source run.init_from names, with every check that needs no model of this run (it
+    exists and holds a checkpoint, its vocabulary files are those its weights were trained
+    with, its shape is this run's, run.init_member names one of its members): a ConfigError
+    naming run.init_from, before this run claims its directory or prepares its data."""
     where = cfg.run.init_from
     path = Path(where)
     try:
@@ -107,7 +118,14 @@ def init_from(model: torch.nn.Module, members, cfg, registry) -> dict:
         raise ConfigError(
             f"run.init_from={where!r}: {e}".replace("--task", "run.init_member")
         ) from None
+    return Source(state, source)
 
+
+def init_from(model: torch.nn.Module, members, cfg, source: Source) -> dict:
+    """Load the weights of the checked `source` (run.init_from) into `model` (the new run's,
+    over `members`' id space) and return its checkpoint, whose other parts run.init_keep may
+    take."""
+    where, state, source = cfg.run.init_from, source.state, source.member
     theirs, mine = state["model"], model.state_dict()
     loaded, carried = {}, {}
     for name, tensor in mine.items():

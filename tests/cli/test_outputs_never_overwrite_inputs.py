@@ -595,10 +595,15 @@ def test_fine_tuning_checks_the_source_vocabulary(demo_runs, tmp_path, capsys):
     source = tmp_path / "source"
     shutil.copytree(demo_runs["a"], source)
     shutil.copy(demo_runs["parser"] / "vocab.json", source / "vocab.json")
-    run = tmp_path / "tuned"  # claimed before the source is read: it holds only s2s's marks
+    run = tmp_path / "tuned"  # the source is checked before the run directory is claimed
     before = snapshot(source)
     result = s2s(capsys, "train", "demo", *TINY, f"run.dir={run}", f"run.init_from={source}", "-q")
     fails(result, before, "run.init_from=", "vocab.json differs from the vocabulary")
+    assert not run.exists()  # nothing left behind: no claimed, empty run directory
+    missing = tmp_path / "no_such_run"
+    result = s2s(capsys, "train", "demo", *TINY, f"run.dir={run}", f"run.init_from={missing}")
+    fails(result, before, "run.init_from=", "no such run directory")
+    assert not run.exists()
 
 
 @pytest.mark.parametrize("command", ["attention", "plot"])
