@@ -181,6 +181,14 @@ def split_trees(lines: Iterable[str]) -> Iterator[tuple[int, tuple | _Malformed]
 def _read(
     lines: Iterable[str], name: str, skip_malformed: bool, stats: ReadStats
 ) -> Iterator[tuple]:
+    """The trees of one file as (label, children) tuples."""
+    return (tree for _, tree in _read_numbered(lines, name, skip_malformed, stats))
+
+
+def _read_numbered(
+    lines: Iterable[str], name: str, skip_malformed: bool, stats: ReadStats
+) -> Iterator[tuple[int, tuple]]:
+    """(the line a tree starts on, the tree) for each tree of one file."""
     found = bad = 0
     for line, item in split_trees(lines):
         if isinstance(item, _Malformed):
@@ -191,7 +199,7 @@ def _read(
             stats.note(message)
             continue
         found += 1
-        yield item
+        yield line, item
     if not found and not bad:
         message = f"{name}: no trees in the file (empty file?)"
         if not skip_malformed:
@@ -208,12 +216,20 @@ def read_trees(
 
 
 # -- preprocessing ----------------------------------------------------------------------------
+class EmptyLabel(ValueError):
+    """A label that is nothing but function tags (`=2`): stripping them leaves no label."""
+
+
 def strip_label(label: str) -> str:
-    """NP-SBJ-1 -> NP, NP=2 -> NP; a label that starts with '-' (-LRB-, -NONE-) is kept."""
+    """NP-SBJ-1 -> NP, NP=2 -> NP; a label that starts with '-' (-LRB-, -NONE-) is kept; a
+    label that stripping would leave empty (`=2`) is an EmptyLabel."""
     if label.startswith("-"):
         return label
     m = _FUNCTION_TAG.search(label)
-    return label[: m.start()] if m else label
+    stripped = label[: m.start()] if m else label
+    if label and not stripped:
+        raise EmptyLabel(label)
+    return stripped
 
 
 def _is_preterminal(node) -> bool:
@@ -263,9 +279,15 @@ def _trees(
     skip_malformed: bool,
     stats: ReadStats,
 ) -> Iterator[Tree]:
-    for tree in _read(lines, name, skip_malformed, stats):
+    for line, tree in _read_numbered(lines, name, skip_malformed, stats):
         if prep is not None:
-            tree = _preprocess(tree, prep)
+            try:
+                tree = _preprocess(tree, prep)
+            except EmptyLabel as e:
+                raise DataError(
+                    f"{name}, line {line}: the label {e} is empty once its function tags are "
+                    "stripped (task.strip_functions)"
+                ) from None
             if tree is None:
                 stats.note(f"{name}: a tree has no words after preprocessing", empty=True)
                 continue

@@ -169,6 +169,16 @@ def test_preprocessing_switches():
     assert to_string(preprocess(lrb)) == "(TOP (NP (-LRB- -LRB-) (NN x) (-RRB- -RRB-)))"
 
 
+def test_a_label_left_empty_by_stripping_is_an_error_naming_file_and_line(tmp_path):
+    """`=2` is nothing but a function tag: stripping it would leave an empty label (issue 43)."""
+    trees = tmp_path / "trees.txt"
+    trees.write_text("(TOP (S (NN a)))\n(TOP (S (NN b) (=2 (VBZ c))))\n")
+    files = {f"{n}_file": str(trees) for n in ("train", "valid", "test")}
+    task = task_for(corpus="lines", **files)
+    with pytest.raises(DataError, match=r"trees.txt, line 2: the label =2 is empty"):
+        list(task.read_split("train"))
+
+
 def test_vocabulary_caps_and_round_trip(tmp_path):
     task = task_for(
         corpus="wsj", wsj_root=str(write_ldc(tmp_path / "ldc")), src_vocab_size=10, src_min_count=1
