@@ -195,7 +195,7 @@ class Batcher:
                     self._score(batch)
                 else:
                     self._generate(batch)
-            except Exception as e:  # noqa: BLE001 -- the requests answer with it; the worker goes on
+            except Exception as e:  # noqa: BLE001 -- its requests get it; the worker goes on
                 log.exception("decoding failed")
                 for job in batch:
                     _answer(job, error=e)
@@ -221,16 +221,12 @@ class Batcher:
         scores = self.scores(member, sources, [o.tokens for o in best], settings.alpha)
         scores = [s if o.found else None for s, o in zip(scores, best)]  # no output, no score
         done = time.perf_counter()
-        self.decoded["batches"] += 1
-        self.decoded["sentences"] += len(sources)
-        at = 0
-        for job in batch:
-            n = len(job.sources)
+        for job, part in self._parts(batch):
             result = {
-                "hypotheses": [one_line(o.text) for o in best[at : at + n]],
-                "scores": scores[at : at + n],
+                "hypotheses": [one_line(o.text) for o in best[part]],
+                "scores": scores[part],
                 # the sentences for which the search found no output within the length limit
-                "no_output": [k for k, o in enumerate(best[at : at + n]) if not o.found],
+                "no_output": [k for k, o in enumerate(best[part]) if not o.found],
                 "timing": self._timing(job, batch, start, done),
             }
             if wanted != Wanted():
@@ -242,10 +238,9 @@ class Batcher:
                         }
                         for o in outs
                     ]
-                    for outs in found[at : at + n]
+                    for outs in found[part]
                 ]
             _answer(job, result)
-            at += n
 
     def _score(self, batch: list[Job]) -> None:
         """The model's log-probabilities of the given targets of every job in the batch."""
@@ -255,19 +250,19 @@ class Batcher:
         alpha = self.settings(member).alpha
         rated = target_scores(self.model, member, sources, targets, alpha, self.device)
         done = time.perf_counter()
+        for job, part in self._parts(batch):
+            scores = [r.as_dict() for r in rated[part]]
+            _answer(job, {"scores": scores, "timing": self._timing(job, batch, start, done)})
+
+    def _parts(self, batch: list[Job]):
+        """Each job of a decoded batch with the slice of the batch's sentences that are its own;
+        the batch is counted in `decoded`."""
         self.decoded["batches"] += 1
-        self.decoded["sentences"] += len(sources)
+        self.decoded["sentences"] += sum(len(job.sources) for job in batch)
         at = 0
         for job in batch:
-            n = len(job.sources)
-            _answer(
-                job,
-                {
-                    "scores": [r.as_dict() for r in rated[at : at + n]],
-                    "timing": self._timing(job, batch, start, done),
-                },
-            )
-            at += n
+            yield job, slice(at, at + len(job.sources))
+            at += len(job.sources)
 
     @staticmethod
     def _timing(job: Job, batch: list[Job], start: float, done: float) -> dict:

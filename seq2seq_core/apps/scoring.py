@@ -151,7 +151,7 @@ def resampled_report(task, ref, hyps: list, src, how: Resampling) -> Report:
         if stats is None:
             raise none
         statistics.append(stats)
-        scores.append(scored(task, lines, refs, srcs, how))
+        scores.append(scored(task, lines, refs, srcs, how, stats))
     compared = [compare(statistics[0], other, how) for other in statistics[1:]]
     return Report([str(h) for h in hyps], scores, compared, how)
 

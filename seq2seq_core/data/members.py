@@ -25,8 +25,8 @@ class Member:
     """One task of the run, as the trainer and the search see it: ids in the run's space.
 
     `encode_source`, `decode_target`, `constraint`, `postprocess`, `prepare_source`, `display`,
-    `score`, `statistics` and `decoding` are the task's, mapped into the run's id space, so that batched
-    decoding (`s2s.core.decode.batched`) serves a member exactly as it serves a task.
+    `score`, `statistics` and `decoding` are the task's, mapped into the run's id space, so that
+    batched decoding (`s2s.core.decode.batched`) serves a member exactly as it serves a task.
     """
 
     def __init__(
@@ -172,7 +172,7 @@ def load_vocabularies(members: list[Member], run_dir: Path) -> tuple[int, int, b
             m.task.load_vocab(where)
         except DataError:
             raise
-        except Exception as e:  # noqa: BLE001 -- a tokenizer library's own errors, e.g. on a damaged file
+        except Exception as e:  # noqa: BLE001 -- a tokenizer library's errors (a damaged file)
             raise DataError(
                 f"cannot read the vocabulary files in {where}: {type(e).__name__}: "
                 f"{(str(e).splitlines() or [''])[0]}"

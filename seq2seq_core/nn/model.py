@@ -284,11 +284,15 @@ class Transformer(nn.Module):
         BOS), N layers a stack, d = d_model, V the target vocabulary, a = h d_k, b = h d_v (d both
         by default):
 
-            training = 3 forward                        the backward pass costs twice the forward
-            forward = 2 (S P_src + T P_tgt) + A         P: the weights a token is multiplied by
-            P_src = N (2 d (a + b) + 2 d d_ff) + N d (a + b)   encoder Q, K, V, O, FFN; decoder's cross K, V
-            P_tgt = N (3 d (a + b) + 2 d d_ff) + d V    decoder self Q, K, V, O, cross Q, O, FFN; output
-            A = N (a + b) (2 S^2 + T (T + 1) + 2 T S)   Q K^T and weights x V; causal pairs only
+            training = 3 forward             the backward pass costs twice the forward
+            forward = 2 (S P_src + T P_tgt) + A
+                P: the weights a token is multiplied by
+            P_src = N (2 d (a + b) + 2 d d_ff) + N d (a + b)
+                encoder Q, K, V, O, FFN; the decoder's cross-attention K, V
+            P_tgt = N (3 d (a + b) + 2 d d_ff) + d V
+                decoder self-attention Q, K, V, O, cross-attention Q, O, FFN; the output layer
+            A = N (a + b) (2 S^2 + T (T + 1) + 2 T S)
+                Q K^T and weights x V; causal pairs only
 
         Embeddings, biases, norms, softmax, dropout, loss and Adam count 0. Without `attention`
         (small in a search step) only the lengths' sums matter: a search's source tokens and decoder

@@ -152,7 +152,7 @@ def _field_types(cls) -> dict:
     """Field name -> declared type of dataclass `cls` (string annotations resolved)."""
     try:
         return typing.get_type_hints(cls)
-    except Exception:  # noqa: BLE001 -- a plugin's annotation that does not resolve: builtins by name
+    except Exception:  # noqa: BLE001 -- a plugin's annotation that does not resolve: by name
         return {
             f.name: _BUILTIN_TYPES.get(f.type, Any) if isinstance(f.type, str) else f.type
             for f in dataclasses.fields(cls)

@@ -105,7 +105,7 @@ class Registry:
             _current_folder_importable()
             try:
                 module = importlib.import_module(mod_name)
-            except Exception as e:  # noqa: BLE001 -- ImportError, or whatever the module's code raises
+            except Exception as e:  # noqa: BLE001 -- ImportError, or what the module's code raises
                 raise RegistryError(
                     f"cannot import plugin module {mod_name!r}: {type(e).__name__}: {e}"
                 ) from None

@@ -15,7 +15,7 @@ import threading
 import time
 
 import pytest
-from test_serve import free_port, get, post, server
+from test_serve import free_port, get, post, server, serving
 
 pytestmark = pytest.mark.slow
 
@@ -148,13 +148,7 @@ def test_a_second_server_on_a_taken_port_stops_in_one_line(demo_runs, tmp_path):
 def test_sigterm_answers_waiting_requests_and_stops(demo_runs, tmp_path):
     log = tmp_path / "serve.log"
     port = free_port()
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "s2s.core.apps.cli", "serve", str(demo_runs["a"])]
-            + ["--port", str(port)],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
+    proc = serving(demo_runs["a"], "--port", str(port), log=log)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.time() + 60

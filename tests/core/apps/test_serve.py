@@ -95,27 +95,23 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def serving(run_dir: Path, *args: str, log: Path) -> subprocess.Popen:
+    """`s2s serve RUN_DIR ARGS` started as a process, its output going to `log`."""
+    with open(log, "wb") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "s2s.core.apps.cli", "serve", str(run_dir), *args],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+
+
 @contextlib.contextmanager
 def server(run_dir: Path, *args: str, log: Path | None = None):
     """A `s2s serve` process on a free port of 127.0.0.1; yields its base URL once /health answers
     (60 s at most), and ends it afterwards."""
     port = free_port()
     log = log or run_dir.parent / f"serve_{port}.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "s2s.core.apps.cli",
-                "serve",
-                str(run_dir),
-                "--port",
-                str(port),
-                *args,
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
+    proc = serving(run_dir, "--port", str(port), *args, log=log)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.time() + 60
@@ -504,22 +500,7 @@ def test_the_printed_url_opens_as_printed_on_ipv6(demo_runs, tmp_path):
     import re
 
     log = tmp_path / "serve6.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "s2s.core.apps.cli",
-                "serve",
-                str(demo_runs["a"]),
-                "--host",
-                "::1",
-                "--port",
-                "0",
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
+    proc = serving(demo_runs["a"], "--host", "::1", "--port", "0", log=log)
     try:
         deadline, status = time.time() + 60, None
         while status is None and time.time() < deadline and proc.poll() is None:
