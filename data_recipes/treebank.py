@@ -491,6 +491,32 @@ def line_trees(
     yield from _trees(textio.iter_lines(path), str(path), prep, skip_malformed, stats)
 
 
+def leaves(tree: Tree) -> list[str]:
+    """The words of `tree` left to right, without recursion (nltk's Tree.leaves recurses)."""
+    words: list[str] = []
+    stack = [iter([tree])]
+    while stack:
+        child = next(stack[-1], None)
+        if child is None:
+            stack.pop()
+        elif isinstance(child, str):
+            words.append(child)
+        else:
+            stack.append(iter(child))
+    return words
+
+
+def depth(tree: Tree) -> int:
+    """The number of brackets on the longest path from the root to a word (a word alone: 0)."""
+    deepest, stack = 0, [(tree, 0)]
+    while stack:
+        node, above = stack.pop()
+        if not isinstance(node, str):
+            deepest = max(deepest, above + 1)
+            stack.extend((child, above + 1) for child in node)
+    return deepest
+
+
 def to_string(tree: Tree) -> str:
     """One line, "(TOP (S (NP (DT The) (NN dog)) ...))", the form EVALB reads (any depth)."""
     if isinstance(tree, str):

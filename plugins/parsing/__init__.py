@@ -165,9 +165,11 @@ class ParsingTask(Task):
             )
 
     def read_split(self, split: str) -> Iterator[tuple[str, str]]:
+        from s2s.data_recipes import treebank
+
         for tree in self.trees(split):
             yield (
-                " ".join(tree.leaves()),
+                " ".join(treebank.leaves(tree)),
                 " ".join(linearise(tree, self.cfg.scheme, self.cfg.root_label)),
             )
 
@@ -273,13 +275,17 @@ class ParsingTask(Task):
 
     def display(self, output: str) -> str:
         """The tree indented, a phrase a line: the root and its child always broken, below them a
-        phrase kept on one line where it fits in 60 characters (nltk's pformat)."""
+        phrase kept on one line where it fits in 60 characters (nltk's pformat). A tree deeper than
+        DRAWN_DEPTH brackets is shown on one line (nltk's drawing recurses a call a bracket)."""
         from nltk.tree import Tree
 
+        from s2s.data_recipes import treebank
+
         try:
-            return _drawn(Tree.fromstring(output))
+            tree = Tree.fromstring(output)
         except ValueError:  # not a tree (a plugin's output, an empty line): shown as it is
             return output
+        return _drawn(tree) if treebank.depth(tree) <= DRAWN_DEPTH else output
 
     def postprocess(self, hypothesis: str, source: str) -> str:
         """The tree (one line) over the words of `source` that `hypothesis` describes."""
@@ -399,6 +405,9 @@ def _treebank_tokenizer():
     from nltk.tokenize import TreebankWordTokenizer
 
     return TreebankWordTokenizer()
+
+
+DRAWN_DEPTH = 200  # deeper trees are displayed on one line, well within Python's recursion limit
 
 
 def _drawn(tree, indent: int = 0, broken: int = 2) -> str:

@@ -785,3 +785,31 @@ def test_tree_of_depth_100000(tmp_path):
         and text.count("(TOP ") == 1
         and text.endswith("(NN x)" + ")" * (depth + 1))
     )
+
+
+def test_training_tree_of_depth_2000(tmp_path):
+    """A deep training tree is read, linearised and filtered by length, never a RecursionError;
+    a deep output tree is displayed on one line."""
+    from omegaconf import OmegaConf
+    from s2s.plugins.parsing import ParsingConfig, ParsingTask
+
+    flat = "(S (NP (DT the) (NN dog)) (VP (VBZ barks)))"
+    deep = "(TOP " + "(S " * 2000 + "(NN x)" + ")" * 2001
+    for split, lines in (("train", [flat] * 8 + [deep]), ("valid", [flat]), ("test", [flat])):
+        (tmp_path / f"{split}.trees").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    out = s2s(
+        "train",
+        "own_parsing",
+        *TINY,
+        f"task.data_dir={tmp_path}",
+        f"run.dir={tmp_path / 'run'}",
+        f"data.cache_dir={tmp_path / 'cache'}",
+        "optim.max_updates=1",
+        "run.quiet=false",
+        cwd=tmp_path,
+    )
+    err = out.stderr.decode()
+    assert out.returncode == 0 and "Traceback" not in err, err
+    assert "train: 8 pairs kept, 1 filtered by length" in err
+    task = ParsingTask(OmegaConf.structured(ParsingConfig()))
+    assert task.display(deep) == deep
