@@ -26,7 +26,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from ..errors import ConfigError, UsageError
+from ..errors import ConfigError, DataError, UsageError
 from ..files import atomic_write_text
 
 log = logging.getLogger("s2s")
@@ -373,12 +373,16 @@ def _changed(was: dict, now: dict) -> str | None:
 
 def _trained(run_dir: Path) -> int | None:
     """The updates a finished run trained (its result.json's), or None: not finished, or it
-    trained none (a budget too small: an untrained model's figures are no variant's)."""
+    trained none (a budget too small: an untrained model's figures are no variant's), or its
+    result.json is damaged (said in the log: resuming the run tests it again and rewrites it)."""
+    from ..training.result import read_result
+
     try:
-        update = json.loads((run_dir / "result.json").read_text(encoding="utf-8")).get("update")
-    except (OSError, ValueError):
+        result = read_result(run_dir)
+    except DataError as e:
+        log.warning("%s: the variant is resumed, which tests it again", e)
         return None
-    return update if isinstance(update, int) and update > 0 else None
+    return result["update"] if result and result["update"] > 0 else None
 
 
 def _save_states(sweep: Sweep, states: dict) -> None:
@@ -481,10 +485,13 @@ def collect(sweep: Sweep, cfgs: list, registry=None) -> dict:
 
 def _run_row(sweep: Sweep, v: Variant, cfg, varied: list[str]) -> dict:
     """One run's settings and figures, from its result.json and metrics.jsonl."""
+    from ..training.result import read_result
     from ..training.runlog import read_metrics
 
     run_dir = sweep.run_dir(v)
-    result = json.loads((run_dir / "result.json").read_text(encoding="utf-8"))
+    result = read_result(run_dir)  # checked when the sweep started; a DataError names it
+    if result is None:
+        raise DataError(f"{run_dir / 'result.json'} is gone: run the sweep again to test it")
     valid = [r for r in read_metrics(run_dir) if r.get("kind") == "valid"]
     test = result.get("test") or {}
     single = bool(test) and "signature" in test  # else member -> figures

@@ -3,6 +3,7 @@ with one table and one plot per varied setting; every variant checked before any
 
 import hashlib
 import json
+import shutil
 import os
 import shlex
 import signal
@@ -121,6 +122,25 @@ def test_the_same_command_after_completion_rewrites_the_table_and_trains_nothing
     assert main(_sweep(directory, cache)) == 0
     assert (directory / "results.md").is_file()
     assert {v: _files(directory / v) for v in ("heads-1", "heads-2")} == before
+
+
+@pytest.mark.parametrize("damage", ["[]", '{"update": 4, "test": "x"}', '{"update": 4'])
+def test_a_damaged_variant_result_is_tested_again_not_an_internal_error(
+    grid, tmp_path, caplog, damage
+):
+    """A variant's result.json that is not what `s2s train` writes: a warning naming the file,
+    the run resumed at its last update and tested again, its checkpoints untouched."""
+    directory, cache = grid
+    copy = tmp_path / "grid"
+    shutil.copytree(directory, copy)
+    good = json.loads((copy / "heads-1" / "result.json").read_text())
+    checkpoints = _files(copy / "heads-1" / "checkpoints")
+    (copy / "heads-1" / "result.json").write_text(damage)
+    assert main(_sweep(copy, cache)) == 0
+    assert f"{copy / 'heads-1' / 'result.json'}" in caplog.text and "tests it again" in caplog.text
+    again = json.loads((copy / "heads-1" / "result.json").read_text())
+    assert again["update"] == 4 and again["test"]["bleu"] == good["test"]["bleu"]
+    assert _files(copy / "heads-1" / "checkpoints") == checkpoints
 
 
 @pytest.mark.parametrize(
