@@ -26,7 +26,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from ..errors import ConfigError, DataError, UsageError
+from ..errors import ConfigError, DataError, S2SError, UsageError
 from ..files import atomic_write_text
 
 log = logging.getLogger("s2s")
@@ -394,14 +394,22 @@ def _save_states(sweep: Sweep, states: dict) -> None:
 
 
 def run(sweep: Sweep, registry, quiet: bool = False) -> dict:
-    """Train every variant not yet finished, one after another, then write the table and plots."""
-    from ..training.trainer import train
+    """Train every variant not yet finished, one after another, then write the table and plots.
+    Every unfinished variant passes the checks `s2s train` makes before training (its data
+    prepared and fitting the model: `check_before_training`) before the first trains."""
+    from ..training.trainer import check_before_training, train
 
     cfgs = configs(sweep, registry)
     lock = _claim(sweep)
     try:
         done = lambda v: _trained(sweep.run_dir(v)) is not None  # noqa: E731
         states = {v.name: "done" if done(v) else "pending" for v in sweep.trained()}
+        for v, cfg in zip(sweep.trained(), cfgs):
+            if states[v.name] == "pending":
+                try:
+                    check_before_training(cfg, registry, quiet=quiet)
+                except S2SError as e:
+                    raise type(e)(f"variant {v.name}: {e}") from None
         _save_states(sweep, states)
         for i, (v, cfg) in enumerate(zip(sweep.trained(), cfgs), 1):
             if states[v.name] == "done":

@@ -159,8 +159,11 @@ class Prepared:
             )
             if len(too_long):
                 i = int(too_long[0])
+                source = textio.read_lines(directory / f"{name}.src.txt")[i]
+                shown = source if len(source) <= 60 else source[:57] + "..."
                 raise DataError(
-                    f"{name} split, line {i + 1} of {directory / f'{name}.src.txt'}: "
+                    f"{name} split, the pair {shown!r} (line {i + 1} of the prepared copy "
+                    f"{directory / f'{name}.src.txt'}): "
                     f"{int(split.src_lens[i]) + extra} source / {int(split.tgt_lens[i])} target "
                     "tokens (with </s>"
                     f"{' and the task token' if extra else ''}) do not fit "

@@ -635,6 +635,21 @@ class Trainer:
             self.lock.close()
 
 
+def check_before_training(cfg, registry, quiet: bool = False) -> None:
+    """What `Trainer.__init__` checks before its first update, without claiming the run
+    directory or building the model: a new run's `run.init_from` source, the members with their
+    data prepared (or found in the cache) and every dev and test pair fitting
+    model.max_positions, and both precisions on the device. `s2s sweep` runs it for every
+    variant before the first trains, so that a bad variant stops the sweep before, not half-way.
+    """
+    if cfg.run.init_from and not checkpoint.listed(Path(cfg.run.dir)):
+        transfer.checked_source(cfg, registry)
+    group = Group(cfg.run.device, cfg.run.timeout_minutes, cfg.run.wait_minutes)
+    prepare_members(build_members(cfg, registry), cfg, group, quiet)
+    precision.resolve(cfg.run.precision, group.device)
+    precision.resolve(cfg.decode.precision, group.device, "decode.precision")
+
+
 def train(cfg, registry, quiet: bool = False) -> dict:
     """Train the run `cfg` describes to its end (`Trainer.run`); returns what result.json holds
     (on rank 0; the other processes' lack the test figures)."""

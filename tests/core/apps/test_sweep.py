@@ -220,6 +220,19 @@ def test_every_variant_is_checked_before_the_first_trains(tmp_path, capsys):
     assert "notes.txt" in capsys.readouterr().err and sorted(os.listdir(directory)) == ["notes.txt"]
 
 
+def test_a_variant_whose_dev_pairs_do_not_fit_stops_the_sweep_before_any_trains(tmp_path, capsys):
+    """The checks `s2s train` makes before training (here: dev pairs against
+    model.max_positions) run for every variant first: nothing trains, the pair is quoted."""
+    directory = tmp_path / "sw"
+    grid = ["--grid", "model.max_positions=64,8"]
+    argv = _sweep(directory, tmp_path / "cache", *grid, extra=["data.max_len=8"])
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "variant max_positions-8: valid split, the pair '" in err
+    assert "do not fit model.max_positions=8" in err
+    assert not any(directory.glob("*/checkpoints"))
+
+
 def test_a_variants_file_names_and_nests_overrides(tmp_path, registry):
     path = tmp_path / "variants.yaml"
     path.write_text(
