@@ -282,6 +282,14 @@ class Task:
         A pure function: it changes no state (decoding may run it on several threads at once)."""
         return hypothesis
 
+    def corpus_files(
+        self, name: str, sources: Sequence[str], outputs: Sequence[str]
+    ) -> dict[str, list[str]] | None:
+        """A training corpus of this task's own `outputs` for `sources` (`s2s label`: a
+        silver treebank, a back-translated corpus), as files its corpus reader reads: file name
+        (made from `name`) -> lines. None: the task has no corpus files to write."""
+        return None
+
     def constraint(self, sources: Sequence[str]) -> Constraint | None:
         """A `Constraint` on the search's outputs for these source lines, or None (no
         constraint)."""

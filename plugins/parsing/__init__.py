@@ -287,6 +287,11 @@ class ParsingTask(Task):
             return output
         return _drawn(tree) if treebank.depth(tree) <= DRAWN_DEPTH else output
 
+    def corpus_files(self, name, sources, outputs) -> dict[str, list[str]]:
+        """NAME.trees: one tree a line (its words are the sentence's), the files `corpus=lines`
+        and `task.silver_trees` read (a silver treebank for self-training)."""
+        return {f"{name}.trees": list(outputs)}
+
     def postprocess(self, hypothesis: str, source: str) -> str:
         """The tree (one line) over the words of `source` that `hypothesis` describes."""
         return delinearise(hypothesis, source, self.cfg.scheme, self.cfg.root_label)[0]

@@ -38,7 +38,7 @@ class TranslationConfig(TaskConfig):
     # lower-case ISO 639-1 codes (languages.py); tokenised BLEU has rules of its own for some
     src_lang: str = setting("en", LANGUAGE)
     tgt_lang: str = setting("de", LANGUAGE)
-    # source=text: {data_dir}/{prefix}.{lang}, plain or .gz; an empty test_prefix means no test split;
+    # source=text: {data_dir}/{prefix}.{lang}, plain or .gz; an empty prefix means no such split
     # source=multi30k: the same files, fetched into ~/.cache/s2s/multi30k unless data_dir names a copy
     data_dir: str = ""
     train_prefix: str = "train"
@@ -99,8 +99,9 @@ class TranslationTask(Task):
         super().__init__(cfg)
         if cfg.src_lang == cfg.tgt_lang:
             raise ConfigError(f"task.src_lang and task.tgt_lang are both {cfg.src_lang!r}")
-        if cfg.source == "text" and not cfg.test_prefix:
-            self.splits = ("train", "valid")
+        if cfg.source == "text":  # a split without a prefix is one the corpus lacks
+            prefixes = (cfg.train_prefix, cfg.valid_prefix, cfg.test_prefix)
+            self.splits = tuple(s for s, p in zip(("train", "valid", "test"), prefixes) if p)
         if cfg.tgt_lang not in moses.RULES and cfg.tgt_lang not in _TOLD:
             _TOLD.add(cfg.tgt_lang)
             log.info(
@@ -159,6 +160,16 @@ class TranslationTask(Task):
                 f"task.{split}_prefix to your files' prefix (own_translation reads train, valid, "
                 f"test: docs/own-data.md)"
             ) from None
+
+    def corpus_files(self, name, sources, outputs) -> dict[str, list[str]]:
+        """NAME.SRC (the lines translated) and NAME.TGT (their translations), the files
+        `task.source=text` reads with the prefix NAME. Back-translation labels target-language
+        text with a reverse model (DE->EN for an EN->DE one): its sources are the forward
+        model's targets and its outputs the forward model's (synthetic) sources."""
+        return {
+            f"{name}.{self.cfg.src_lang}": list(sources),
+            f"{name}.{self.cfg.tgt_lang}": list(outputs),
+        }
 
     def prepare_source(self, lines: Sequence[str]) -> list[str]:
         """Raw text is what the subword vocabulary reads (byte-level, trained on raw sentences):

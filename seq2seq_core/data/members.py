@@ -223,7 +223,11 @@ def prepare_members(members: list[Member], cfg, group, quiet: bool) -> tuple[int
     group.agreed(lambda: read(True), rank0_only=True)
     group.agreed(lambda: read(False))
     for m in members:
-        for needed in ("train", "valid"):
+        # a member that only adds training pairs (select 0 beside others) needs no dev split
+        dev_optional = len(members) > 1 and m.select == 0
+        for needed in ("train",) if dev_optional else ("train", "valid"):
             if needed not in m.data.splits:
                 raise TrainingError(f"task {m.name!r} has no {needed!r} split")
+    if all("valid" not in m.data.splits for m in members):
+        raise TrainingError("no member has a 'valid' split: at least one must have dev pairs")
     return join(members)

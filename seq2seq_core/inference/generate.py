@@ -81,10 +81,19 @@ class Counts(NamedTuple):
 
 
 def generate_lines(
-    model, task, cfg, raw: Iterable[bytes], name: str, out: IO[str], progress=None, asked=Asked()
+    model,
+    task,
+    cfg,
+    raw: Iterable[bytes],
+    name: str,
+    out: IO[str],
+    progress=None,
+    asked=Asked(),
+    skip: int = 0,
 ) -> Counts:
     """Write one output line to `out` for every raw source line (bytes without "\\n"), in
-    order, and return the `Counts`.
+    order, and return the `Counts`. The first `skip` lines are passed over (decoded before: a
+    resumed `s2s label`); numbering goes on from them.
 
     A line that cannot be decoded (invalid UTF-8, too long for the model's positions) gets an
     empty output line (JSON: no outputs) and a warning naming `name` and its line number; the
@@ -98,7 +107,8 @@ def generate_lines(
         1, torch.get_num_threads()
     )  # what one call of `outputs` shares out
     raw = iter(raw)
-    number = bad = missing = 0
+    number = sum(1 for _ in islice(raw, skip))
+    bad = missing = 0
     while chunk := list(islice(raw, block)):
         first = number + 1
         lines = []
@@ -309,11 +319,8 @@ def _source_line(raw: bytes, name: str, number: int, task, max_positions: int) -
     return line
 
 
-def generate_file(job: Job, registry, stdout) -> Counts:
-    """`s2s generate`: decode the lines of `job.input` (None: stdin) with the run (or ensemble)
-    into `job.output` (None: `stdout`); returns the `Counts`. A
-    regular output file appears complete at the end (`files.replacing`); a device or a pipe is
-    written as it goes."""
+def loaded(job: Job, registry) -> tuple:
+    """(cfg, member, model) of the job's run (or ensemble), its beam and n-best checked."""
     from .loading import load_ensemble
 
     if len(job.runs) > 1:
@@ -332,6 +339,15 @@ def generate_file(job: Job, registry, stdout) -> Counts:
             f"--nbest {wanted.n}: above the beam ({beam}); a beam search keeps at most its beam "
             "of outputs (raise --beam, or draw them with --sampling)"
         )
+    return cfg, member, model
+
+
+def generate_file(job: Job, registry, stdout) -> Counts:
+    """`s2s generate`: decode the lines of `job.input` (None: stdin) with the run (or ensemble)
+    into `job.output` (None: `stdout`); returns the `Counts`. A
+    regular output file appears complete at the end (`files.replacing`); a device or a pipe is
+    written as it goes."""
+    cfg, member, model = loaded(job, registry)
     raw = (
         textio.raw_lines(job.input)
         if job.input

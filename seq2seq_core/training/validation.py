@@ -200,12 +200,13 @@ def evaluate_dev(
                 results = [
                     (m, dev_loss(models, m, group, cfg), dev_score(models.search, m, group, cfg))
                     for m in members
+                    if "valid" in m.data.splits  # a member with select 0 may have none
                 ]
         finally:
             models.net.train()
     # a lone member's figures are the run's own: its prefix is empty and its loss the run's
     record.update(_per_token(sum(sums for _, sums, _ in results)))
-    weights = sum(m.select for m in members)
+    weights = sum(m.select for m, _, _ in results)
     record["select"] = (
         sum(m.select * score.value for m, _, score in results) / weights if weights else 0.0
     )

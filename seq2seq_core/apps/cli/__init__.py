@@ -14,6 +14,7 @@ from . import (
     average,
     export,
     generate,
+    label,
     plot,
     prepare,
     quickstart,
@@ -26,8 +27,8 @@ from . import (
 
 #: what `s2s --help` says above the commands
 DESCRIPTION = (
-    "The `s2s` command: tasks, prepare, train, generate, score, average, export, plot, sweep, "
-    "attention, serve, quickstart."
+    "The `s2s` command: tasks, prepare, train, generate, label, score, average, export, plot, "
+    "sweep, attention, serve, quickstart."
 )
 
 
@@ -71,6 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     prepare.add(subparsers, common)
     train.add(subparsers, common)
     generate.add(subparsers, common)
+    label.add(subparsers, common)
     score.add(subparsers, common)
     average.add(subparsers, common)
     export.add(subparsers, common)

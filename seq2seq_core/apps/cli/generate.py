@@ -9,7 +9,13 @@ import sys
 from pathlib import Path
 
 from ...errors import UsageError
-from .shared import registry_of
+from .shared import (
+    add_sampling_options,
+    add_search_options,
+    registry_of,
+    sampling_of,
+    search_overrides,
+)
 
 log = logging.getLogger("s2s")
 
@@ -40,41 +46,7 @@ def add(subparsers, common) -> None:
         help="the member of a multi-task run to decode for (its tokenisation, "
         "constraint and post-processing)",
     )
-    s.add_argument(
-        "--beam",
-        type=int,
-        metavar="N",
-        help="beam size (decode.beam; 1 = greedy); default: the task's",
-    )
-    s.add_argument(
-        "--alpha",
-        type=float,
-        metavar="A",
-        help="length penalty alpha (decode.alpha); default: the task's",
-    )
-    s.add_argument(
-        "--max-len-a",
-        dest="max_len_a",
-        type=float,
-        metavar="A",
-        help="an output has at most "
-        "int(A * source tokens + B) tokens (decode.max_len_a); default: the task's",
-    )
-    s.add_argument(
-        "--max-len-b",
-        dest="max_len_b",
-        type=int,
-        metavar="B",
-        help="see --max-len-a (decode.max_len_b)",
-    )
-    s.add_argument(
-        "--ensemble",
-        nargs="+",
-        default=[],
-        metavar="RUN",
-        help="decode with these runs (or checkpoints) too, as one model: the average of their "
-        "next-token probabilities at every step; same task and vocabularies, any shape",
-    )
+    add_search_options(s)
     s.add_argument(
         "--nbest",
         type=int,
@@ -89,41 +61,7 @@ def add(subparsers, common) -> None:
         help="one JSON object a line with each output's search score and the model's "
         "log-probability, also for a single output",
     )
-    s.add_argument(
-        "--sampling",
-        action="store_true",
-        help="draw outputs from the model's distribution instead of searching for the best",
-    )
-    s.add_argument(
-        "--temperature",
-        type=float,
-        default=1.0,
-        metavar="T",
-        help="with --sampling: divide the log-probabilities by T (< 1 sharper, > 1 flatter)",
-    )
-    s.add_argument(
-        "--top-k",
-        dest="top_k",
-        type=int,
-        default=0,
-        metavar="K",
-        help="with --sampling: draw among the K most probable tokens only (0: all)",
-    )
-    s.add_argument(
-        "--top-p",
-        dest="top_p",
-        type=float,
-        default=1.0,
-        metavar="P",
-        help="with --sampling: draw among the fewest most probable tokens whose probability "
-        "reaches P (nucleus sampling; 1: all)",
-    )
-    s.add_argument(
-        "--seed",
-        type=int,
-        default=0,
-        help="with --sampling: the same seed, input and settings draw the same outputs",
-    )
+    add_sampling_options(s)
     s.add_argument(
         "--prefixes",
         metavar="FILE",
@@ -163,15 +101,11 @@ def run(args) -> int:
     real stdout. Options are checked before any model is loaded.
     """
     from ...decode.batched import Wanted
-    from ...decode.search import Sampling
     from ...files import not_a_run_file, readable, writable
     from ...inference.generate import Asked, Job, generate_file
 
-    overrides = list(args.overrides)
-    for key in ("beam", "alpha", "max_len_a", "max_len_b"):
-        if getattr(args, key) is not None:
-            overrides.append(f"decode.{key}={getattr(args, key)}")
-    asked = _asked(args, Asked, Wanted, Sampling)
+    overrides = search_overrides(args)
+    asked = _asked(args, Asked, Wanted)
     for path in (args.input, args.prefixes, args.terms, args.score_targets):
         if path:
             readable(path)
@@ -218,26 +152,12 @@ def run(args) -> int:
     return 0
 
 
-def _asked(args, Asked, Wanted, Sampling):
+def _asked(args, Asked, Wanted):
     """What the options ask beyond the single best; a value out of range is a UsageError
     naming its option."""
     if args.nbest < 1:
         raise UsageError(f"--nbest {args.nbest}: must be 1 or more")
-    sampling = None
-    if args.sampling:
-        sampling = Sampling(args.temperature, args.top_k, args.top_p, args.seed)
-        problem = sampling.problem()
-        if problem:
-            raise UsageError(f"--{problem}")
-    else:
-        for option, value, default in (
-            ("--temperature", args.temperature, 1.0),
-            ("--top-k", args.top_k, 0),
-            ("--top-p", args.top_p, 1.0),
-            ("--seed", args.seed, 0),
-        ):
-            if value != default:
-                raise UsageError(f"{option} {value}: only with --sampling (it draws outputs)")
+    sampling = sampling_of(args)
     if args.score_targets and (args.sampling or args.nbest > 1 or args.prefixes or args.terms):
         raise UsageError(
             "--score-targets scores given outputs: it takes no --nbest, --sampling, --prefixes "

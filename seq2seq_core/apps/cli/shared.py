@@ -1,5 +1,6 @@
-"""What several commands share: the tasks installed (with any `--plugin`), and a preset's config
-merged with the command line's overrides."""
+"""What several commands share: the tasks installed (with any `--plugin`), a preset's config
+merged with the command line's overrides, and the search and sampling options of the commands
+that decode files (`s2s generate`, `s2s label`)."""
 
 from __future__ import annotations
 
@@ -18,3 +19,113 @@ def config_of(args):
     registry = registry_of(args)
     registry.not_a_preset(args.preset)  # `s2s train translation`: name its presets
     return load_config(args.preset, args.overrides, registry=registry), registry
+
+
+def add_search_options(s) -> None:
+    """--beam, --alpha, --max-len-a, --max-len-b (the decode section's) and --ensemble."""
+    s.add_argument(
+        "--beam",
+        type=int,
+        metavar="N",
+        help="beam size (decode.beam; 1 = greedy); default: the task's",
+    )
+    s.add_argument(
+        "--alpha",
+        type=float,
+        metavar="A",
+        help="length penalty alpha (decode.alpha); default: the task's",
+    )
+    s.add_argument(
+        "--max-len-a",
+        dest="max_len_a",
+        type=float,
+        metavar="A",
+        help="an output has at most "
+        "int(A * source tokens + B) tokens (decode.max_len_a); default: the task's",
+    )
+    s.add_argument(
+        "--max-len-b",
+        dest="max_len_b",
+        type=int,
+        metavar="B",
+        help="see --max-len-a (decode.max_len_b)",
+    )
+    s.add_argument(
+        "--ensemble",
+        nargs="+",
+        default=[],
+        metavar="RUN",
+        help="decode with these runs (or checkpoints) too, as one model: the average of their "
+        "next-token probabilities at every step; same task and vocabularies, any shape",
+    )
+
+
+def search_overrides(args) -> list[str]:
+    """The command's key=value overrides with the search options given as decode.KEY=VALUE."""
+    overrides = list(args.overrides)
+    for key in ("beam", "alpha", "max_len_a", "max_len_b"):
+        if getattr(args, key) is not None:
+            overrides.append(f"decode.{key}={getattr(args, key)}")
+    return overrides
+
+
+def add_sampling_options(s) -> None:
+    """--sampling and what shapes the draws: --temperature, --top-k, --top-p, --seed."""
+    s.add_argument(
+        "--sampling",
+        action="store_true",
+        help="draw outputs from the model's distribution instead of searching for the best",
+    )
+    s.add_argument(
+        "--temperature",
+        type=float,
+        default=1.0,
+        metavar="T",
+        help="with --sampling: divide the log-probabilities by T (< 1 sharper, > 1 flatter)",
+    )
+    s.add_argument(
+        "--top-k",
+        dest="top_k",
+        type=int,
+        default=0,
+        metavar="K",
+        help="with --sampling: draw among the K most probable tokens only (0: all)",
+    )
+    s.add_argument(
+        "--top-p",
+        dest="top_p",
+        type=float,
+        default=1.0,
+        metavar="P",
+        help="with --sampling: draw among the fewest most probable tokens whose probability "
+        "reaches P (nucleus sampling; 1: all)",
+    )
+    s.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="with --sampling: the same seed, input and settings draw the same outputs",
+    )
+
+
+def sampling_of(args):
+    """The `Sampling` the options ask for, or None; a value out of range, or a sampling option
+    without --sampling, is a UsageError naming the option."""
+    from ...decode.search import Sampling
+    from ...errors import UsageError
+
+    if args.sampling:
+        sampling = Sampling(args.temperature, args.top_k, args.top_p, args.seed)
+        problem = sampling.problem()
+        if problem:
+            raise UsageError(f"--{problem}")
+        return sampling
+    for option, value, default in (
+        ("--temperature", args.temperature, 1.0),
+        ("--top-k", args.top_k, 0),
+        ("--top-p", args.top_p, 1.0),
+        ("--seed", args.seed, 0),
+    ):
+        if value != default:
+            raise UsageError(f"{option} {value}: only with --sampling (it draws outputs)")
+    return None

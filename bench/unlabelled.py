@@ -1,0 +1,218 @@
+"""Learning from unlabelled text (issue 41): back-translation on Multi30k EN->DE, through the
+commands a user runs (`s2s train`, `s2s label`, `s2s score`), at an equal number of updates.
+
+    python bench/unlabelled.py --updates 1000                  # about 70 minutes on 2 CPU cores
+    python bench/unlabelled.py --updates 60 --sentences 2000 --name unlabelled_check  # minutes
+
+(a) Low-resource back-translation: the first half of Multi30k's 29,000 training pairs is the
+    parallel corpus, the German side of the second half the monolingual text. A reverse model
+    (multi30k_en_de's task and model, DE->EN) trains on the parallel half; `s2s label` translates
+    the monolingual German with it, once drawing each source (--sampling, Edunov et al. 2018) and
+    once with its beam; EN->DE then trains on the parallel half alone, on parallel + sampled
+    synthetic, on parallel + beam synthetic (the synthetic member tagged by its task token, the
+    backtranslation preset's layout), and on all 29,000 real pairs (the upper bound). Every
+    EN->DE run takes --updates updates with multi30k_en_de's settings and pre-norm layers (the
+    multi-task runs need them: docs/multitask.md; the others have them too, so that only the
+    data differs). Figures: test_2016_flickr sacreBLEU and dev BLEU of each run; the paired
+    test (`s2s score --hyp A --hyp B`, approximate randomisation) of each against parallel-only;
+    the labelling's time and counts. Target: back-translation >= parallel-only + 2.0 BLEU.
+
+One run a setting; each step is skipped when its run (or labels) already finished, so the same
+command resumes. Writes bench/results/NAME.json (default unlabelled) after every step. The data
+files the runs read are written under --dir (the halves; dev and test are the shared copies).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.common import MULTI30K, write  # noqa: E402
+
+S2S = [sys.executable, "-m", "s2s.core.apps.cli"]
+SPLITS = {"val": "val", "test_2016_flickr": "test_2016_flickr"}
+
+
+def s2s(*args: str, log: Path) -> float:
+    """Run `s2s ARGS`, its output appended to `log`; the seconds it took. Fails loudly."""
+    t0 = time.monotonic()
+    with open(log, "a", encoding="utf-8") as f:
+        f.write(f"\n$ s2s {' '.join(args)}\n")
+        f.flush()
+        done = subprocess.run([*S2S, *args], stdout=f, stderr=subprocess.STDOUT)
+    if done.returncode:
+        sys.exit(f"s2s {args[0]} failed ({done.returncode}): see {log}")
+    return round(time.monotonic() - t0, 1)
+
+
+def halves(directory: Path, sentences: int) -> tuple[Path, Path, Path]:
+    """(parallel folder, monolingual German file, full folder): the first `sentences` // 2
+    training pairs, the German of the next as many, and all `sentences` pairs; dev and test are
+    links to the shared files."""
+    en = (MULTI30K / "train.en").read_text(encoding="utf-8").splitlines()[:sentences]
+    de = (MULTI30K / "train.de").read_text(encoding="utf-8").splitlines()[:sentences]
+    half = len(en) // 2
+    parallel, full = directory / "parallel", directory / "full"
+    for folder, rows in ((parallel, slice(0, half)), (full, slice(0, len(en)))):
+        folder.mkdir(parents=True, exist_ok=True)
+        for lang, lines in (("en", en), ("de", de)):
+            (folder / f"train.{lang}").write_text("\n".join(lines[rows]) + "\n", encoding="utf-8")
+            for split in SPLITS:
+                link = folder / f"{split}.{lang}"
+                if not link.exists():
+                    link.symlink_to(MULTI30K / f"{split}.{lang}")
+    mono = directory / "mono.de"
+    mono.write_text("\n".join(de[half:]) + "\n", encoding="utf-8")
+    return parallel, mono, full
+
+
+def common(args) -> list[str]:
+    return [
+        f"optim.max_updates={args.updates}",
+        "run.max_minutes=0",
+        f"run.valid_interval={args.valid_interval}",
+        f"data.cache_dir={args.dir / 'cache'}",
+        "run.quiet=true",
+        *args.overrides,
+    ]
+
+
+def backtranslation_preset(path: Path, parallel: Path, labels: Path) -> Path:
+    """The backtranslation preset's layout on multi30k_en_de's task and model settings."""
+    import yaml
+
+    member = {"preset": "multi30k_en_de", "task": {"source": "text", "data_dir": str(parallel)}}
+    synthetic = {
+        "preset": "multi30k_en_de",
+        "task": {
+            "source": "text",
+            "data_dir": str(labels),
+            "train_prefix": "synthetic",
+            "valid_prefix": "",
+            "test_prefix": "",
+        },
+        "select": 0,
+    }
+    from s2s.core.setup.config import load_config
+    from s2s.core.setup.registry import Registry
+
+    base = load_config("multi30k_en_de", registry=Registry.installed())
+    from omegaconf import OmegaConf
+
+    sections = {
+        k: OmegaConf.to_container(base[k], enum_to_str=True)
+        for k in ("model", "optim", "data", "run")
+    }
+    preset = {
+        "tasks": {"parallel": member, "synthetic": synthetic},
+        "multitask": {"temperature": 1.0, "shared_vocab": True},
+        **sections,
+    }
+    path.write_text(yaml.safe_dump(preset, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def test_figures(run: Path) -> dict:
+    result = json.loads((run / "result.json").read_text())
+    test = result["test"]
+    test = test.get("parallel", test) if "signature" not in test else test
+    keys = ("bleu", "chrf", "sentences")
+    return {
+        "update": result["update"],
+        "test": {k: test.get(k) for k in keys},
+        "test_interval": test.get("intervals", {}).get("bleu"),
+        "dev_select": result.get("dev_select"),
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--updates", type=int, default=1000, help="updates of every training run")
+    p.add_argument("--sentences", type=int, default=29000, help="training pairs used in all")
+    p.add_argument("--valid-interval", type=int, default=500)
+    p.add_argument("--dir", type=Path, default=Path("runs/unlabelled"))
+    p.add_argument("--name", default="unlabelled")
+    p.add_argument("overrides", nargs="*", help="key=value for every run, e.g. decode.beam=2")
+    args = p.parse_args()
+    args.dir.mkdir(parents=True, exist_ok=True)
+    log = args.dir / "bench.log"
+    parallel, mono, full = halves(args.dir / "data", args.sentences)
+    out = {
+        "command": "python bench/unlabelled.py " + " ".join(sys.argv[1:]),
+        "updates": args.updates,
+        "parallel_pairs": sum(1 for _ in open(parallel / "train.en")),
+        "monolingual_sentences": sum(1 for _ in open(mono)),
+        "note": "one run a setting; EN->DE runs multi30k_en_de with model.pre_norm=true",
+        "runs": {},
+        "labels": {},
+    }
+    results = Path(__file__).resolve().parent / "results" / f"{args.name}.json"
+    if results.is_file():
+        had = json.loads(results.read_text())
+        out["runs"], out["labels"] = had.get("runs", {}), had.get("labels", {})
+    forward = [*common(args), "model.pre_norm=true"]
+
+    def trained(name: str, *argv: str) -> Path:
+        run = args.dir / name
+        if not (run / "result.json").is_file():
+            seconds = s2s("train", *argv, f"run.dir={run}", log=log)
+            out["runs"][name] = {**test_figures(run), "seconds": seconds}
+            write(args.name, out)
+        return run
+
+    text = ["task.source=text", f"task.data_dir={parallel}"]
+    reverse = trained(
+        "reverse_de_en",
+        "multi30k_en_de",
+        *text,
+        "task.src_lang=de",
+        "task.tgt_lang=en",
+        *common(args),
+    )
+    for way, options in (("sampling", ["--sampling", "--seed", "1"]), ("beam", [])):
+        labels = args.dir / f"labels_{way}"
+        if not (labels / "summary.json").is_file():
+            seconds = s2s(
+                "label",
+                str(reverse),
+                "--input",
+                str(mono),
+                "--output",
+                str(labels),
+                *options,
+                log=log,
+            )
+            summary = json.loads((labels / "summary.json").read_text())
+            out["labels"][way] = {**summary, "seconds": seconds}
+            write(args.name, out)
+    baseline = trained("parallel_only", "multi30k_en_de", *text, *forward)
+    runs = {"parallel_only": baseline}
+    for way in ("sampling", "beam"):
+        preset = backtranslation_preset(
+            args.dir / f"backtranslation_{way}.yaml", parallel, args.dir / f"labels_{way}"
+        )
+        runs[f"bt_{way}"] = trained(f"bt_{way}", str(preset), *forward)
+    runs["full"] = trained(
+        "full", "multi30k_en_de", "task.source=text", f"task.data_dir={full}", *forward
+    )
+    refs = MULTI30K / "test_2016_flickr.de"
+    for name, run in runs.items():
+        if name == "parallel_only" or "paired" in out["runs"][name]:
+            continue
+        hyp = run / ("test.parallel.hyp.txt" if name.startswith("bt_") else "test.hyp.txt")
+        score = [*S2S, "score", "multi30k_en_de", "--ref", str(refs), "--json"]
+        both = ["--hyp", str(baseline / "test.hyp.txt"), "--hyp", str(hyp)]
+        done = subprocess.run([*score, *both], capture_output=True, text=True, check=True)
+        out["runs"][name]["paired"] = json.loads(done.stdout)
+        write(args.name, out)
+    print(json.dumps({k: v["test"] for k, v in out["runs"].items()}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
