@@ -125,7 +125,7 @@ def label(job: Labelling, registry) -> dict:
                 open(folder / LABELS, "a", encoding="utf-8") as f,
                 progress(job.quiet, desc="label", unit=" sent", total=total, initial=done) as bar,
             ):
-                out = _Synced(f)
+                out = _Synced(f, done, total)
                 raw = textio.raw_lines(job.input)
                 generate_lines(model, member, cfg, raw, job.input, out, bar, asked, skip=done)
         finally:
@@ -169,17 +169,35 @@ class _FirstLines:
 
 
 class _Synced:
-    """A file whose every flush (one a block of lines) also reaches the disk."""
+    """labels.jsonl open for appending: every flush (one a block of lines) also reaches the
+    disk, and at most once a minute a log line says how far the labelling is (a progress bar
+    shows only on a terminal; this is what a log file gets)."""
 
-    def __init__(self, f):
-        self.f = f
+    EVERY = 60.0  # seconds between two progress lines
+
+    def __init__(self, f, done: int, total: int):
+        self.f, self.done, self.total = f, done, total
+        self.start, self.started = time.monotonic(), done
+        self.said = self.start
 
     def write(self, text: str) -> None:
         self.f.write(text)
+        self.done += text.count("\n")
 
     def flush(self) -> None:
         self.f.flush()
         os.fsync(self.f.fileno())
+        now = time.monotonic()
+        if now - self.said >= self.EVERY and self.done < self.total:
+            self.said = now
+            rate = (self.done - self.started) / (now - self.start)
+            log.info(
+                "label: %d of %d lines, %.1f lines/s, about %.0f min left",
+                self.done,
+                self.total,
+                rate,
+                (self.total - self.done) / rate / 60 if rate else float("inf"),
+            )
 
 
 def _resumed(folder: Path, wanted: dict, total: int) -> int:
