@@ -142,6 +142,39 @@ def test_figures(run: Path) -> dict:
     }
 
 
+def curves(args, runs: dict[str, str], key: str, title: str, name: str) -> str:
+    """Dev `key` per update of each run (label -> run folder) drawn into docs/figures/NAME.png;
+    the figure's path, relative to the repository."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from s2s.core.training.runlog import read_metrics
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=100)
+    for label, folder in runs.items():
+        rows = [r for r in read_metrics(args.dir / folder) if r.get("kind") == "valid"]
+        points = [  # a multi-task run's figure of its member: "parallel/bleu"
+            (
+                r["update"],
+                r.get(key, next((v for k, v in r.items() if k.endswith("/" + key)), None)),
+            )
+            for r in rows
+        ]
+        points = [(u, v) for u, v in points if v is not None]
+        ax.plot(*zip(*points), marker="o", label=label)
+    ax.set_xlabel("update")
+    ax.set_ylabel(f"dev {key}")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    figures = Path(__file__).resolve().parent.parent / "docs" / "figures"
+    fig.tight_layout()
+    fig.savefig(figures / f"{name}.png")
+    plt.close(fig)
+    return f"docs/figures/{name}.png"
+
+
 def part_a(args, out: dict, trained, log: Path) -> None:
     """Back-translation: the reverse model, its labels, the EN->DE runs (module doc)."""
     parallel, mono, full = halves(args.dir / "data", args.sentences)
@@ -231,6 +264,13 @@ def part_b(args, out: dict, trained, log: Path) -> None:
         both = ["--hyp", str(gold / "test.hyp.txt"), "--hyp", str(silver / "test.hyp.txt")]
         done = subprocess.run([*score, *both], capture_output=True, text=True, check=True)
         out["runs"]["parse_gold_silver"]["paired"] = json.loads(done.stdout)
+    out["parts"]["b"]["curves"] = curves(
+        args,
+        {"gold only": "parse_gold", "gold + silver": "parse_gold_silver"},
+        "f1_all",
+        "Treebank sample, dev F1 over all sentences (beam 4)",
+        f"{args.name}_selftraining",
+    )
 
 
 def main() -> None:
@@ -274,7 +314,18 @@ def main() -> None:
 
     (part_a if args.part == "a" else part_b)(args, out, trained, log)
     write(args.name, out)
-    print(json.dumps({k: v["test"] for k, v in out["runs"].items()}, indent=1))
+    out["parts"]["a"]["curves"] = curves(
+        args,
+        {
+            "parallel half only": "parallel_only",
+            "+ sampled back-translation": "bt_sampling",
+            "+ beam back-translation": "bt_beam",
+            "all 29,000 real pairs": "full",
+        },
+        "bleu",
+        "Multi30k EN->DE, dev BLEU (the parallel member's)",
+        f"{args.name}_backtranslation",
+    )
 
 
 if __name__ == "__main__":

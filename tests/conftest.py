@@ -68,6 +68,17 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.write_line(f"  {count:>3}  {cause}" + (f": {remedy}" if remedy else ""))
 
 
+#: the smallest model any preset trains in a test, on one thread: each test file adds its run's
+#: length and logging to it
+TINY_MODEL = [
+    "model.layers=1",
+    "model.d_model=32",
+    "model.d_ff=64",
+    "model.heads=2",
+    "run.threads=1",
+]
+
+
 @pytest.fixture(autouse=True)
 def one_thread():
     """Tests use tiny models: one thread is as fast, and much faster on a shared, busy machine.
@@ -92,15 +103,11 @@ def tiny(tmp_path):
 
     def make(*extra: str) -> list[str]:
         return [
-            "model.layers=1",
-            "model.d_model=32",
-            "model.d_ff=64",
-            "model.heads=2",
+            *TINY_MODEL,
             f"run.dir={tmp_path / 'run'}",
             f"data.cache_dir={tmp_path / 'cache'}",
             "run.log_interval=5",
             "run.quiet=true",
-            "run.threads=1",
             *extra,
         ]
 

@@ -19,14 +19,11 @@ from pathlib import Path
 import pytest
 from s2s.core.apps.cli import main
 from cli_checks import fails, snapshot
+from conftest import TINY_MODEL
 
 TINY = [
-    "model.layers=1",
-    "model.d_model=32",
-    "model.d_ff=64",
-    "model.heads=2",
+    *TINY_MODEL,
     "run.quiet=true",
-    "run.threads=1",
     "run.log_interval=1",
 ]
 DEMO = [

@@ -24,14 +24,11 @@ from omegaconf import OmegaConf
 from s2s.core.apps.cli import main
 from s2s.core.setup.config import preset_path
 from s2s.core.training import checkpoint
+from conftest import TINY_MODEL
 
 TINY = [
-    "model.layers=1",
-    "model.d_model=32",
-    "model.d_ff=64",
-    "model.heads=2",
+    *TINY_MODEL,
     "run.quiet=true",
-    "run.threads=1",
     "run.log_interval=1",
     "optim.max_updates=2",
     "run.valid_interval=2",

@@ -9,15 +9,12 @@ import random
 import pytest
 from cli_checks import fails, s2s, snapshot
 from s2s.data_recipes import treebank
+from conftest import TINY_MODEL
 
 WORDS = "the a dog cat man woman sees likes runs sits big small red house park street".split()
 TINY = [
-    "model.layers=1",
-    "model.d_model=32",
-    "model.d_ff=64",
-    "model.heads=2",
+    *TINY_MODEL,
     "run.quiet=true",
-    "run.threads=1",
     "optim.max_updates=3",
     "run.valid_interval=3",
     "run.valid_max_sentences=4",

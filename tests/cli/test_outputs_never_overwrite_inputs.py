@@ -19,16 +19,13 @@ from pathlib import Path
 
 import pytest
 from cli_checks import fails, s2s, snapshot
+from conftest import TINY_MODEL
 from s2s.core.apps.cli import main
 from s2s.core.training import checkpoint
 
 TINY = [
-    "model.layers=1",
-    "model.d_model=32",
-    "model.d_ff=64",
-    "model.heads=2",
+    *TINY_MODEL,
     "run.quiet=true",
-    "run.threads=1",
     "run.log_interval=1",
 ]
 DEMO = [

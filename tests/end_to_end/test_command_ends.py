@@ -13,14 +13,10 @@ from pathlib import Path
 
 import pytest
 from s2s.core.apps.cli import main
-from conftest import ROOT
+from conftest import ROOT, TINY_MODEL
 
 TINY = [
-    "model.layers=1",
-    "model.d_model=32",
-    "model.d_ff=64",
-    "model.heads=2",
-    "run.threads=1",
+    *TINY_MODEL,
     "task.train_size=300",
     "task.valid_size=10",
     "task.test_size=10",

@@ -7,7 +7,7 @@ import random
 import numpy as np
 import pytest
 import yaml
-from conftest import MULTI30K, corpus
+from conftest import MULTI30K, corpus, TINY_MODEL
 from s2s.core.apps.cli import main
 from s2s.core.data.members import build_members
 from s2s.core.data import joint
@@ -16,12 +16,8 @@ from s2s.core.training.trainer import Trainer, train
 
 WORDS = "the a dog cat man woman sees likes runs sits big small red house park street".split()
 TINY = [
-    "model.layers=1",
-    "model.d_model=32",
-    "model.d_ff=64",
-    "model.heads=2",
+    *TINY_MODEL,
     "run.quiet=true",
-    "run.threads=1",
     "optim.max_updates=2",
     "run.valid_interval=2",
     "run.save_interval=2",

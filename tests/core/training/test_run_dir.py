@@ -23,14 +23,11 @@ from s2s.core.data.members import build_task
 from s2s.core.data.prepared import prepare_data
 from s2s.core.setup.config import load_config
 from s2s.core.setup.registry import Registry
+from conftest import TINY_MODEL
 
 TINY = [
-    "model.layers=1",
-    "model.d_model=32",
-    "model.d_ff=64",
-    "model.heads=2",
+    *TINY_MODEL,
     "run.quiet=true",
-    "run.threads=1",
     "task.train_size=200",
     "task.valid_size=10",
     "task.test_size=10",

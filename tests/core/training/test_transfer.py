@@ -18,14 +18,11 @@ from s2s.core.setup.config import load_config
 from s2s.core.setup.registry import Registry
 from s2s.core.training import checkpoint
 from s2s.core.training.trainer import Trainer, train
+from conftest import TINY_MODEL
 
 TINY = [
-    "model.layers=1",
-    "model.d_model=32",
-    "model.d_ff=64",
-    "model.heads=2",
+    *TINY_MODEL,
     "run.quiet=true",
-    "run.threads=1",
     "task.valid_size=10",
     "task.test_size=10",
     "run.valid_interval=2",
