@@ -22,7 +22,9 @@ commands a user runs (`s2s train`, `s2s label`, `s2s score`), at an equal number
     3,669 gold trees (1,819: the 10-minute update count of budget_ptb_tags_words.json); it parses
     the first --silver-sentences sentences of Multi30k's English side (image captions: another
     domain than the Wall Street Journal) with `s2s label --beam --keep`, and a second parser
-    trains the same number of updates on gold + the kept silver trees (`task.silver_trees`).
+    trains the same number of updates on gold + the kept silver trees (`task.silver_trees`);
+    a third trains --pretrain-share of them on the silver trees alone, then the rest on gold
+    from its weights (`run.init_from`).
     Figures: test and dev F1 over all sentences, repaired trees, the paired test of the two test
     outputs against the gold trees; the labelling's time apart. Target: gold + silver >= gold
     + 2.0 test F1, dev F1 moving the same way.
@@ -227,6 +229,18 @@ def part_a(args, out: dict, trained, log: Path) -> None:
         done = subprocess.run([*score, *both], capture_output=True, text=True, check=True)
         out["runs"][name]["paired"] = json.loads(done.stdout)
         write(args.name, out)
+    out["parts"]["a"]["curves"] = curves(
+        args,
+        {
+            "parallel half only": "parallel_only",
+            "+ sampled back-translation": "bt_sampling",
+            "+ beam back-translation": "bt_beam",
+            "all 29,000 real pairs": "full",
+        },
+        "bleu",
+        "Multi30k EN->DE, dev BLEU (the parallel member's)",
+        f"{args.name}_backtranslation",
+    )
 
 
 def part_b(args, out: dict, trained, log: Path) -> None:
@@ -257,16 +271,37 @@ def part_b(args, out: dict, trained, log: Path) -> None:
     )  # fmt: skip
     cfg = load_config("ptb_sample_parsing", parse, registry=Registry.installed())
     task = Registry.installed().get("parsing")(cfg.task)
-    refs = args.dir / "data" / "ptb_test.trees"
-    refs.write_text("".join(t + "\n" for t in task.references("test")), encoding="utf-8")
-    if "paired" not in out["runs"]["parse_gold_silver"]:
-        score = [*S2S, "score", "ptb_sample_parsing", *parse[:1], "--ref", str(refs), "--json"]
-        both = ["--hyp", str(gold / "test.hyp.txt"), "--hyp", str(silver / "test.hyp.txt")]
-        done = subprocess.run([*score, *both], capture_output=True, text=True, check=True)
-        out["runs"]["parse_gold_silver"]["paired"] = json.loads(done.stdout)
+    gold_files = {}
+    for split in ("valid", "test"):
+        gold_files[split] = args.dir / "data" / f"ptb_{split}.trees"
+        text = "".join(t + "\n" for t in task.references(split))
+        gold_files[split].write_text(text, encoding="utf-8")
+    first = round(args.updates * args.pretrain_share)  # silver alone, then gold from it
+    pretrained = trained(
+        "parse_silver", "ptb_sample_parsing", *parse, "task.corpus=lines",
+        f"task.train_file={labels / 'synthetic.trees'}", f"task.valid_file={gold_files['valid']}",
+        f"task.test_file={gold_files['test']}", f"optim.max_updates={first}",
+    )  # fmt: skip
+    fine_tuned = trained(
+        "parse_silver_then_gold", "ptb_sample_parsing", *parse, f"run.init_from={pretrained}",
+        f"optim.max_updates={args.updates - first}",
+    )  # fmt: skip
+    out["parts"]["b"]["pretrain_updates"] = first
+    for name, run in (("parse_gold_silver", silver), ("parse_silver_then_gold", fine_tuned)):
+        if "paired" in out["runs"][name]:
+            continue
+        score = [*S2S, "score", "ptb_sample_parsing", *parse[:1], "--json"]
+        both = ["--hyp", str(gold / "test.hyp.txt"), "--hyp", str(run / "test.hyp.txt")]
+        refs = ["--ref", str(gold_files["test"])]
+        done = subprocess.run([*score, *refs, *both], capture_output=True, text=True, check=True)
+        out["runs"][name]["paired"] = json.loads(done.stdout)
     out["parts"]["b"]["curves"] = curves(
         args,
-        {"gold only": "parse_gold", "gold + silver": "parse_gold_silver"},
+        {
+            "gold only": "parse_gold",
+            "gold + silver": "parse_gold_silver",
+            "silver, then gold": "parse_silver_then_gold",
+        },
         "f1_all",
         "Treebank sample, dev F1 over all sentences (beam 4)",
         f"{args.name}_selftraining",
@@ -284,6 +319,9 @@ def main() -> None:
     p.add_argument("--silver-sentences", type=int, default=10000, help="(b) captions parsed")
     p.add_argument("--silver-beam", type=int, default=4, help="(b) the labelling's beam")
     p.add_argument("--keep", type=float, default=0.3, help="(b) the silver trees kept")
+    p.add_argument(
+        "--pretrain-share", type=float, default=1 / 3, help="(b) updates on silver alone, first"
+    )
     p.add_argument("overrides", nargs="*", help="key=value for every run, e.g. decode.beam=2")
     args = p.parse_args()
     args.dir.mkdir(parents=True, exist_ok=True)
@@ -314,18 +352,6 @@ def main() -> None:
 
     (part_a if args.part == "a" else part_b)(args, out, trained, log)
     write(args.name, out)
-    out["parts"]["a"]["curves"] = curves(
-        args,
-        {
-            "parallel half only": "parallel_only",
-            "+ sampled back-translation": "bt_sampling",
-            "+ beam back-translation": "bt_beam",
-            "all 29,000 real pairs": "full",
-        },
-        "bleu",
-        "Multi30k EN->DE, dev BLEU (the parallel member's)",
-        f"{args.name}_backtranslation",
-    )
 
 
 if __name__ == "__main__":
