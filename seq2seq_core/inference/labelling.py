@@ -92,6 +92,7 @@ def label(job: Labelling, registry) -> dict:
         raise UsageError(f"--keep {job.keep}: a fraction of the lines, in (0, 1]")
     folder = Path(job.output)
     total = text_lines(job.input)
+    _writable_folder(folder)
     own_outputs(folder, [MANIFEST, LABELS, SUMMARY], "--output")
     generate = Job(job.runs, job.input, task=job.task, overrides=job.overrides)
     cfg, member, model = loaded(generate, registry)
@@ -141,6 +142,17 @@ def label(job: Labelling, registry) -> dict:
     summary["decode_seconds"] = round(time.monotonic() - t0, 1)
     atomic_write_text(folder / SUMMARY, json.dumps(summary, indent=1) + "\n")
     return summary
+
+
+def _writable_folder(folder: Path) -> None:
+    """A UsageError, before any work, when `folder` is not a folder or cannot be made here."""
+    if folder.exists() and not folder.is_dir():
+        raise UsageError(f"--output {folder} is a file: name a folder (made if absent)")
+    above = folder
+    while not above.exists():
+        above = above.parent
+    if not above.is_dir() or not os.access(above, os.W_OK | os.X_OK):
+        raise UsageError(f"--output {folder}: {above} is not a folder this user can write in")
 
 
 def _threads() -> int:

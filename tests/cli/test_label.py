@@ -176,6 +176,8 @@ def test_bad_input_is_one_line_and_changes_nothing(world, tmp_path, capsys):
         (["--input", raw, "--output", out, "--top-k", "3"], ["--top-k 3", "--sampling"]),
         (["--input", raw, "--output", parser], [parser, "run directory"]),
         (["--input", tmp_path / "none.txt", "--output", out], ["none.txt", "no such file"]),
+        (["--input", raw, "--output", empty], [empty, "is a file"]),
+        (["--input", raw, "--output", empty / "x"], [empty, "not a folder"]),
     ):
         fails(s2s(capsys, "label", parser, *map(str, argv)), before, *needles)
     assert not out.exists()
