@@ -65,11 +65,17 @@ class Trainer:
         fresh = cfg.run.init_from and not checkpoint.listed(self.run_dir)
         source = transfer.checked_source(cfg, registry) if fresh else None
         self._setup_run_dir()
-        sizes = self._setup_members(registry, quiet)
-        self._setup_model(sizes)
-        self._setup_optimizer()
-        self._setup_data()
-        resumed = self._start_from(registry, source)
+        try:
+            sizes = self._setup_members(registry, quiet)
+            self._setup_model(sizes)
+            self._setup_optimizer()
+            self._setup_data()
+            resumed = self._start_from(registry, source)
+        except BaseException:  # a new run that fails in setup leaves no folder behind
+            if self.lock is not None:
+                rundir.release(self.run_dir, self.lock)
+                self.lock = None
+            raise
         self._write_run_files(resumed)
         self._setup_log(quiet)
 

@@ -140,6 +140,25 @@ def test_backtranslation_trains_the_tagged_synthetic_member(world, tmp_path, cap
     result = json.loads((run / "result.json").read_text())
     assert list(result["test"]) == ["parallel"]  # no dev or test split of the synthetic member
     assert (run / "test.parallel.hyp.txt").is_file()
+    # a reverse model of other languages (DE->EN labels for an FR forward model): named, nothing made
+    other = tmp_path / "other"
+    before = snapshot(labels, world["text"])
+    fails(
+        s2s(
+            capsys,
+            "train",
+            "backtranslation",
+            f"tasks.parallel.task.data_dir={world['text']}",
+            f"tasks.synthetic.task.data_dir={labels}",
+            "tasks.synthetic.task.tgt_lang=fr",
+            f"run.dir={other}",
+            f"data.cache_dir={tmp_path / 'cache'}",
+            *TINY,
+        ),  # fmt: skip
+        before,
+        labels / "synthetic.fr",
+    )
+    assert not other.exists()
 
 
 def test_a_killed_labelling_resumes_after_its_last_whole_block(world, tmp_path, capsys, caplog):
