@@ -3,6 +3,8 @@ commands a user runs (`s2s train`, `s2s label`, `s2s score`), at an equal number
 
     python bench/unlabelled.py --part a --updates 1000         # about 60 minutes on 2 CPU cores
     python bench/unlabelled.py --part b --updates 1819         # about 40 minutes
+    python bench/unlabelled.py --part a --updates 3000 --forward parallel_only bt_beam \
+        --suffix _3000 --name unlabelled_3000                  # a longer budget: about 50 minutes
     python bench/unlabelled.py --part a --updates 6 --sentences 400 --name unlabelled_check \
         decode.beam=2 model.layers=1 model.d_model=32 model.d_ff=64     # the script, in a minute
 
@@ -209,36 +211,40 @@ def part_a(args, out: dict, trained, log: Path) -> None:
             summary = json.loads((labels / "summary.json").read_text())
             out["labels"][way] = {**summary, "seconds": seconds}
             write(args.name, out)
-    baseline = trained("parallel_only", "multi30k_en_de", *text, *forward)
-    runs = {"parallel_only": baseline}
+    sx = args.suffix  # the EN->DE runs' folders: NAME + suffix (another budget beside these)
+    presets = {
+        "parallel_only": ["multi30k_en_de", *text],
+        "full": ["multi30k_en_de", "task.source=text", f"task.data_dir={full}"],
+    }
     for way in ("sampling", "beam"):
-        preset = backtranslation_preset(
-            args.dir / f"backtranslation_{way}.yaml", parallel, args.dir / f"labels_{way}"
-        )
-        runs[f"bt_{way}"] = trained(f"bt_{way}", str(preset), *forward)
-    runs["full"] = trained(
-        "full", "multi30k_en_de", "task.source=text", f"task.data_dir={full}", *forward
-    )
+        path = args.dir / f"backtranslation_{way}.yaml"
+        presets[f"bt_{way}"] = [
+            str(backtranslation_preset(path, parallel, args.dir / f"labels_{way}"))
+        ]
+    wanted = {"parallel_only", *args.forward}
+    runs = {n: trained(n + sx, *presets[n], *forward) for n in presets if n in wanted}
+    baseline = runs["parallel_only"]
     refs = MULTI30K / "test_2016_flickr.de"
     for name, run in runs.items():
-        if name == "parallel_only" or "paired" in out["runs"][name]:
+        if name == "parallel_only" or "paired" in out["runs"][name + sx]:
             continue
         hyp = run / ("test.parallel.hyp.txt" if name.startswith("bt_") else "test.hyp.txt")
         score = [*S2S, "score", "multi30k_en_de", "--ref", str(refs), "--json"]
         both = ["--hyp", str(baseline / "test.hyp.txt"), "--hyp", str(hyp)]
         done = subprocess.run([*score, *both], capture_output=True, text=True, check=True)
-        out["runs"][name]["paired"] = json.loads(done.stdout)
+        out["runs"][name + sx]["paired"] = json.loads(done.stdout)
         write(args.name, out)
+    labels = {
+        "parallel_only": "parallel half only",
+        "bt_sampling": "+ sampled back-translation",
+        "bt_beam": "+ beam back-translation",
+        "full": "all 29,000 real pairs",
+    }
     out["parts"]["a"]["curves"] = curves(
         args,
-        {
-            "parallel half only": "parallel_only",
-            "+ sampled back-translation": "bt_sampling",
-            "+ beam back-translation": "bt_beam",
-            "all 29,000 real pairs": "full",
-        },
+        {labels[n]: n + sx for n in runs},
         "bleu",
-        "Multi30k EN->DE, dev BLEU (the parallel member's)",
+        f"Multi30k EN->DE, dev BLEU (the parallel member's), {args.updates} updates",
         f"{args.name}_backtranslation",
     )
 
@@ -316,6 +322,13 @@ def main() -> None:
     p.add_argument("--dir", type=Path, default=Path("runs/unlabelled"))
     p.add_argument("--name", default="unlabelled")
     p.add_argument("--part", choices=("a", "b"), default="a")
+    p.add_argument(
+        "--forward",
+        nargs="+",
+        default=["parallel_only", "bt_sampling", "bt_beam", "full"],
+        help="(a) the EN->DE runs to train (parallel_only always)",
+    )
+    p.add_argument("--suffix", default="", help="(a) added to the EN->DE runs' folder names")
     p.add_argument("--silver-sentences", type=int, default=10000, help="(b) captions parsed")
     p.add_argument("--silver-beam", type=int, default=4, help="(b) the labelling's beam")
     p.add_argument("--keep", type=float, default=0.3, help="(b) the silver trees kept")
