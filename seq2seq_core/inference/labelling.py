@@ -68,10 +68,10 @@ class Labelling:
 
 
 def text_lines(path: str) -> int:
-    """The number of lines of a text file; a DataError naming it when it has none or holds a
-    NUL byte (a binary file, not text)."""
+    """The number of lines of a text file (plain or .gz); a DataError naming it when it has none
+    or holds a NUL byte (a binary file, not text)."""
     lines, offset = 0, 0
-    with open(path, "rb") as f:
+    with textio.open_binary(path) as f:  # a .gz file is read decompressed
         for block in iter(lambda: f.read(1 << 20), b""):
             if NUL in block:
                 raise DataError(

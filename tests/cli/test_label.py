@@ -241,3 +241,15 @@ def test_a_silver_file_that_is_not_trees_is_named_with_its_line(world, tmp_path,
         silver,
         "line 2",
     )
+
+
+def test_a_gzipped_text_file_labels_as_the_plain_one(world, tmp_path, capsys):
+    import gzip
+
+    packed = tmp_path / "raw.en.gz"
+    packed.write_bytes(gzip.compress(world["raw"].read_bytes()))
+    for source, out in ((world["raw"], tmp_path / "plain"), (packed, tmp_path / "packed")):
+        assert s2s(capsys, "label", world["parser"], "--input", source, "--output", out)[0] == 0
+    plain, unpacked = tmp_path / "plain", tmp_path / "packed"
+    assert (plain / "synthetic.trees").read_text() == (unpacked / "synthetic.trees").read_text()
+    assert json.loads((unpacked / "summary.json").read_text())["lines"] == 13
