@@ -146,9 +146,10 @@ def test_figures(run: Path) -> dict:
     }
 
 
-def curves(args, runs: dict[str, str], key: str, title: str, name: str) -> str:
-    """Dev `key` per update of each run (label -> run folder) drawn into docs/figures/NAME.png;
-    the figure's path, relative to the repository."""
+def curves(args, runs: dict, key: str, title: str, name: str) -> str:
+    """Dev `key` per update of each run (label -> run folder, or (folder, updates before it): a
+    fine-tuning run's start) drawn into docs/figures/NAME.png; the figure's path, relative to the
+    repository."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -157,10 +158,11 @@ def curves(args, runs: dict[str, str], key: str, title: str, name: str) -> str:
 
     fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=100)
     for label, folder in runs.items():
+        folder, before = folder if isinstance(folder, tuple) else (folder, 0)
         rows = [r for r in read_metrics(args.dir / folder) if r.get("kind") == "valid"]
         points = [  # a multi-task run's figure of its member: "parallel/bleu"
             (
-                r["update"],
+                before + r["update"],
                 r.get(key, next((v for k, v in r.items() if k.endswith("/" + key)), None)),
             )
             for r in rows
@@ -306,10 +308,10 @@ def part_b(args, out: dict, trained, log: Path) -> None:
         {
             "gold only": "parse_gold",
             "gold + silver": "parse_gold_silver",
-            "silver, then gold": "parse_silver_then_gold",
+            "silver, then gold": ("parse_silver_then_gold", first),
         },
         "f1_all",
-        "Treebank sample, dev F1 over all sentences (beam 4)",
+        "Treebank sample, dev F1 over all sentences (64 sentences, beam 4)",
         f"{args.name}_selftraining",
     )
 
