@@ -65,6 +65,13 @@ def s2s(*args: str, log: Path) -> float:
     return round(time.monotonic() - t0, 1)
 
 
+def _write(path: Path, text: str) -> None:
+    """`text` into `path` unless it holds it already: a file rewritten unchanged would still
+    count as changed for the prepared-data cache, which then rebuilds its vocabulary."""
+    if not path.is_file() or path.read_text(encoding="utf-8") != text:
+        path.write_text(text, encoding="utf-8")
+
+
 def halves(directory: Path, sentences: int) -> tuple[Path, Path, Path]:
     """(parallel folder, monolingual German file, full folder): the first `sentences` // 2
     training pairs, the German of the next as many, and all `sentences` pairs; dev and test are
@@ -76,13 +83,13 @@ def halves(directory: Path, sentences: int) -> tuple[Path, Path, Path]:
     for folder, rows in ((parallel, slice(0, half)), (full, slice(0, len(en)))):
         folder.mkdir(parents=True, exist_ok=True)
         for lang, lines in (("en", en), ("de", de)):
-            (folder / f"train.{lang}").write_text("\n".join(lines[rows]) + "\n", encoding="utf-8")
+            _write(folder / f"train.{lang}", "\n".join(lines[rows]) + "\n")
             for split in SPLITS:
                 link = folder / f"{split}.{lang}"
                 if not link.exists():
                     link.symlink_to(MULTI30K / f"{split}.{lang}")
     mono = directory / "mono.de"
-    mono.write_text("\n".join(de[half:]) + "\n", encoding="utf-8")
+    _write(mono, "\n".join(de[half:]) + "\n")
     return parallel, mono, full
 
 
@@ -262,7 +269,7 @@ def part_b(args, out: dict, trained, log: Path) -> None:
     raw = args.dir / "data" / "captions.en"
     raw.parent.mkdir(parents=True, exist_ok=True)
     english = (MULTI30K / "train.en").read_text(encoding="utf-8").splitlines()
-    raw.write_text("\n".join(english[: args.silver_sentences]) + "\n", encoding="utf-8")
+    _write(raw, "\n".join(english[: args.silver_sentences]) + "\n")
     labels = args.dir / "labels_parse"
     if not (labels / "summary.json").is_file():
         seconds = s2s(
@@ -283,7 +290,7 @@ def part_b(args, out: dict, trained, log: Path) -> None:
     for split in ("valid", "test"):
         gold_files[split] = args.dir / "data" / f"ptb_{split}.trees"
         text = "".join(t + "\n" for t in task.references(split))
-        gold_files[split].write_text(text, encoding="utf-8")
+        _write(gold_files[split], text)
     first = round(args.updates * args.pretrain_share)  # silver alone, then gold from it
     pretrained = trained(
         "parse_silver", "ptb_sample_parsing", *parse, "task.corpus=lines",
