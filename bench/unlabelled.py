@@ -1,10 +1,10 @@
 """Learning from unlabelled text (issue 41): back-translation on Multi30k EN->DE, through the
 commands a user runs (`s2s train`, `s2s label`, `s2s score`), at an equal number of updates.
 
-    python bench/unlabelled.py --part a --updates 1000         # about 60 minutes on 2 CPU cores
-    python bench/unlabelled.py --part b --updates 1819         # about 40 minutes
-    python bench/unlabelled.py --part a --updates 3000 --forward parallel_only bt_beam \
-        --suffix _3000 --name unlabelled_3000                  # a longer budget: about 50 minutes
+    python bench/unlabelled.py --part a --updates 1000 --valid-interval 200   # about 60 minutes
+    python bench/unlabelled.py --part b --updates 1819 --valid-interval 250   # about 40 minutes
+    python bench/unlabelled.py --part a --updates 3000 --valid-interval 500 \
+        --forward parallel_only bt_beam --suffix _3000 --name unlabelled_3000   # about 40 minutes
     python bench/unlabelled.py --part a --updates 6 --sentences 400 --name unlabelled_check \
         decode.beam=2 model.layers=1 model.d_model=32 model.d_ff=64     # the script, in a minute
 
