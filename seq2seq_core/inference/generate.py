@@ -103,9 +103,7 @@ def generate_lines(
     device = next(model.parameters()).device
     side = _side_lines(asked)
     pairs = _term_pairs(task, asked)
-    block = sentences_per_batch(cfg.decode.max_sentences, device) * max(
-        1, torch.get_num_threads()
-    )  # what one call of `outputs` shares out
+    block = block_size(cfg, device)
     raw = iter(raw)
     number = sum(1 for _ in islice(raw, skip))
     bad = missing = 0
@@ -175,6 +173,12 @@ def generate_lines(
             "one a line of input"
         )
     return Counts(number, bad, missing)
+
+
+def block_size(cfg, device) -> int:
+    """The input lines `generate_lines` reads, decodes and writes at a time: what one call of
+    `outputs` shares out over the threads (a resumed `s2s label` starts on a block's edge)."""
+    return sentences_per_batch(cfg.decode.max_sentences, device) * max(1, torch.get_num_threads())
 
 
 def _term_pairs(task, asked: Asked):

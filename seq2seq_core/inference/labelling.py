@@ -37,11 +37,10 @@ from typing import Sequence
 from .. import textio
 from ..data.members import decode_settings
 from ..decode.batched import Wanted
-from ..decode.search import sentences_per_batch
 from ..errors import DataError, UsageError
 from ..files import atomic_write_text, own_outputs, record_outputs, sha256
 from ..progress import progress
-from .generate import Asked, Job, generate_lines, loaded
+from .generate import Asked, Job, block_size, generate_lines, loaded
 
 log = logging.getLogger("s2s")
 
@@ -98,8 +97,11 @@ def label(job: Labelling, registry) -> dict:
     cfg, member, model = loaded(generate, registry)
     corpus = _corpus(member.task, job.name, [], [])
     own_outputs(folder, list(corpus), "--output")
+    for name in (MANIFEST, LABELS, SUMMARY, *corpus):
+        if (folder / name).exists() and (folder / name).samefile(job.input):
+            raise UsageError(f"--input {job.input} is {name} of --output {folder}: label elsewhere")
     device = next(model.parameters()).device
-    block = sentences_per_batch(cfg.decode.max_sentences, device) * max(1, _threads())
+    block = block_size(cfg, device)
     wanted = {
         "runs": [str(Path(r).resolve()) for r in job.runs],
         "task": member.name,
@@ -118,7 +120,7 @@ def label(job: Labelling, registry) -> dict:
     if done < total:
         if done:
             log.info("%s: resuming after %d of %d lines", folder / LABELS, done, total)
-        asked = Asked(wanted=Wanted(1, job.wanted.sampling), json=True)
+        asked = Asked(wanted=job.wanted, json=True)
         lines = _FirstLines()
         log.addFilter(lines)
         try:
@@ -153,12 +155,6 @@ def _writable_folder(folder: Path) -> None:
         above = above.parent
     if not above.is_dir() or not os.access(above, os.W_OK | os.X_OK):
         raise UsageError(f"--output {folder}: {above} is not a folder this user can write in")
-
-
-def _threads() -> int:
-    import torch
-
-    return torch.get_num_threads()
 
 
 class _FirstLines:

@@ -21,7 +21,6 @@ def claim(run_dir: Path):
     ends, however it ends: the kernel drops a flock with its process, so a killed run leaves
     nothing that blocks the next). A folder that holds files s2s did not write is refused, and
     so is one that another training holds."""
-    existed = run_dir.is_dir() and any(run_dir.iterdir())
     check_run_dir(run_dir, need_bytes=0)
     ours = (run_dir / MARK).is_file() or (
         (run_dir / "config.yaml").is_file() and (run_dir / "checkpoints").is_dir()
@@ -47,17 +46,16 @@ def claim(run_dir: Path):
     lock.write(f"process {os.getpid()} on {os.uname().nodename}\n")
     lock.flush()
     (run_dir / MARK).touch()
-    lock.new = not existed  # what `release` may remove
     return lock
 
 
 def release(run_dir: Path, lock) -> None:
     """Let go of a run directory that `claim` took, as a run that failed before its first file:
-    a folder the claim made (or found empty) that holds nothing but the lock and the mark is
+    a folder holding nothing but the lock and the mark (one the claim made, or found empty) is
     removed, so a setup error (bad data, say) leaves nothing behind; any other is kept."""
     lock.close()
     left = sorted(p.name for p in run_dir.iterdir()) if run_dir.is_dir() else None
-    if getattr(lock, "new", False) and left is not None and set(left) <= {LOCK, MARK}:
+    if left is not None and set(left) <= {LOCK, MARK}:
         for name in left:
             (run_dir / name).unlink(missing_ok=True)
         with contextlib.suppress(OSError):

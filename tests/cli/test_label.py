@@ -220,6 +220,13 @@ def test_bad_input_is_one_line_and_changes_nothing(world, tmp_path, capsys):
         "another job",
         "decode",
     )
+    own = done / "synthetic.trees"  # its own output as its input: it would write over it
+    fails(
+        s2s(capsys, "label", parser, "--input", own, "--output", done),
+        before,
+        own,
+        "label elsewhere",
+    )
 
 
 def test_a_silver_file_that_is_not_trees_is_named_with_its_line(world, tmp_path, capsys):
