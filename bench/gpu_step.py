@@ -154,7 +154,92 @@ def counted_syncs(device: torch.device):
             yield found
         finally:
             torch.cuda.set_sync_debug_mode(0)
-    found.extend(str(w.message).splitlines()[0] for w in caught if "synchroniz" in str(w.message))
+    found.extend(
+        str(w.message).splitlines()[0]
+        for w in caught
+        if "synchroniz" in str(w.message) and "debug mode is a prototype" not in str(w.message)
+    )
+
+
+#: kernel (CUDA) or operator (CPU) name fragments, lower-cased, and the part of a step they are;
+#: the first that matches names it (attention first: its Hopper kernels use wgmma), else "other"
+PARTS = (
+    ("attention kernels", ("flash", "fmha", "attention", "sdpa")),
+    (
+        "matrix products",
+        (
+            "gemm",
+            "xmma",
+            "cutlass",
+            "nvjet",
+            "wgmma",
+            "aten::mm",
+            "aten::addmm",
+            "aten::bmm",
+            "aten::linear",
+        ),
+    ),
+    ("optimizer", ("multi_tensor", "adam", "foreach")),
+    ("softmax and loss", ("softmax", "nll", "cross_entropy", "logsumexp")),
+    ("layer norm", ("layer_norm", "layernorm")),
+    ("dropout", ("dropout", "bernoulli", "philox")),
+    ("copies and casts", ("copy", "cast", "memcpy", "memset", "fill", "to_copy")),
+    ("reductions", ("reduce", "sum", "norm")),
+    ("elementwise", ("elementwise", "vectorized", "aten::add", "aten::mul", "aten::relu")),
+)
+
+
+def part_of(name: str) -> str:
+    low = name.lower()
+    return next((part for part, keys in PARTS if any(k in low for k in keys)), "other")
+
+
+def profile_steps(args, tmp: str, run_precision: str, sync, steps: int = 3) -> dict:
+    """Where a step's time goes: `steps` updates under torch.profiler, the device's kernel time
+    (CUDA) or the operators' own time (CPU) by part, and the wall time the device was idle."""
+    device = torch.device(args.device)
+    trainer = build_trainer(args, tmp, run_precision)
+    cuda = device.type == "cuda"
+    activities = [torch.profiler.ProfilerActivity.CPU] + (
+        [torch.profiler.ProfilerActivity.CUDA] if cuda else []
+    )
+    try:
+        stream = trainer.streams[0]
+        with fused_attention(device):
+            for _ in range(args.warmup_steps):
+                trainer.step([stream.next()])
+            sync()
+            with torch.profiler.profile(activities=activities) as prof:
+                t0 = time.perf_counter()
+                for _ in range(steps):
+                    trainer.step([stream.next()])
+                sync()
+                wall = (time.perf_counter() - t0) / steps
+    finally:
+        trainer.close()
+    parts, kernels = {}, []
+    for e in prof.key_averages():
+        own = e.self_device_time_total if cuda else e.self_cpu_time_total
+        if own <= 0 or (cuda and e.device_type != torch.autograd.DeviceType.CUDA):
+            continue
+        us = own / steps
+        parts[part_of(e.key)] = parts.get(part_of(e.key), 0.0) + us
+        kernels.append((us, e.key[:120], e.count // steps))
+    busy = sum(parts.values())
+    kernels.sort(reverse=True)
+    return {
+        "precision": run_precision,
+        "profiled_steps": steps,
+        "step_wall_ms": round(1000 * wall, 2),
+        "busy_ms": round(busy / 1000, 2),
+        "busy_counts": "CUDA kernel time" if cuda else "CPU operators' self time",
+        "idle_fraction": round(max(0.0, 1 - busy / 1e6 / wall), 3) if cuda else None,
+        "parts_ms": {k: round(v / 1000, 2) for k, v in sorted(parts.items(), key=lambda x: -x[1])},
+        "top": [
+            {"ms": round(us / 1000, 3), "name": name, "calls": n} for us, name, n in kernels[:15]
+        ],
+        "measured": "under torch.profiler, which adds its own overhead to the wall time",
+    }
 
 
 def time_steps(args, tmp: str, run_precision: str, sync) -> dict:
@@ -301,6 +386,11 @@ def main() -> int:
         help="on CPU: a 1-layer d_model 64 model, 1,000 words, "
         "400-token batches, 2 steps, every step up to the CUDA calls",
     )
+    p.add_argument(
+        "--profile",
+        action="store_true",
+        help="also profile 3 updates of each precision: the device's time by part of the step",
+    )
     args = p.parse_args()
     if args.dry_run:
         args.device, args.steps, args.warmup_steps, args.vocab, args.tokens, args.length = (
@@ -328,6 +418,13 @@ def main() -> int:
             steps.append(time_steps(args, tmp, run_precision, sync))
             if device.type == "cuda":
                 torch.cuda.empty_cache()
+        profiles = [profile_steps(args, tmp, r, sync) for r in args.precisions if args.profile]
+    for prof in profiles:
+        print(
+            f"{prof['precision']:>4} profiled: step {prof['step_wall_ms']} ms, busy "
+            f"{prof['busy_ms']} ms ({prof['busy_counts']}), idle {prof['idle_fraction']}; "
+            + ", ".join(f"{k} {v}" for k, v in prof["parts_ms"].items())
+        )
     rate = bf16_mm_rate(device)
     for r in steps:
         r["mfu_vs_measured_bf16_mm"] = round(r["achieved_flop_s"] / rate, 4)
@@ -338,7 +435,7 @@ def main() -> int:
             f"syncs/step {r['syncs_per_step']}, peak {r['peak_memory_gib']} GiB"
         )
     result = {
-        "command": "bash bench/gpu_check.sh" + (" --dry-run" if args.dry_run else ""),
+        "command": " ".join(["python", "bench/gpu_step.py", *sys.argv[1:]]),
         "dry_run": args.dry_run,
         "machine": machine(device),
         "model": "tiny" if args.dry_run else "base",
@@ -347,6 +444,7 @@ def main() -> int:
         "flop_count": "s2s.core.nn.model.Transformer.flops",
         "loss": loss,
         "steps": steps,
+        "profiles": profiles,
     }
     where = Path(
         os.environ.get("S2S_GPU_CHECK_RESULTS") or Path(__file__).resolve().parent / "results"
