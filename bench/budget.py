@@ -40,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 from s2s.core.data.members import decode_settings  # noqa: E402
-from s2s.core.decode.batched import hypotheses  # noqa: E402
+from s2s.core.decode.batched import Decoder  # noqa: E402
 from s2s.core.inference import load_for_inference  # noqa: E402
 from s2s.core.resampling import scored  # noqa: E402
 from s2s.core.setup.config import load_config  # noqa: E402
@@ -105,9 +105,9 @@ def searches(task, model, sources: list[str], settings, max_sentences: int, sear
         for constrained in (True, False):
             task.cfg.constrained = constrained
             t0 = time.time()
-            hyps = hypotheses(
-                model, searched or task, sources, settings, torch.device("cpu"), max_sentences
-            )
+            hyps = Decoder(
+                model, searched or task, settings, torch.device("cpu"), max_sentences
+            ).hypotheses(sources)
             trees, repaired = task.rebuild(hyps, sources)
             seconds = time.time() - t0
             out["constrained" if constrained else "unconstrained"] = {
@@ -281,14 +281,13 @@ def test_scores(run_dir: str, reg, name: str | None) -> dict:
     # member that shares one (multitask.shared_vocab prepares it beneath the joint vocabulary)
     sources, refs = map(list, zip(*own.read_split("test")))
     t1 = time.time()
-    hyps = hypotheses(
+    hyps = Decoder(
         model,
         task,
-        sources,
         decode_settings(own, cfg_run.decode),
         torch.device("cpu"),
         cfg_run.decode.max_sentences,
-    )
+    ).hypotheses(sources)
     decode_s = time.time() - t1
     score = scored(task, hyps, refs, sources)  # each figure with its 95% interval
     row = {

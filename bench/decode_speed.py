@@ -153,16 +153,7 @@ def decode_batch(model, task, sources, batch, settings, incremental: bool) -> fl
 
     rows, src = batch
     t0 = time.perf_counter()
-    hyps = search(
-        model,
-        src,
-        beam=settings.beam,
-        alpha=settings.alpha,
-        max_len_a=settings.max_len_a,
-        max_len_b=settings.max_len_b,
-        incremental=incremental,
-        stop=settings.stop,
-    )
+    hyps = search(model, src, settings, incremental=incremental)
     for i, h in zip(rows, hyps):
         task.postprocess(task.decode_target(h.tokens), sources[i])
     return time.perf_counter() - t0
@@ -174,7 +165,7 @@ def rates(model, task, sources, variants: dict, repeats: int, max_sentences: int
     the median of `repeats` runs, variants interleaved so that a change in the machine's load
     touches them alike. Also the rate had the process had its threads' cores to itself
     (sentences per CPU-second times threads), which a shared machine's load disturbs less."""
-    from s2s.core.decode.batched import decode_sources
+    from s2s.core.decode.batched import Decoder
 
     runs = {name: [] for name in variants}
     outputs, rows = {}, {}
@@ -192,8 +183,8 @@ def rates(model, task, sources, variants: dict, repeats: int, max_sentences: int
             for name, settings in variants.items():
                 counter[0] = 0
                 t0, c0 = time.perf_counter(), time.process_time()
-                outputs[name] = decode_sources(
-                    model, task, sources, settings, "cpu", max_sentences=max_sentences
+                outputs[name] = Decoder(model, task, settings, "cpu", max_sentences).decode_sources(
+                    sources
                 )
                 runs[name].append((time.perf_counter() - t0, time.process_time() - c0))
                 rows[name] = counter[0]
@@ -235,7 +226,7 @@ def constraint_speed(model, task, sources, settings, repeats: int, max_sentences
     """Parsing: sentences/s of `decode_sources` with the tree constraint on and off (task setting
     `constrained`), same model and settings, interleaved, medians of `repeats` runs; with the
     repairs the unconstrained outputs needed (the constrained ones need none by construction)."""
-    from s2s.core.decode.batched import hypotheses
+    from s2s.core.decode.batched import Decoder
 
     runs, repaired, was = {True: [], False: []}, {}, task.cfg.constrained
     try:
@@ -243,9 +234,7 @@ def constraint_speed(model, task, sources, settings, repeats: int, max_sentences
             for on in (True, False):
                 task.cfg.constrained = on
                 t0 = time.perf_counter()  # search, ids to text, trees: what translate does
-                hyps = hypotheses(
-                    model, task, sources, settings, "cpu", max_sentences=max_sentences
-                )
+                hyps = Decoder(model, task, settings, "cpu", max_sentences).hypotheses(sources)
                 repaired[on] = task.rebuild(hyps, sources)[1]
                 runs[on].append(time.perf_counter() - t0)
     finally:
@@ -308,10 +297,10 @@ def versus_ctranslate2(
     """s2s (fp32 and each of `precisions`) against its CTranslate2 export (fp32, int8), greedy and
     at the task's beam: sentences/s (medians of `repeats` rounds, the variants interleaved within
     each round) and test BLEU."""
+    from s2s.core.decode.batched import Decoder
     import tempfile
 
     import ctranslate2
-    from s2s.core.decode.batched import decode_sources
     from s2s.core.inference.deployed import decode_ctranslate2
     from s2s.core.inference.export import to_ctranslate2
     from s2s.core.nn.precision import for_inference, resolve
@@ -330,24 +319,19 @@ def versus_ctranslate2(
 
         def ct2(q, s):
             ids = decode_ctranslate2(
-                translators[q],
-                task,
-                sources,
-                s,
-                max_batch_size=max_sentences,
-                max_positions=model.max_positions,
+                translators[q], Decoder(model, task, s, "cpu", max_sentences), sources
             )
             return [task.postprocess(task.decode_target(h), src) for h, src in zip(ids, sources)]
 
         variants = {}
         for name, s in ((f"beam{settings.beam}", settings), ("greedy", greedy)):
-            variants[f"s2s_{name}"] = lambda s=s: decode_sources(
-                model, task, sources, s, "cpu", max_sentences=max_sentences
-            )
+            variants[f"s2s_{name}"] = lambda s=s: Decoder(
+                model, task, s, "cpu", max_sentences
+            ).decode_sources(sources)
             for p, m in searched.items():  # s2s's other precisions, as decode.precision loads them
-                variants[f"s2s_{p}_{name}"] = lambda s=s, m=m: decode_sources(
-                    m, task, sources, s, "cpu", max_sentences=max_sentences
-                )
+                variants[f"s2s_{p}_{name}"] = lambda s=s, m=m: Decoder(
+                    m, task, s, "cpu", max_sentences
+                ).decode_sources(sources)
             for q in translators:
                 variants[f"ct2_{q}_{name}"] = lambda q=q, s=s: ct2(q, s)
         runs = {name: [] for name in variants}
@@ -395,7 +379,7 @@ def precision_rates(
     """Search in each precision (s2s.core.nn.precision.for_inference: the model `s2s generate` loads
     with decode.precision) with both stopping rules, sentences/s and test BLEU, each against fp32:
     every repeat runs all of them in turn, so that fp32 is measured next to the others."""
-    from s2s.core.decode.batched import decode_sources
+    from s2s.core.decode.batched import Decoder
     from s2s.core.nn.precision import for_inference, resolve
 
     chosen = {p: resolve(p, torch.device("cpu"), "--precisions") for p in ["fp32", *precisions]}
@@ -409,8 +393,8 @@ def precision_rates(
     for _ in range(repeats):
         for name, (p, s) in variants.items():
             t0 = time.perf_counter()
-            outputs[name] = decode_sources(
-                models[p], task, sources, s, "cpu", max_sentences=max_sentences
+            outputs[name] = Decoder(models[p], task, s, "cpu", max_sentences).decode_sources(
+                sources
             )
             seconds[name].append(time.perf_counter() - t0)
     result = {}

@@ -58,8 +58,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
+from s2s.core.decode.batched import Decoder  # noqa: E402
 from s2s.core.data.members import decode_settings  # noqa: E402
-from s2s.core.decode.batched import hypotheses
 from s2s.core.inference import load_for_inference  # noqa: E402
 from s2s.core.setup.config import load_config  # noqa: E402
 from s2s.core.setup.registry import Registry  # noqa: E402
@@ -101,14 +101,13 @@ def scores(
     for split in splits:
         sources, refs = map(list, zip(*task.task.read_split(split)))
         sources, refs = (sources[:sentences], refs[:sentences]) if sentences else (sources, refs)
-        hyps = hypotheses(
+        hyps = Decoder(
             model,
             task,
-            sources,
             decode_settings(task.task, cfg.decode),
             torch.device("cpu"),
             cfg.decode.max_sentences,
-        )
+        ).hypotheses(sources)
         score = task.score(hyps, refs, sources)
         out[split] = {
             score.name: score.value,

@@ -240,15 +240,18 @@ def _randomised_p(a, b, observed: dict, how: Resampling, chunk: int = 2000) -> d
     return {k: (h + 1) / (how.trials + 1) for k, h in hits.items()}
 
 
-def scored(task, hypotheses, references, sources=None, how: Resampling = Resampling(), stats=None):
+def scored(task, hypotheses, references, sources=None, how: Resampling = Resampling()):
     """`task`'s checked score of the hypotheses with each figure's interval (`Score.intervals`)
-    where the task gives per-sentence statistics (`stats`, if its caller computed them already);
-    without them, the score alone."""
+    where the task gives per-sentence statistics; without them, the score alone."""
     from .task import checked_score
 
     score = checked_score(task, task.score(hypotheses, references, sources))
-    if stats is None:
-        stats = task.statistics(hypotheses, references, sources)
+    return with_intervals(score, task.statistics(hypotheses, references, sources), how)
+
+
+def with_intervals(score, stats: SentenceStatistics | None, how: Resampling = Resampling()):
+    """`score` with each figure's interval (`Score.intervals`) from the per-sentence statistics
+    `stats` of the same outputs (None: the score as it is)."""
     if stats is not None:
         found = intervals(stats, how)
         score.intervals = {k: v.as_dict() for k, v in found.items()}

@@ -133,16 +133,8 @@ def draw_attention(run_dir, registry, request: AttentionRequest) -> list[Path]:
     for batch in chunks(
         keep, sentences_per_batch(cfg.decode.max_sentences, device)
     ):  # the search `s2s generate` runs
-        found = search(
-            model,
-            source_batch([ids[i] for i in batch]).to(device),
-            beam=settings.beam,
-            alpha=settings.alpha,
-            max_len_a=settings.max_len_a,
-            max_len_b=settings.max_len_b,
-            stop=settings.stop,
-            constraint=member.constraint([lines[i] for i in batch]),
-        )
+        src = source_batch([ids[i] for i in batch]).to(device)
+        found = search(model, src, settings, member.constraint([lines[i] for i in batch]))
         hyps.update((i, h.tokens) for i, h in zip(batch, found))
     out.mkdir(parents=True, exist_ok=True)
     remove_stale_temporaries(out)

@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 import torch
 
 from ..data.members import decode_settings
-from ..decode.batched import Wanted, outputs, source_batch, target_scores
-from ..decode.search import search
+from ..decode.batched import Decoder, Forced, source_batch
+from ..decode.search import Wanted, search
 from ..task import DecodeDefaults
 from ..vocab import BOS, EOS, SPECIALS
 from .attention_maps import source_tokens, target_tokens
@@ -130,6 +130,11 @@ class Batcher:
     def settings(self, member) -> DecodeDefaults:
         return decode_settings(member, self.cfg.decode)
 
+    def decoder(self, member) -> Decoder:
+        """The served model searched with `member`'s settings."""
+        max_sentences = self.cfg.decode.max_sentences
+        return Decoder(self.model, member, self.settings(member), self.device, max_sentences)
+
     # -- the worker ----------------------------------------------------------------------------
     @staticmethod
     def _alike(job: Job, first: Job) -> bool:
@@ -205,20 +210,12 @@ class Batcher:
         sources = [s for job in batch for s in job.sources]
         prefixes = [p for job in batch for p in (job.prefixes or [""] * len(job.sources))]
         terms = [t for job in batch for t in (job.terms or [[]] * len(job.sources))]
-        settings = self.settings(member)
-        found = outputs(
-            self.model,
-            member,
-            sources,
-            settings,
-            self.device,
-            self.cfg.decode.max_sentences,
-            wanted=wanted,
-            prefixes=prefixes if any(prefixes) else None,
-            terms=terms if any(terms) else None,
-        )
+        decoder = self.decoder(member)
+        forced = Forced(prefixes if any(prefixes) else None, terms if any(terms) else None)
+        found = decoder.outputs(sources, wanted, forced)
         best = [outs[0] for outs in found]
-        scores = self.scores(member, sources, [o.tokens for o in best], settings.alpha)
+        rated = decoder.target_scores(sources, [o.tokens for o in best])
+        scores = [round(r.score, 4) for r in rated]
         scores = [s if o.found else None for s, o in zip(scores, best)]  # no output, no score
         done = time.perf_counter()
         for job, part in self._parts(batch):
@@ -247,8 +244,7 @@ class Batcher:
         member, start = batch[0].member, time.perf_counter()
         sources = [s for job in batch for s in job.sources]
         targets = [t for job in batch for t in job.targets]
-        alpha = self.settings(member).alpha
-        rated = target_scores(self.model, member, sources, targets, alpha, self.device)
+        rated = self.decoder(member).target_scores(sources, targets)
         done = time.perf_counter()
         for job, part in self._parts(batch):
             scores = [r.as_dict() for r in rated[part]]
@@ -274,13 +270,6 @@ class Batcher:
             "batch_requests": len(batch),
         }
 
-    def scores(
-        self, member, sources: list[str], targets: list[list[int]], alpha: float
-    ) -> list[float]:
-        """Each decoded target's log-probability under the model, over lp(Y) (see the module)."""
-        found = target_scores(self.model, member, sources, targets, alpha, self.device)
-        return [round(s.score, 4) for s in found]
-
     @torch.no_grad()
     def _attention(self, job: Job) -> dict:
         """The search's output for one sentence and the encoder-decoder attention weights of one
@@ -289,16 +278,7 @@ class Batcher:
         member, line, start = job.member, job.sources[0], time.perf_counter()
         settings = self.settings(member)
         src = source_batch(member.encode_source([line])).to(self.device)
-        hyp = search(
-            self.model,
-            src,
-            beam=settings.beam,
-            alpha=settings.alpha,
-            max_len_a=settings.max_len_a,
-            max_len_b=settings.max_len_b,
-            stop=settings.stop,
-            constraint=member.constraint([line]),
-        )[0]
+        (hyp,) = search(self.model, src, settings, member.constraint([line]))
         tgt_in = torch.tensor([[BOS, *hyp.tokens]], device=self.device)
         _, weights = self.attending(src, tgt_in, return_attention=True)
         cross = weights.kinds()["cross"]

@@ -27,7 +27,7 @@ def quickstart(cfg, registry, quiet: bool = False) -> QuickstartResult:
     decode its test split and score it against the references beside the copy baseline."""
     from ..data.members import decode_settings
     from ..data.prepared import prepare_data
-    from ..decode.batched import decode_sources
+    from ..decode.batched import Decoder
     from ..inference import load_for_inference
     from ..training.trainer import train
 
@@ -35,9 +35,9 @@ def quickstart(cfg, registry, quiet: bool = False) -> QuickstartResult:
     train(cfg, registry, quiet=quiet)
     cfg, member, model = load_for_inference(cfg.run.dir, registry)
     sources, refs = prepare_data(member.task, cfg.data, quiet=True).texts("test")
-    hyps = decode_sources(
-        model, member, sources, decode_settings(member, cfg.decode), next(model.parameters()).device
-    )
+    device = next(model.parameters()).device
+    decoder = Decoder(model, member, decode_settings(member, cfg.decode), device)
+    hyps = decoder.decode_sources(sources)
     trained = member.score(hyps, refs, sources)
     baseline = member.score(sources, refs, sources)
     return QuickstartResult(

@@ -129,8 +129,8 @@ def resampled_report(task, ref, hyps: list, src, how: Resampling) -> Report:
     first compared with the first; a UsageError before any work when the task gives no
     per-sentence statistics or `how` is out of range."""
     from ..errors import UsageError
-    from ..resampling import compare, scored
-    from ..task import Task
+    from ..resampling import compare, with_intervals
+    from ..task import Task, checked_score
 
     problem = how.problem()
     if problem:
@@ -151,7 +151,8 @@ def resampled_report(task, ref, hyps: list, src, how: Resampling) -> Report:
         if stats is None:
             raise none
         statistics.append(stats)
-        scores.append(scored(task, lines, refs, srcs, how, stats))
+        score = checked_score(task, task.score(lines, refs, srcs))
+        scores.append(with_intervals(score, stats, how))
     compared = [compare(statistics[0], other, how) for other in statistics[1:]]
     return Report([str(h) for h in hyps], scores, compared, how)
 

@@ -153,7 +153,7 @@ def sentences(data: dict, many: bool = True) -> list[str]:
 def wanted_of(data: dict, beam: int):
     """The request's "nbest" (1 to the beam; drawn: to MAX_SAMPLES) and "sampling" (an object of
     `Sampling`'s fields), as a `Wanted`; a 400 naming the field and value."""
-    from ..decode.batched import Wanted
+    from ..decode.search import Wanted
     from ..decode.search import Sampling
 
     n = data.get("nbest", 1)

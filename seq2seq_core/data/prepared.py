@@ -216,8 +216,11 @@ def _with_eos(ids: list, lens: np.ndarray, keep: np.ndarray) -> np.ndarray:
     return out if keep.all() else out[np.repeat(keep, lens)]
 
 
-def _binarise(task: Task, split: str, directory: Path, data_cfg, keep_text: bool, progress) -> dict:
-    """Encode the pairs of `split` into directory/{split}.*; return counts of what was kept."""
+def _binarise(task: Task, split: str, directory: Path, data_cfg, progress) -> dict:
+    """Encode the pairs of `split` into directory/{split}.*; return counts of what was kept.
+    Beside the dev and test splits their text is kept too (what validation and the test score
+    against)."""
+    keep_text = split != "train"
     pairs = _checked_pairs(task, split, task.read_split(split))
     kept = dropped = 0
     src_lens, tgt_lens = [np.zeros(1, np.int64)], [np.zeros(1, np.int64)]
@@ -394,9 +397,7 @@ def _build(task: Task, data_cfg, tmp: Path, quiet: bool) -> None:
         task.save_vocab(tmp)
         for split in task.splits:
             with progress(quiet, desc=f"binarise {split}", unit=" pairs", leave=False) as bar:
-                stats[split] = _binarise(
-                    task, split, tmp, data_cfg, keep_text=split != "train", progress=bar
-                )
+                stats[split] = _binarise(task, split, tmp, data_cfg, bar)
             log.info(
                 "%s: %d pairs kept, %d filtered by length",
                 split,
@@ -453,9 +454,11 @@ def token_batches(
 
 
 def epoch_batches(
-    split: Split, max_tokens: int, seed: int, epoch: int, rank: int = 0, world: int = 1
+    split: Split, max_tokens: int, seed: int, epoch: int, shard: tuple[int, int] = (0, 1)
 ) -> list[np.ndarray]:
-    """This rank's batches for `epoch`: every rank gets a different share, all the same count."""
+    """The batches for `epoch` of the process `shard` = (rank, world): every rank gets a
+    different share, all the same count."""
+    rank, world = shard
     batches = token_batches(
         split.src_lens, split.tgt_lens, max_tokens, seed=seed * 1_000_003 + epoch
     )

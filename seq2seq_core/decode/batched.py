@@ -1,8 +1,8 @@
 """Batched decoding, shared by validation, the test at the end of a run, `s2s generate` and the
 server: source lines encoded by the task, searched in batches of similar length, decoded back to
-text (`candidates`; the single best: `hypotheses`), post-processed (`outputs`; the single best:
-`decode_sources`). A caller may want the n best, drawn samples (`Wanted`) or outputs that start
-with a given prefix. Input typed by a person goes through the task's `prepare_source` first
+text (`Decoder.candidates`; the single best: `hypotheses`), post-processed (`outputs`; the
+single best: `decode_sources`). A caller may want the n best, drawn samples (`Wanted`) or
+outputs that start with a given prefix or hold given terms (`Forced`). Input typed by a person goes through the task's `prepare_source` first
 (`prepared_sources`); words the vocabulary lacks are named (`unknown_words`). `target_scores`
 is the model's log-probability of given outputs (reranking, rating references).
 """
@@ -22,7 +22,7 @@ from ..task import DecodeDefaults, Task
 from ..vocab import BOS, EOS, PAD, UNK
 from .constraints import Prefix, joined
 from .terminology import Terms
-from .search import Sampling, length_penalty, nbest, sentences_per_batch
+from .search import Wanted, length_penalty, nbest, sentences_per_batch
 
 log = logging.getLogger("s2s")
 
@@ -83,13 +83,14 @@ def prefix_problem(
 
 
 @dataclass(frozen=True)
-class Wanted:
-    """What a caller asks of decoding beyond the task's settings (`DecodeDefaults`): `n`
-    outputs an input, the n best of the beam search (n at most the beam) or, with `sampling`,
-    n drawn ones."""
+class Forced:
+    """What the outputs of each line must hold beyond the task's own constraint: `prefixes`, a
+    target prefix for each line ("" for none) that its outputs start with
+    (`constraints.Prefix`); `terms`, for each line the target ids of the terms its outputs must
+    hold (`terminology.Terms`)."""
 
-    n: int = 1
-    sampling: Sampling | None = None
+    prefixes: Sequence[str] | None = None
+    terms: Sequence[Sequence[Sequence[int]]] | None = None
 
 
 @dataclass
@@ -108,207 +109,176 @@ class Output:
         return self.score != float("-inf")
 
 
-def decode_sources(
-    model,
-    task: Task,
-    sources: Sequence[str],
-    settings: DecodeDefaults,
-    device,
-    max_sentences: int = 0,
-    progress=None,
-    raw: bool = False,
-) -> list[str]:
-    """The task's output line for every source line, in input order: the first of `outputs`."""
-    found = outputs(model, task, sources, settings, device, max_sentences, progress, raw)
-    return [first.text for first, *_ in found]
+@dataclass
+class Decoder:
+    """A model (or an `Ensemble`) searched for a task's outputs: `task` is the task, or the
+    run's member, whose vocabularies and constraint it uses; `settings` its decoding settings;
+    `max_sentences` the sentences a batch holds (decode.max_sentences; 0: the device's own,
+    `sentences_per_batch`)."""
 
+    model: object
+    task: Task
+    settings: DecodeDefaults
+    device: torch.device | str = "cpu"
+    max_sentences: int = 0
 
-def outputs(
-    model,
-    task: Task,
-    sources: Sequence[str],
-    settings: DecodeDefaults,
-    device,
-    max_sentences: int = 0,
-    progress=None,
-    raw: bool = False,
-    wanted: Wanted = Wanted(),
-    prefixes: Sequence[str] | None = None,
-    terms: Sequence[Sequence[Sequence[int]]] | None = None,
-) -> list[list[Output]]:
-    """The outputs of every source line, in input order, best first: `candidates`,
-    post-processed. `raw`: the lines are input as a person types it (`s2s generate`, the
-    server), made into sources first (`prepared_sources`); else they are sources already (a
-    split's, say)."""
-    sources = prepared_sources(task, sources) if raw else sources
-    found = candidates(
-        model, task, sources, settings, device, max_sentences, progress, wanted, prefixes, terms
-    )
-    for outs, source in zip(found, sources):
-        for out in outs:
-            if not out.found:
-                continue  # stays empty: the task's post-processing would make one up
-            out.text = task.postprocess(out.text, source)
-            if not isinstance(out.text, str):
-                raise plugin_error(
-                    task, "postprocess", f"returned {type(out.text).__name__}, not a str"
-                )
-    return found
+    def decode_sources(self, sources: Sequence[str], progress=None, raw=False) -> list[str]:
+        """The task's output line for every source line, in input order: the first of
+        `outputs`."""
+        return [first.text for first, *_ in self.outputs(sources, progress=progress, raw=raw)]
 
-
-def hypotheses(
-    model,
-    task: Task,
-    sources: Sequence[str],
-    settings: DecodeDefaults,
-    device,
-    max_sentences: int = 0,
-    progress=None,
-) -> list[str]:
-    """The decoded target string (before post-processing) for every source line, in input
-    order: the first of `candidates`."""
-    found = candidates(model, task, sources, settings, device, max_sentences, progress)
-    return [first.text for first, *_ in found]
-
-
-@torch.no_grad()
-def candidates(
-    model,
-    task: Task,
-    sources: Sequence[str],
-    settings: DecodeDefaults,
-    device,
-    max_sentences: int = 0,
-    progress=None,
-    wanted: Wanted = Wanted(),
-    prefixes: Sequence[str] | None = None,
-    terms: Sequence[Sequence[Sequence[int]]] | None = None,
-) -> list[list[Output]]:
-    """The decoded outputs (target strings before post-processing) of every source line, in
-    input order, best first: one, or as `wanted` asks. `prefixes`: a target prefix for each
-    line ("" for none) that its outputs start with (`constraints.Prefix`); `terms`: for each
-    line, the target ids of the terms its outputs must hold (`terminology.Terms`).
-
-    On a CPU with n > 1 intra-op threads, n batches are searched at once, each on one thread:
-    a step's operations are small (a few hundred rows), and splitting each of them over threads
-    pays a synchronisation per operation that independent batches do not. On a GPU batches go
-    one after the other. Sampling seeds each batch's generator from the seed and the batch's
-    number, so the same lines with the same settings draw the same outputs.
-    """
-    if not sources:
-        return []
-    was_training = model.training
-    model.eval()
-    ids = task.encode_source(list(sources))
-    if not hasattr(ids, "__len__") or len(ids) != len(sources):
-        got = f"{len(ids)} id lists" if hasattr(ids, "__len__") else type(ids).__name__
-        raise plugin_error(
-            task,
-            "encode_source",
-            f"returned {got} for {len(sources)} lines, not one id list a line",
-        )
-    forced = task.encode_target(list(prefixes)) if prefixes and any(prefixes) else None
-    order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
-    out: list[list[Output]] = [[] for _ in ids]
-
-    def search_batch(number: int, batch: list[int]) -> list[list[Output]]:
-        src = source_batch([ids[i] for i in batch])
-        constraint = task.constraint([sources[i] for i in batch])
-        if forced is not None:
-            prefix = Prefix([forced[i] for i in batch], task.tgt_vocab_size)
-            constraint = joined(constraint, prefix)
-        if terms is not None and any(terms[i] for i in batch):
-            constraint = joined(constraint, Terms([terms[i] for i in batch], task.tgt_vocab_size))
-        sampling = wanted.sampling
-        if sampling is not None:
-            sampling = replace(sampling, seed=sampling.seed * 1_000_003 + number)
-        found = nbest(
-            model,
-            src.to(device),
-            beam=settings.beam,
-            alpha=settings.alpha,
-            max_len_a=settings.max_len_a,
-            max_len_b=settings.max_len_b,
-            stop=settings.stop,
-            constraint=constraint,
-            n=wanted.n,
-            sampling=sampling,
-        )
-        lines = [
-            [
-                Output(task.decode_target(h.tokens), h.tokens, h.score)
-                if h.score != float("-inf")
-                else Output("", [], h.score)  # nothing the constraint admits fitted the limit
-                for h in hs
-            ]
-            for hs in found
-        ]
-        for hs in lines:
-            for h in hs:
-                if not isinstance(h.text, str):
+    def outputs(
+        self,
+        sources: Sequence[str],
+        wanted: Wanted = Wanted(),
+        forced: Forced = Forced(),
+        progress=None,
+        raw: bool = False,
+    ) -> list[list[Output]]:
+        """The outputs of every source line, in input order, best first: `candidates`,
+        post-processed. `raw`: the lines are input as a person types it (`s2s generate`, the
+        server), made into sources first (`prepared_sources`); else they are sources already (a
+        split's, say)."""
+        task = self.task
+        sources = prepared_sources(task, sources) if raw else sources
+        found = self.candidates(sources, wanted, forced, progress)
+        for outs, source in zip(found, sources):
+            for out in outs:
+                if not out.found:
+                    continue  # stays empty: the task's post-processing would make one up
+                out.text = task.postprocess(out.text, source)
+                if not isinstance(out.text, str):
                     raise plugin_error(
-                        task, "decode_target", f"returned {type(h.text).__name__}, not a str"
+                        task, "postprocess", f"returned {type(out.text).__name__}, not a str"
                     )
-        return lines
+        return found
 
-    batches = list(chunks(order, sentences_per_batch(max_sentences, device)))
-    threads = torch.get_num_threads()
-    workers = min(threads, len(batches)) if torch.device(device).type == "cpu" else 1
-    try:
-        if workers > 1:
-            torch.set_num_threads(1)
-        with ThreadPoolExecutor(workers) as pool:
-            done = pool.map(search_batch, range(len(batches)), batches)
-            for batch, found in zip(batches, done):
-                for i, hs in zip(batch, found):
-                    out[i] = hs
-                if progress is not None:
-                    progress.update(len(batch))
-    finally:
-        torch.set_num_threads(threads)
-        model.train(was_training)
-    return out
+    def hypotheses(self, sources: Sequence[str], progress=None) -> list[str]:
+        """The decoded target string (before post-processing) for every source line, in input
+        order: the first of `candidates`."""
+        return [first.text for first, *_ in self.candidates(sources, progress=progress)]
 
+    @torch.no_grad()
+    def candidates(
+        self,
+        sources: Sequence[str],
+        wanted: Wanted = Wanted(),
+        forced: Forced = Forced(),
+        progress=None,
+    ) -> list[list[Output]]:
+        """The decoded outputs (target strings before post-processing) of every source line, in
+        input order, best first: one, or as `wanted` asks, each holding what `forced` asks.
 
-@torch.no_grad()
-def target_scores(
-    model,
-    task: Task,
-    sources: Sequence[str],
-    targets: Sequence[Sequence[int]],
-    alpha: float,
-    device,
-) -> list[TargetScore]:
-    """The model's log-probability of each given target (ids in the model's space, without BOS
-    and EOS) after its source line: every token's, EOS included, their sum, and the sum over
-    the search's length penalty lp(|Y|) with `alpha` (|Y| counting EOS), the figure beam search
-    ranks by. The plain model's (or ensemble's) distribution: no constraint, no temperature.
-    Sentences go in batches of at most 64."""
-    found: list[TargetScore] = []
-    ids = task.encode_source(list(sources))
-    was_training = model.training
-    model.eval()
-    try:
-        for lo in range(0, len(ids), 64):
-            src = source_batch(ids[lo : lo + 64]).to(device)
-            seqs = [list(t) for t in targets[lo : lo + 64]]
-            width = max(map(len, seqs)) + 1
-            tgt_in = torch.full((len(seqs), width), PAD, dtype=torch.long)
-            tgt_out = torch.full((len(seqs), width), PAD, dtype=torch.long)
-            for row, seq in enumerate(seqs):
-                tgt_in[row, : len(seq) + 1] = torch.tensor([BOS, *seq])
-                tgt_out[row, : len(seq) + 1] = torch.tensor([*seq, EOS])
-            tgt_in, tgt_out = tgt_in.to(device), tgt_out.to(device)
-            logp = torch.log_softmax(model(src, tgt_in).float(), -1)
-            picked = logp.gather(-1, tgt_out[..., None])[..., 0]
-            for row, seq in enumerate(seqs):
-                each = picked[row, : len(seq) + 1].tolist()
-                total = sum(each)
-                normalised = total / length_penalty(len(each), alpha)
-                found.append(TargetScore(each, total, normalised))
-    finally:
-        model.train(was_training)
-    return found
+        On a CPU with n > 1 intra-op threads, n batches are searched at once, each on one thread:
+        a step's operations are small (a few hundred rows), and splitting each of them over threads
+        pays a synchronisation per operation that independent batches do not. On a GPU batches go
+        one after the other. Sampling seeds each batch's generator from the seed and the batch's
+        number, so the same lines with the same settings draw the same outputs.
+        """
+        if not sources:
+            return []
+        model, task, settings, device = self.model, self.task, self.settings, self.device
+        prefixes, terms = forced.prefixes, forced.terms
+        was_training = model.training
+        model.eval()
+        ids = task.encode_source(list(sources))
+        if not hasattr(ids, "__len__") or len(ids) != len(sources):
+            got = f"{len(ids)} id lists" if hasattr(ids, "__len__") else type(ids).__name__
+            raise plugin_error(
+                task,
+                "encode_source",
+                f"returned {got} for {len(sources)} lines, not one id list a line",
+            )
+        forced = task.encode_target(list(prefixes)) if prefixes and any(prefixes) else None
+        order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
+        out: list[list[Output]] = [[] for _ in ids]
+
+        def search_batch(number: int, batch: list[int]) -> list[list[Output]]:
+            src = source_batch([ids[i] for i in batch])
+            constraint = task.constraint([sources[i] for i in batch])
+            if forced is not None:
+                prefix = Prefix([forced[i] for i in batch], task.tgt_vocab_size)
+                constraint = joined(constraint, prefix)
+            if terms is not None and any(terms[i] for i in batch):
+                constraint = joined(
+                    constraint, Terms([terms[i] for i in batch], task.tgt_vocab_size)
+                )
+            sampling = wanted.sampling
+            if sampling is not None:
+                sampling = replace(sampling, seed=sampling.seed * 1_000_003 + number)
+            found = nbest(
+                model, src.to(device), settings, replace(wanted, sampling=sampling), constraint
+            )
+            lines = [
+                [
+                    Output(task.decode_target(h.tokens), h.tokens, h.score)
+                    if h.score != float("-inf")
+                    else Output("", [], h.score)  # nothing the constraint admits fitted the limit
+                    for h in hs
+                ]
+                for hs in found
+            ]
+            for hs in lines:
+                for h in hs:
+                    if not isinstance(h.text, str):
+                        raise plugin_error(
+                            task, "decode_target", f"returned {type(h.text).__name__}, not a str"
+                        )
+            return lines
+
+        batches = list(chunks(order, sentences_per_batch(self.max_sentences, device)))
+        threads = torch.get_num_threads()
+        workers = min(threads, len(batches)) if torch.device(device).type == "cpu" else 1
+        try:
+            if workers > 1:
+                torch.set_num_threads(1)
+            with ThreadPoolExecutor(workers) as pool:
+                done = pool.map(search_batch, range(len(batches)), batches)
+                for batch, found in zip(batches, done):
+                    for i, hs in zip(batch, found):
+                        out[i] = hs
+                    if progress is not None:
+                        progress.update(len(batch))
+        finally:
+            torch.set_num_threads(threads)
+            model.train(was_training)
+        return out
+
+    @torch.no_grad()
+    def target_scores(
+        self, sources: Sequence[str], targets: Sequence[Sequence[int]]
+    ) -> list[TargetScore]:
+        """The model's log-probability of each given target (ids in the model's space, without BOS
+        and EOS) after its source line: every token's, EOS included, their sum, and the sum over
+        the search's length penalty lp(|Y|) with the settings' alpha (|Y| counting EOS), the
+        figure beam search ranks by. The plain model's (or ensemble's) distribution: no
+        constraint, no temperature. Sentences go in batches of at most 64."""
+        model, task, alpha, device = self.model, self.task, self.settings.alpha, self.device
+        found: list[TargetScore] = []
+        ids = task.encode_source(list(sources))
+        was_training = model.training
+        model.eval()
+        try:
+            for lo in range(0, len(ids), 64):
+                src = source_batch(ids[lo : lo + 64]).to(device)
+                seqs = [list(t) for t in targets[lo : lo + 64]]
+                width = max(map(len, seqs)) + 1
+                tgt_in = torch.full((len(seqs), width), PAD, dtype=torch.long)
+                tgt_out = torch.full((len(seqs), width), PAD, dtype=torch.long)
+                for row, seq in enumerate(seqs):
+                    tgt_in[row, : len(seq) + 1] = torch.tensor([BOS, *seq])
+                    tgt_out[row, : len(seq) + 1] = torch.tensor([*seq, EOS])
+                tgt_in, tgt_out = tgt_in.to(device), tgt_out.to(device)
+                logp = torch.log_softmax(model(src, tgt_in).float(), -1)
+                picked = logp.gather(-1, tgt_out[..., None])[..., 0]
+                for row, seq in enumerate(seqs):
+                    each = picked[row, : len(seq) + 1].tolist()
+                    total = sum(each)
+                    normalised = total / length_penalty(len(each), alpha)
+                    found.append(TargetScore(each, total, normalised))
+        finally:
+            model.train(was_training)
+        return found
 
 
 @dataclass

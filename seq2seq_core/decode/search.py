@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from ..task import DecodeDefaults
 from ..vocab import BOS, EOS, PAD
 
 
@@ -54,6 +55,19 @@ class Sampling:
         if not 0 < self.top_p <= 1:
             return f"top-p {self.top_p}: must be in (0, 1]"
         return None
+
+
+@dataclass(frozen=True)
+class Wanted:
+    """What a caller asks of a search beyond the task's settings (`DecodeDefaults`): `n`
+    outputs a source, the n best of the beam search (n at most the beam) or, with `sampling`,
+    n drawn ones. `incremental=False` recomputes the decoder over the whole prefix at each step
+    instead of keeping its cache (the same outputs, slower: what tests and the speed benchmark
+    compare the cache with)."""
+
+    n: int = 1
+    sampling: Sampling | None = None
+    incremental: bool = True
 
 
 def length_penalty(length, alpha: float):
@@ -99,24 +113,22 @@ class _Stepper:
     def __init__(
         self,
         model,
-        memory: Tensor,
-        src_pad: Tensor,
-        incremental: bool,
+        encoded: tuple[Tensor, Tensor],
         capacity: int,
-        constraint=None,
-        state: tuple | None = None,
+        incremental: bool,
+        constrained: tuple | None = None,
     ):
-        self.model, self.memory, self.src_pad = model, memory, src_pad
-        self.constraint, self.state = (
-            constraint,
-            state,
-        )  # the constraint's state: one row per sentence
+        """`encoded`: the encoder's (memory, src_pad); `capacity`: the most steps; `constrained`:
+        a constraint and its state, one row per sentence."""
+        self.model, (self.memory, src_pad) = model, encoded
+        self.src_pad = src_pad
+        self.constraint, self.state = constrained or (None, None)
         self.cache = None
         if incremental:
             self.cache = (
-                model.init_cache(memory, src_pad, capacity=capacity)
+                model.init_cache(self.memory, src_pad, capacity=capacity)
                 if _accepts(model.init_cache, "capacity")
-                else model.init_cache(memory, src_pad)
+                else model.init_cache(self.memory, src_pad)
             )
             self.memory = self.src_pad = None  # the cache holds what the steps read of them
         # finished sentences leave the batch, unless the model's cache cannot drop sentences
@@ -202,46 +214,33 @@ ROWS_PER_SEARCH = {"cpu": 512}  # hypotheses searched at once, by device type (n
 def search(
     model,
     src: Tensor,
-    beam: int,
-    alpha: float,
-    max_len_a: float,
-    max_len_b: int,
-    incremental: bool = True,
-    stop: str = "bound",
+    settings: DecodeDefaults,
     constraint=None,
+    incremental: bool = True,
 ) -> list[Hypothesis]:
     """The best hypothesis for each source row of src [B, S]: the first of `nbest`'s lists."""
-    return [
-        found[0]
-        for found in nbest(
-            model, src, beam, alpha, max_len_a, max_len_b, incremental, stop, constraint
-        )
-    ]
+    found = nbest(model, src, settings, Wanted(incremental=incremental), constraint)
+    return [best for best, *_ in found]
 
 
 def nbest(
     model,
     src: Tensor,
-    beam: int,
-    alpha: float,
-    max_len_a: float,
-    max_len_b: int,
-    incremental: bool = True,
-    stop: str = "bound",
+    settings: DecodeDefaults,
+    wanted: Wanted = Wanted(),
     constraint=None,
-    n: int = 1,
-    sampling: Sampling | None = None,
 ) -> list[list[Hypothesis]]:
-    """The n best hypotheses for each source row of src [B, S] (ids + EOS, right-padded), best
-    first, in the order of the rows (fewer where the search finished fewer: a maximum length of
-    0 admits one output).
+    """The `wanted.n` best hypotheses for each source row of src [B, S] (ids + EOS,
+    right-padded), best first, in the order of the rows (fewer where the search finished fewer:
+    a maximum length of 0 admits one output), searched with the beam, length penalty, maximum
+    length and stopping rule of `settings`.
 
-    beam == 1 is greedy search (n must be 1); beam > 1 beam search, n at most the beam, whose
-    first hypothesis does not depend on n. With `sampling`, n outputs are drawn for each source
-    instead (`_sample`; the beam plays no part), ranked by score. `incremental=False` recomputes
-    the decoder over the whole prefix at each step (same results, slower). The model is put in
-    eval mode for the search and given back in the mode it came in. `stop` is beam search's
-    stopping rule, "bound" or "beam" (see s2s.core.task.DecodeDefaults). Any model with the
+    settings.beam == 1 is greedy search (n must be 1); beam > 1 beam search, n at most the
+    beam, whose first hypothesis does not depend on n. With `wanted.sampling`, n outputs are
+    drawn for each source instead (`_sample`; the beam plays no part), ranked by score. The
+    model is put in eval mode for the search and given back in the mode it came in.
+    `settings.stop` is beam search's stopping rule, "bound" or "beam" (see
+    s2s.core.task.DecodeDefaults). Any model with the
     Transformer's encode / decode / init_cache / decode_step / reorder_cache and
     `max_positions` will do (an `s2s.core.decode.ensemble.Ensemble` does); when its init_cache
     takes `capacity` it is told the number of steps, and when its reorder_cache takes `keep`,
@@ -253,8 +252,9 @@ def nbest(
     steps (beam 21 over 128 parsing sentences: gigabytes), while products of 1,024 rows already
     run at the machine's rate. A GPU searches the whole batch at once.
     """
-    if stop not in ("bound", "beam"):
-        raise ValueError(f"stop must be 'bound' or 'beam', not {stop!r}")
+    beam, n, sampling = settings.beam, wanted.n, wanted.sampling
+    if settings.stop not in ("bound", "beam"):
+        raise ValueError(f"stop must be 'bound' or 'beam', not {settings.stop!r}")
     if sampling is None and not 1 <= n <= beam:
         raise ValueError(f"n must be between 1 and the beam ({beam}), not {n}")
     width = n if sampling is not None else beam  # rows a sentence takes
@@ -277,24 +277,22 @@ def nbest(
                 rows = None if state is None else tuple(x[lo : lo + per] for x in state)
                 memory, src_pad = model.encode(part)
                 src_len = (~src_pad).sum(1)
-                max_len = (max_len_a * src_len.double() + max_len_b).long()
+                max_len = (settings.max_len_a * src_len.double() + settings.max_len_b).long()
                 max_len = max_len.clamp(0, model.max_positions - 1)
                 stepper = _Stepper(
                     model,
-                    memory,
-                    src_pad,
-                    incremental,
-                    capacity=int(max_len.max()) + 1,
-                    constraint=constraint,
-                    state=rows,
+                    (memory, src_pad),
+                    int(max_len.max()) + 1,
+                    wanted.incremental,
+                    None if constraint is None else (constraint, rows),
                 )
                 if sampling is not None:
-                    seqs, scores = _sample(stepper, max_len, n, alpha, sampling, generator)
+                    seqs, scores = _sample(stepper, max_len, settings.alpha, wanted, generator)
                 elif beam == 1:
-                    seqs, scores = _greedy(stepper, max_len, alpha)
+                    seqs, scores = _greedy(stepper, max_len, settings.alpha)
                     seqs, scores = seqs[:, None], scores[:, None]
                 else:
-                    seqs, scores = _beam_search(stepper, max_len, beam, alpha, stop, n)
+                    seqs, scores = _beam_search(stepper, max_len, settings, n)
                 found += _hypotheses(seqs, scores)
     finally:
         model.train(was_training)
@@ -357,7 +355,7 @@ def _greedy(step: _Stepper, max_len: Tensor, alpha: float) -> tuple[Tensor, Tens
 
 
 def _sample(
-    step: _Stepper, max_len: Tensor, n: int, alpha: float, sampling: Sampling, generator
+    step: _Stepper, max_len: Tensor, alpha: float, wanted: Wanted, generator
 ) -> tuple[Tensor, Tensor]:
     """n outputs drawn for each of B sentences (b*n rows, sentence-major) [B, n, L], best score
     first, and their scores [B, n]: the sum of the log-probabilities the search sees (the model's,
@@ -365,6 +363,7 @@ def _sample(
 
     Each row draws its next token from softmax(logp / temperature) (`_draw`); rows that have
     ended take EOS until their sentence leaves the batch, once its n rows have ended."""
+    n, sampling = wanted.n, wanted.sampling
     B, device = max_len.size(0), max_len.device
     seqs = torch.full((B * n, int(max_len.max()) + 2), PAD, dtype=torch.long, device=device)
     seqs[:, 0] = BOS
@@ -468,7 +467,7 @@ def _keep_order(done: Tensor) -> Tensor:
 
 
 def _beam_search(
-    step: _Stepper, max_len: Tensor, k: int, alpha: float, stop: str, n: int = 1
+    step: _Stepper, max_len: Tensor, settings: DecodeDefaults, n: int = 1
 ) -> tuple[Tensor, Tensor]:
     """Beam search over B sentences at once, k live hypotheses each (b*k rows, sentence-major);
     the n <= k best finished hypotheses of each sentence [B, n, L] and their scores [B, n].
@@ -485,6 +484,7 @@ def _beam_search(
     hypotheses of a sentence keep their rows where they can (`_stable_slots`): their order in
     the beam is not their rank.
     """
+    k, alpha, stop = settings.beam, settings.alpha, settings.stop
     B, device = max_len.size(0), max_len.device
     best_score = torch.full((B, n), -torch.inf, device=device)
     best_seq = torch.full((B, n, int(max_len.max()) + 2), PAD, dtype=torch.long, device=device)

@@ -12,37 +12,32 @@ from typing import Sequence
 
 import torch
 
+from ..decode.batched import Decoder
+from ..decode.search import sentences_per_batch
 from ..vocab import BOS, EOS, PAD, SPECIALS
 from .export import tokenizers_of, tokens_of
 
 
-def decode_ctranslate2(
-    translator,
-    task,
-    sources: Sequence[str],
-    settings,
-    beam: int | None = None,
-    max_batch_size: int = 128,
-    max_positions: int | None = None,
-) -> list[list[int]]:
+def decode_ctranslate2(translator, like: Decoder, sources: Sequence[str]) -> list[list[int]]:
     """Target ids (no specials) for each source line, decoded by a ctranslate2.Translator over an
-    export, with the task's settings and `s2s generate`'s maximum lengths; `beam` overrides
-    settings.beam; `max_positions`: the model's, which also bounds the length. One batch decodes to
-    its longest sentence's limit; greedy search is prefix-consistent, so cutting each sentence at
+    export as `like` decodes: its task, its settings (beam, length penalty), its batch size and
+    `s2s generate`'s maximum lengths, within its model's positions. One batch decodes to its
+    longest sentence's limit; greedy search is prefix-consistent, so cutting each sentence at
     its own limit gives what a search with that limit gives."""
+    task, settings, max_positions = like.task, like.settings, like.model.max_positions
+    max_batch_size = sentences_per_batch(like.max_sentences, like.device)
     src, tgt = tokenizers_of(task)
     src_tokens = tokens_of(src)
     tgt_ids = {t: i for i, t in enumerate(tokens_of(tgt))}
     ids = task.encode_source(list(sources))
     order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
     out: list[list[int]] = [[] for _ in ids]
-    beam = settings.beam if beam is None else beam
     for start in range(0, len(order), max_batch_size):
         batch = order[start : start + max_batch_size]
         limits = [max_len(len(ids[i]) + 1, settings, max_positions) for i in batch]
         results = translator.translate_batch(
             [[src_tokens[t] for t in ids[i]] for i in batch],
-            beam_size=beam,
+            beam_size=settings.beam,
             length_penalty=settings.alpha,
             max_decoding_length=max(limits) + 1,
             min_decoding_length=0,

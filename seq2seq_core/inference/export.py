@@ -37,6 +37,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -61,18 +62,26 @@ QUANTIZATIONS = (
 )
 
 
-def export(
-    run_dir: str,
-    to: str,
-    output: str,
-    registry,
-    quantization: str | None = None,
-    force: bool = False,
-) -> Path:
-    """Write the run's model (what `s2s generate RUN_DIR` decodes with) in format `to` into
-    `output`."""
+@dataclass(frozen=True)
+class ExportJob:
+    """One `s2s export`: the run, the format (`FORMATS`), the output folder, CTranslate2's
+    quantization (`QUANTIZATIONS`; None: its default), and whether a previous export there may
+    be replaced."""
+
+    run_dir: str
+    to: str
+    output: str
+    quantization: str | None = None
+    force: bool = False
+
+
+def export(job: ExportJob, registry) -> Path:
+    """Write the run's model (what `s2s generate RUN_DIR` decodes with) in format `job.to` into
+    `job.output`."""
     from ..training.rundir import run_dir_of
     from . import load_for_inference
+
+    run_dir, to, output, quantization = job.run_dir, job.to, job.output, job.quantization
 
     if to not in FORMATS:
         raise ExportError(f"unknown export format {to!r}: choose one of {', '.join(FORMATS)}")
@@ -83,7 +92,7 @@ def export(
             f"unknown quantization {quantization!r}: choose one of {', '.join(QUANTIZATIONS)}"
         )
     out = Path(output)
-    replaceable(out, run_dir_of(run_dir), force)
+    replaceable(out, run_dir_of(run_dir), job.force)
     config = Path(run_dir) / "config.yaml"
     if config.is_file() and OmegaConf.load(config).get("tasks"):
         raise ExportError(
@@ -110,7 +119,9 @@ def export(
         marker = {"format": to, "source": str(run_dir_of(run_dir).resolve()), "files": files}
         (tmp / MARKER).write_text(json.dumps(marker, indent=1) + "\n", encoding="utf-8")
         if out.exists():
-            replaceable(out, run_dir_of(run_dir), force)  # again: nothing came into it meanwhile
+            replaceable(
+                out, run_dir_of(run_dir), job.force
+            )  # again: nothing came into it meanwhile
             shutil.rmtree(out)
         os.replace(tmp, out)
     finally:

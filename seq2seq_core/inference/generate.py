@@ -22,15 +22,8 @@ import torch
 
 from .. import textio
 from ..data.members import decode_settings
-from ..decode.batched import (
-    Wanted,
-    outputs,
-    prefix_problem,
-    prepared_sources,
-    target_scores,
-    unknown_words,
-)
-from ..decode.search import sentences_per_batch
+from ..decode.batched import Decoder, Forced, prefix_problem, prepared_sources, unknown_words
+from ..decode.search import Wanted, sentences_per_batch
 from ..decode.terminology import line_terms, placeable, read_terms
 from ..errors import ConfigError, DataError, UsageError
 from ..files import remove_stale_temporaries, replacing
@@ -71,6 +64,17 @@ class Job:
     beam_setting: str = "decode.beam"  # how the command line names the beam, for errors
 
 
+@dataclass(frozen=True)
+class InputLines:
+    """Raw source lines (bytes without "\\n"), the name warnings give them (a file, <stdin>),
+    and how many of the first were decoded before (a resumed `s2s label`): those are passed
+    over, and numbering goes on from them."""
+
+    raw: Iterable[bytes]
+    name: str
+    skip: int = 0
+
+
 class Counts(NamedTuple):
     """What `s2s generate` wrote: lines read, lines that could not be decoded, and lines for
     which the search found no output within the length limit (both got an empty line)."""
@@ -80,70 +84,51 @@ class Counts(NamedTuple):
     without_output: int
 
 
+def decoder_of(cfg, member, model) -> Decoder:
+    """The model searched with the member's decoding settings (the task's, with what the run's
+    decode section sets), on the model's device."""
+    device = next(model.parameters()).device
+    settings = decode_settings(member, cfg.decode)
+    return Decoder(model, member, settings, device, cfg.decode.max_sentences)
+
+
 def generate_lines(
-    model,
-    task,
-    cfg,
-    raw: Iterable[bytes],
-    name: str,
-    out: IO[str],
-    progress=None,
-    asked=Asked(),
-    skip: int = 0,
+    decoder: Decoder, lines: InputLines, out: IO[str], asked=Asked(), progress=None
 ) -> Counts:
-    """Write one output line to `out` for every raw source line (bytes without "\\n"), in
-    order, and return the `Counts`. The first `skip` lines are passed over (decoded before: a
-    resumed `s2s label`); numbering goes on from them.
+    """Write one output line to `out` for every raw source line of `lines`, in order, and
+    return the `Counts`.
 
     A line that cannot be decoded (invalid UTF-8, too long for the model's positions) gets an
     empty output line (JSON: no outputs) and a warning naming `name` and its line number; the
     rest goes on. Words the vocabulary never saw are named in a warning with their line. A
     prefix or target file is read whole first and must have a line for every input line."""
-    settings = decode_settings(task, cfg.decode)
-    device = next(model.parameters()).device
+    task, name = decoder.task, lines.name
     side = _side_lines(asked)
     pairs = _term_pairs(task, asked)
-    block = block_size(cfg, device)
-    raw = iter(raw)
-    number = sum(1 for _ in islice(raw, skip))
+    raw = iter(lines.raw)
+    number = sum(1 for _ in islice(raw, lines.skip))
     bad = missing = 0
-    while chunk := list(islice(raw, block)):
+    while chunk := list(islice(raw, block_size(decoder))):
         first = number + 1
-        lines = []
+        read = []
         for raw_line in chunk:
             number += 1
-            lines.append(_source_line(raw_line, name, number, task, model.max_positions))
-        good = [i for i, line in enumerate(lines) if line is not None]
-        bad += len(lines) - len(good)
-        sources = [lines[i] for i in good]
+            read.append(_source_line(raw_line, name, number, task, decoder.model.max_positions))
+        good = [i for i, line in enumerate(read) if line is not None]
+        bad += len(read) - len(good)
+        sources, numbers = [read[i] for i in good], [first + i for i in good]
         extra = None
         if side is not None:
-            extra = [_side_line(side, asked, first + i, name) for i in good]
+            extra = [_side_line(side, asked, n, name) for n in numbers]
         if asked.targets is not None:
-            numbers = [first + i for i in good]
-            answers = _rated(model, task, sources, extra, settings.alpha, device, numbers, asked)
+            answers = _rated(decoder, sources, extra, numbers, asked)
         else:
             if extra is not None:
-                _check_prefixes(
-                    task, sources, extra, [first + i for i in good], asked, settings, model
-                )
+                _check_prefixes(decoder, sources, extra, numbers, asked)
             terms = None
             if pairs is not None:
-                terms = _placed_terms(
-                    task, sources, pairs, [first + i for i in good], name, settings, model
-                )
-            found = outputs(
-                model,
-                task,
-                sources,
-                settings,
-                device,
-                cfg.decode.max_sentences,
-                progress=progress,
-                wanted=asked.wanted,
-                prefixes=extra,
-                terms=terms,
-            )
+                terms = _placed_terms(decoder, sources, pairs, numbers, name)
+            found = decoder.outputs(sources, asked.wanted, Forced(extra, terms), progress=progress)
             for i, outs in zip(good, found):
                 if not outs[0].found:
                     missing += 1
@@ -154,8 +139,8 @@ def generate_lines(
                         name,
                         first + i,
                     )
-            answers = _answers(model, task, sources, found, settings.alpha, asked, device)
-        result = [{"outputs": []} if asked.as_json() else ""] * len(lines)
+            answers = _answers(decoder, sources, found, asked)
+        result = [{"outputs": []} if asked.as_json() else ""] * len(read)
         for i, answer in zip(good, answers):
             result[i] = answer
         if asked.as_json():
@@ -175,10 +160,11 @@ def generate_lines(
     return Counts(number, bad, missing)
 
 
-def block_size(cfg, device) -> int:
+def block_size(decoder: Decoder) -> int:
     """The input lines `generate_lines` reads, decodes and writes at a time: what one call of
     `outputs` shares out over the threads (a resumed `s2s label` starts on a block's edge)."""
-    return sentences_per_batch(cfg.decode.max_sentences, device) * max(1, torch.get_num_threads())
+    per_batch = sentences_per_batch(decoder.max_sentences, decoder.device)
+    return per_batch * max(1, torch.get_num_threads())
 
 
 def _term_pairs(task, asked: Asked):
@@ -205,13 +191,14 @@ def _term_pairs(task, asked: Asked):
     return pairs
 
 
-def _placed_terms(task, sources, pairs, numbers, name, settings, model) -> list[list[list[int]]]:
+def _placed_terms(decoder: Decoder, sources, pairs, numbers, name) -> list[list[list[int]]]:
     """The target ids of the terms each line holds; terms beyond what the line's length limit
     fits are named in a warning with the line, and left out of that line's constraint."""
+    task, max_positions = decoder.task, decoder.model.max_positions
     found = line_terms(task, sources, pairs)
     placed = []
     for source, terms, number in zip(sources, found, numbers):
-        k = placeable(task, source, terms, settings, model.max_positions)
+        k = placeable(task, source, terms, decoder.settings, max_positions)
         if k < len(terms):
             log.warning(
                 "%s, line %d: the term(s) %s do not fit the output's length limit with the "
@@ -239,27 +226,26 @@ def _side_line(side: list[str], asked: Asked, number: int, name: str) -> str:
     return side[number - 1]
 
 
-def _check_prefixes(task, sources, prefixes, numbers, asked: Asked, settings, model) -> None:
+def _check_prefixes(decoder: Decoder, sources, prefixes, numbers, asked: Asked) -> None:
     """A prefix the target vocabulary cannot spell, or longer than its line's output may be, is
     a UsageError naming the file and line, before the chunk is decoded (`prefix_problem`)."""
+    task, settings, max_positions = decoder.task, decoder.settings, decoder.model.max_positions
     for source, prefix, number in zip(sources, prefixes, numbers):
-        problem = prefix_problem(task, source, prefix, settings, model.max_positions)
+        problem = prefix_problem(task, source, prefix, settings, max_positions)
         if problem:
             raise UsageError(f"{asked.prefixes}, line {number}: {problem}")
 
 
-def _answers(model, task, sources, found, alpha: float, asked: Asked, device) -> list:
+def _answers(decoder: Decoder, sources, found, asked: Asked) -> list:
     """Each line's answer: its best output, as the task displays it with `pretty`; or with
     `asked.as_json()` a JSON object with every output, its score and the model's log-probability."""
     if not asked.as_json():
         texts = [outs[0].text.replace("\r", " ").replace("\n", " ") for outs in found]
         if asked.pretty:
-            return [task.display(t).rstrip("\n") + "\n" if t else "" for t in texts]
+            return [decoder.task.display(t).rstrip("\n") + "\n" if t else "" for t in texts]
         return texts
     flat = [(i, out) for i, outs in enumerate(found) for out in outs]
-    rated = target_scores(
-        model, task, [sources[i] for i, _ in flat], [out.tokens for _, out in flat], alpha, device
-    )
+    rated = decoder.target_scores([sources[i] for i, _ in flat], [out.tokens for _, out in flat])
     answers = [[] for _ in found]
     for (i, out), r in zip(flat, rated):
         answers[i].append(
@@ -273,17 +259,18 @@ def _answers(model, task, sources, found, alpha: float, asked: Asked, device) ->
     return [{"outputs": a} for a in answers]
 
 
-def _rated(model, task, sources, targets, alpha: float, device, numbers, asked) -> list[dict]:
+def _rated(decoder: Decoder, sources, targets, numbers, asked) -> list[dict]:
     """The model's log-probabilities of the given target lines, one JSON object each; a target
     longer than the model's positions is a UsageError naming the file and line."""
-    ids = task.encode_target(list(targets))
+    ids = decoder.task.encode_target(list(targets))
+    limit = decoder.model.max_positions
     for seq, number in zip(ids, numbers):
-        if len(seq) + 1 > model.max_positions:
+        if len(seq) + 1 > limit:
             raise UsageError(
                 f"{asked.targets}, line {number}: {len(seq) + 1} target tokens; the model "
-                f"takes at most {model.max_positions} (model.max_positions)"
+                f"takes at most {limit} (model.max_positions)"
             )
-    rated = target_scores(model, task, sources, ids, alpha, device)
+    rated = decoder.target_scores(sources, ids)
     return [r.as_dict() for r in rated]
 
 
@@ -371,8 +358,7 @@ def generate_file(job: Job, registry, stdout) -> Counts:
                 else stdout
             )
             bar = stack.enter_context(progress(job.quiet, desc="generate", unit=" sent"))
-            return generate_lines(
-                model, member, cfg, raw, job.input or "<stdin>", out, bar, job.asked
-            )
+            lines = InputLines(raw, job.input or "<stdin>")
+            return generate_lines(decoder_of(cfg, member, model), lines, out, job.asked, bar)
     except OSError as e:  # a full disk, a closed pipe (reading errors are DataErrors)
         raise UsageError(f"cannot write {output or '<stdout>'}: {e.strerror or e}") from None

@@ -36,11 +36,11 @@ from typing import Sequence
 
 from .. import textio
 from ..data.members import decode_settings
-from ..decode.batched import Wanted
+from ..decode.search import Wanted
 from ..errors import DataError, UsageError
 from ..files import atomic_write_text, own_outputs, record_outputs, sha256
 from ..progress import progress
-from .generate import Asked, Job, block_size, generate_lines, loaded
+from .generate import Asked, InputLines, Job, block_size, decoder_of, generate_lines, loaded
 
 log = logging.getLogger("s2s")
 
@@ -100,8 +100,8 @@ def label(job: Labelling, registry) -> dict:
     for name in (MANIFEST, LABELS, SUMMARY, *corpus):
         if (folder / name).exists() and (folder / name).samefile(job.input):
             raise UsageError(f"--input {job.input} is {name} of --output {folder}: label elsewhere")
-    device = next(model.parameters()).device
-    block = block_size(cfg, device)
+    decoder = decoder_of(cfg, member, model)
+    block = block_size(decoder)
     wanted = {
         "runs": [str(Path(r).resolve()) for r in job.runs],
         "task": member.name,
@@ -129,8 +129,8 @@ def label(job: Labelling, registry) -> dict:
                 progress(job.quiet, desc="label", unit=" sent", total=total, initial=done) as bar,
             ):
                 out = _Synced(f, done, total)
-                raw = textio.raw_lines(job.input)
-                generate_lines(model, member, cfg, raw, job.input, out, bar, asked, skip=done)
+                source = InputLines(textio.raw_lines(job.input), job.input, skip=done)
+                generate_lines(decoder, source, out, asked, bar)
         finally:
             log.removeFilter(lines)
         if lines.held:

@@ -26,15 +26,8 @@ from ..data.members import (
     load_vocabularies,
     pick,
 )
-from ..decode.batched import (
-    Output,
-    TargetScore,
-    Wanted,
-    outputs,
-    prepared_sources,
-    target_scores,
-)
-from ..decode.search import Sampling
+from ..decode.batched import Decoder, Forced, Output, TargetScore, prepared_sources
+from ..decode.search import Sampling, Wanted
 from ..errors import CheckpointError
 from ..nn import precision
 from ..nn.model import Transformer
@@ -159,6 +152,14 @@ class Run:
         n = int(self.settings.max_len_a * source_tokens + self.settings.max_len_b)
         return max(0, min(n, self.model.max_positions - 1))
 
+    @property
+    def decoder(self) -> Decoder:
+        """The run's model searched with its member's settings, on the model's device."""
+        device = next(self.model.parameters()).device
+        return Decoder(
+            self.model, self.member, self.settings, device, self.cfg.decode.max_sentences
+        )
+
     def generate(self, lines: Sequence[str]) -> list[str]:
         """`s2s generate`'s output lines for input lines (raw text, prepared by the task)."""
         return [first.text for first, *_ in self.outputs(lines)]
@@ -183,31 +184,13 @@ class Run:
             sources = prepared_sources(self.member, lines)
             found = line_terms(self.member, sources, list(terms))
             spelled = [[spellings for _, _, spellings in here] for here in found]
-        return outputs(
-            self.model,
-            self.member,
-            lines,
-            self.settings,
-            next(self.model.parameters()).device,
-            self.cfg.decode.max_sentences,
-            raw=True,
-            wanted=Wanted(n, sampling),
-            prefixes=prefixes,
-            terms=spelled,
-        )
+        return self.decoder.outputs(lines, Wanted(n, sampling), Forced(prefixes, spelled), raw=True)
 
     def score(self, lines: Sequence[str], targets: Sequence[str]) -> list[TargetScore]:
         """The model's log-probability of each target line after its input line (raw text):
         each token's, their sum, and the sum over the search's length penalty."""
         sources = prepared_sources(self.member, lines)
-        return target_scores(
-            self.model,
-            self.member,
-            sources,
-            self.member.encode_target(list(targets)),
-            self.settings.alpha,
-            next(self.model.parameters()).device,
-        )
+        return self.decoder.target_scores(sources, self.member.encode_target(list(targets)))
 
 
 def load_run(

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ..data.members import Member, decode_settings
 from ..errors import DataError
-from ..decode.batched import hypotheses
+from ..decode.batched import Decoder
 from ..files import atomic_write_text
 from ..resampling import scored
 from ..task import Score
@@ -30,7 +30,7 @@ def score_test_split(search_model, member: Member, decode, device, run_dir: Path
         return None
     sources, refs = member.data.texts("test")
     settings = decode_settings(member.task, decode)
-    hyps = hypotheses(search_model, member, sources, settings, device, decode.max_sentences)
+    hyps = Decoder(search_model, member, settings, device, decode.max_sentences).hypotheses(sources)
     outputs = (member.postprocess(h, s) for h, s in zip(hyps, sources))
     atomic_write_text(run_dir / f"test{member.infix}.hyp.txt", "".join(h + "\n" for h in outputs))
     return scored(member, hyps, refs, sources)  # with 95% intervals where the task can give them

@@ -49,14 +49,9 @@ class Stream:
 
     def next(self) -> np.ndarray:
         if self._batches is None:
-            self._batches = epoch_batches(
-                self.member.data.splits["train"],
-                self.max_tokens,
-                self.seed,
-                self.epoch,
-                self.rank,
-                self.world,
-            )
+            train = self.member.data.splits["train"]
+            shard = (self.rank, self.world)
+            self._batches = epoch_batches(train, self.max_tokens, self.seed, self.epoch, shard)
         if self.pos == len(self._batches):
             self.epoch, self.pos = self.epoch + 1, 0
             self._batches = None

@@ -30,7 +30,7 @@ import torch
 
 from ..data.members import Member, decode_settings
 from ..data.prepared import token_batches
-from ..decode.batched import hypotheses
+from ..decode.batched import Decoder
 from ..resampling import scored
 from ..task import Constraint
 from ..vocab import EOS
@@ -145,14 +145,8 @@ def dev_score(search_model, member: Member, group, cfg):
     settings = decode_settings(member.task, cfg.decode)
     if cfg.run.valid_beam:
         settings = replace(settings, beam=min(settings.beam, cfg.run.valid_beam))
-    hyps = hypotheses(
-        search_model,
-        searched,
-        sources[group.rank :: group.world],
-        settings,
-        group.device,
-        cfg.decode.max_sentences,
-    )
+    decoder = Decoder(search_model, searched, settings, group.device, cfg.decode.max_sentences)
+    hyps = decoder.hypotheses(sources[group.rank :: group.world])
     heap.release()  # the search's caches, free now, are not kept on top of training's heap
     shares = group.gather(hyps)
     hyps = [shares[i % group.world][i // group.world] for i in range(len(sources))]

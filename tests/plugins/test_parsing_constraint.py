@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from s2s.core.task import DecodeDefaults
 from conftest import NLTK_DATA, needs
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from omegaconf import OmegaConf
-from s2s.core.decode.batched import source_batch
+from s2s.core.decode.batched import Decoder, source_batch
 from s2s.core.decode.search import search
 from s2s.core.nn.model import Transformer
 from s2s.core.setup.settings import ModelConfig
@@ -177,10 +178,7 @@ def test_constrained_search_on_an_untrained_model_writes_trees_over_the_words(
     hyps = search(
         model,
         src,
-        beam=beam,
-        alpha=0.3,
-        max_len_a=2.0,
-        max_len_b=2,
+        DecodeDefaults(beam=beam, alpha=0.3, max_len_a=2.0, max_len_b=2),
         constraint=task.constraint(sentences),
     )
     trees, repaired = task.rebuild([task.decode_target(h.tokens) for h in hyps], sentences)
@@ -241,7 +239,6 @@ def test_a_due_word_is_scored_as_any_word():
 def test_repairs_are_counted_right_when_batches_are_decoded_on_several_threads():
     """Decoding searches batches on 2 threads at once; score counts the repairs of the decoded
     hypotheses itself (postprocess keeps no count), the same as one sentence after the other."""
-    from s2s.core.decode.batched import decode_sources, hypotheses
     from s2s.core.task import DecodeDefaults
     from s2s.plugins.parsing.linearise import delinearise
 
@@ -256,8 +253,8 @@ def test_repairs_are_counted_right_when_batches_are_decoded_on_several_threads()
     threads = torch.get_num_threads()
     try:
         torch.set_num_threads(2)
-        hyps = hypotheses(model, task, sentences, settings, "cpu", max_sentences=2)
-        trees = decode_sources(model, task, sentences, settings, "cpu", max_sentences=2)
+        hyps = Decoder(model, task, settings, "cpu", 2).hypotheses(sentences)
+        trees = Decoder(model, task, settings, "cpu", 2).decode_sources(sentences)
     finally:
         torch.set_num_threads(threads)
     expected = [delinearise(h, s, "vinyals") for h, s in zip(hyps, sentences)]

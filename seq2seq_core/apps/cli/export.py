@@ -32,11 +32,10 @@ def add(subparsers, common) -> None:
 
 
 def run(args) -> int:
-    from ...inference.export import export
+    from ...inference.export import ExportJob, export
     from ..summary import export_lines
 
-    out = export(
-        args.run_dir, args.to, args.output, registry_of(args), args.quantization, args.force
-    )
+    job = ExportJob(args.run_dir, args.to, args.output, args.quantization, args.force)
+    out = export(job, registry_of(args))
     print("\n".join(export_lines(args.run_dir, args.to, out)))
     return 0

@@ -100,7 +100,7 @@ def run(args) -> int:
     so that what a plugin prints never lands among the output lines; the output goes to the
     real stdout. Options are checked before any model is loaded.
     """
-    from ...decode.batched import Wanted
+    from ...decode.search import Wanted
     from ...files import not_a_run_file, readable, writable
     from ...inference.generate import Asked, Job, generate_file
 

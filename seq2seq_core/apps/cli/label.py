@@ -55,7 +55,7 @@ def add(subparsers, common) -> None:
 
 
 def run(args) -> int:
-    from ...decode.batched import Wanted
+    from ...decode.search import Wanted
     from ...files import readable
     from ...inference.labelling import Labelling, label
 

@@ -14,12 +14,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from s2s.core.task import DecodeDefaults
 from conftest import task_keys, tiny_run
 from omegaconf import OmegaConf
 from s2s.core.apps.cli import main
 from s2s.core.data.members import decode_settings
 from s2s.core.data.prepared import prepare_data
-from s2s.core.decode.batched import hypotheses, source_batch
+from s2s.core.decode.batched import Decoder, source_batch
 from s2s.core.decode.search import search
 from s2s.core.errors import ExportError
 from s2s.core.inference import load_for_inference
@@ -90,10 +91,12 @@ def test_new_settings_train_and_search_incrementally_as_by_recomputing(demo_run)
             search(
                 model,
                 src,
-                beam=beam,
-                alpha=settings.alpha,
-                max_len_a=settings.max_len_a,
-                max_len_b=settings.max_len_b,
+                DecodeDefaults(
+                    beam=beam,
+                    alpha=settings.alpha,
+                    max_len_a=settings.max_len_a,
+                    max_len_b=settings.max_len_b,
+                ),
                 incremental=inc,
             )
             for inc in (True, False)
@@ -171,9 +174,9 @@ def test_attention_maps_of_a_run(demo_run, tmp_path, registry):
         _check_png(out / name)
     every = {k: {"1": ["1", "2"], "2": ["1", "2"]} for k in ("encoder", "decoder", "cross")}
     records = [_check_json(out / f"{n}.json", every) for n in (1, 2)]
-    searched = hypotheses(
-        model, member, sources, decode_settings(member, cfg.decode), torch.device("cpu")
-    )
+    searched = Decoder(
+        model, member, decode_settings(member, cfg.decode), torch.device("cpu")
+    ).hypotheses(sources)
     assert [r["hypothesis"] for r in records] == searched
     assert records[0]["source_tokens"] == sources[0].split() + ["</s>"]
     assert records[0]["decoder_input_tokens"][1:] == searched[0].split()
@@ -220,7 +223,7 @@ def test_one_layer_and_head_and_a_multitask_member(multitask_run, tmp_path, regi
     settings = decode_settings(member, OmegaConf.merge(cfg.decode, {"beam": 2}))
     assert (
         record["hypothesis"]
-        == hypotheses(model, member, sources[:1], settings, torch.device("cpu"))[0]
+        == Decoder(model, member, settings, torch.device("cpu")).hypotheses(sources[:1])[0]
     )
 
 
@@ -280,17 +283,14 @@ def test_ctranslate2_takes_the_head_width_and_learned_positions(demo_run, tmp_pa
     ours = search(
         model,
         source_batch(member.encode_source(sources)),
-        beam=1,
-        alpha=settings.alpha,
-        max_len_a=settings.max_len_a,
-        max_len_b=settings.max_len_b,
+        DecodeDefaults(
+            beam=1, alpha=settings.alpha, max_len_a=settings.max_len_a, max_len_b=settings.max_len_b
+        ),
     )
     theirs = decode_ctranslate2(
         ctranslate2.Translator(str(tmp_path / "ct2")),
-        member.task,
+        Decoder(model, member.task, settings),
         sources,
-        settings,
-        max_positions=model.max_positions,
     )
     assert theirs == [h.tokens for h in ours]
 

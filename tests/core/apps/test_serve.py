@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 from cli_checks import s2s
+from s2s.core.task import DecodeDefaults
 from conftest import NLTK_DATA, needs, task_keys, tiny_run
 from s2s.core.apps.serve import (
     MAX_BODY,
@@ -253,7 +254,9 @@ def test_unknown_words_are_named_and_scores_are_the_searchs(demo_run, demo_serve
     assert status == 200 and answer["unknown_words"] == [[], ["zebra"]]
     cfg, member, model = load_for_inference(demo_run, Registry.installed())
     hyp = search(
-        model, source_batch(member.encode_source(["the dog sees a cat"])), 4, 0.6, 1.0, 10
+        model,
+        source_batch(member.encode_source(["the dog sees a cat"])),
+        DecodeDefaults(beam=4, alpha=0.6, max_len_a=1.0, max_len_b=10),
     )[0]
     assert abs(answer["scores"][0] - hyp.score) < 1e-3
 

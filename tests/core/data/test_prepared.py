@@ -30,7 +30,7 @@ def test_ranks_get_disjoint_equal_shares(tmp_path):
     lens = np.random.default_rng(1).integers(1, 30, 999)
     off = np.concatenate([[0], np.cumsum(lens)])
     split = Split(np.zeros(off[-1], np.int32), np.zeros(off[-1], np.int32), off, off)
-    shares = [epoch_batches(split, 200, seed=1, epoch=0, rank=r, world=2) for r in range(2)]
+    shares = [epoch_batches(split, 200, seed=1, epoch=0, shard=(r, 2)) for r in range(2)]
     assert len(shares[0]) == len(shares[1])
     a, b = (set(np.concatenate(s).tolist()) for s in shares)
     assert not a & b

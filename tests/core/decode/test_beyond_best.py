@@ -5,9 +5,10 @@ import itertools
 
 import pytest
 import torch
+from s2s.core.task import DecodeDefaults
 from s2s.core.decode.constraints import Prefix, joined
 from s2s.core.decode.ensemble import Ensemble
-from s2s.core.decode.search import Sampling, length_penalty, nbest, search
+from s2s.core.decode.search import Sampling, Wanted, length_penalty, nbest, search
 from s2s.core.vocab import EOS
 
 from test_search import ToyModel, log_probs, sources, transformer
@@ -21,7 +22,12 @@ def test_a_wide_beam_finds_the_exact_n_best():
     vocab, max_len, n = 5, 6, 6
     model = ToyModel(vocab, ends_at=2.0)
     src = torch.tensor([[3, 3, EOS], [4, 3, EOS]])
-    found = nbest(model, src, 2**max_len, 0.6, 0.0, max_len, n=n)
+    found = nbest(
+        model,
+        src,
+        DecodeDefaults(beam=2**max_len, alpha=0.6, max_len_a=0.0, max_len_b=max_len),
+        Wanted(n=n),
+    )
     outputs = [list(y) for k in range(max_len + 1) for y in itertools.product([3, 4], repeat=k)]
     for i, hyps in enumerate(found):
         sums = log_probs(model, src[i : i + 1], outputs)
@@ -35,9 +41,9 @@ def test_a_wide_beam_finds_the_exact_n_best():
 @pytest.mark.parametrize("stop", ["bound", "beam"])
 def test_the_first_of_an_n_best_list_is_the_single_best(make, stop):
     model, src = make(), sources([3, 7, 1, 5, 2, 6])
-    single = search(model, src, beam=4, stop=stop, **SETTINGS)
+    single = search(model, src, DecodeDefaults(beam=4, stop=stop, **SETTINGS))
     for n in (2, 4):
-        found = nbest(model, src, 4, **SETTINGS, stop=stop, n=n)
+        found = nbest(model, src, DecodeDefaults(beam=4, **SETTINGS, stop=stop), Wanted(n=n))
         assert [hyps[0].tokens for hyps in found] == [h.tokens for h in single]
         assert [hyps[0].score for hyps in found] == pytest.approx([h.score for h in single])
         for hyps in found:
@@ -48,19 +54,24 @@ def test_the_first_of_an_n_best_list_is_the_single_best(make, stop):
 
 def test_n_must_fit_the_beam():
     with pytest.raises(ValueError, match="between 1 and the beam"):
-        nbest(ToyModel(), sources([3]), 2, **SETTINGS, n=3)
+        nbest(ToyModel(), sources([3]), DecodeDefaults(beam=2, **SETTINGS), Wanted(n=3))
 
 
 def test_sampling_repeats_for_a_seed_and_differs_for_another():
     model, src = transformer(), sources([3, 7, 1, 5])
     draw = lambda seed, **kw: [  # noqa: E731
         [h.tokens for h in hyps]
-        for hyps in nbest(model, src, 4, **SETTINGS, n=4, sampling=Sampling(seed=seed, **kw))
+        for hyps in nbest(
+            model,
+            src,
+            DecodeDefaults(beam=4, **SETTINGS),
+            Wanted(n=4, sampling=Sampling(seed=seed, **kw)),
+        )
     ]
     assert draw(1) == draw(1)
     assert draw(1) != draw(2)
     assert any(len({tuple(t) for t in outs}) > 1 for outs in draw(1))  # samples vary
-    greedy = [h.tokens for h in search(model, src, beam=1, **SETTINGS)]
+    greedy = [h.tokens for h in search(model, src, DecodeDefaults(beam=1, **SETTINGS))]
     # the most probable token only: top-k 1, a tiny nucleus, or nearly zero temperature is greedy
     for only_best in (dict(top_k=1), dict(top_p=1e-6), dict(temperature=1e-4)):
         assert [outs[0] for outs in draw(3, **only_best)] == greedy
@@ -69,7 +80,9 @@ def test_sampling_repeats_for_a_seed_and_differs_for_another():
 
 def test_samples_are_ranked_and_scored_as_the_search_scores():
     model, src = transformer(), sources([4, 2])
-    found = nbest(model, src, 4, **SETTINGS, n=3, sampling=Sampling(seed=5))
+    found = nbest(
+        model, src, DecodeDefaults(beam=4, **SETTINGS), Wanted(n=3, sampling=Sampling(seed=5))
+    )
     for i, hyps in enumerate(found):
         assert [h.score for h in hyps] == sorted((h.score for h in hyps), reverse=True)
         sums = log_probs(model, src[i : i + 1, : int(src[i].ne(0).sum())], [h.tokens for h in hyps])
@@ -87,8 +100,15 @@ def test_sampling_settings_name_what_is_wrong():
 @pytest.mark.parametrize("incremental", [True, False])
 def test_an_ensemble_of_a_model_with_itself_is_that_model(incremental):
     model, src = transformer(), sources([3, 7, 1, 5, 2])
-    alone = nbest(model, src, 3, **SETTINGS, incremental=incremental, n=2)
-    twice = nbest(Ensemble([model, model]), src, 3, **SETTINGS, incremental=incremental, n=2)
+    alone = nbest(
+        model, src, DecodeDefaults(beam=3, **SETTINGS), Wanted(incremental=incremental, n=2)
+    )
+    twice = nbest(
+        Ensemble([model, model]),
+        src,
+        DecodeDefaults(beam=3, **SETTINGS),
+        Wanted(incremental=incremental, n=2),
+    )
     assert [[h.tokens for h in hs] for hs in twice] == [[h.tokens for h in hs] for hs in alone]
     assert [h.score for hs in twice for h in hs] == pytest.approx(
         [h.score for hs in alone for h in hs], abs=1e-4
@@ -109,26 +129,36 @@ def test_an_ensemble_averages_probabilities_of_models_of_different_shapes():
     expected = (small(src, tgt).softmax(-1) + other(src, tgt).softmax(-1)) / 2
     assert torch.allclose(mixed, expected, atol=1e-5)
     assert both.max_positions == 40
-    found = [h.tokens for h in search(both, src, beam=3, **SETTINGS)]
-    assert found != [h.tokens for h in search(small, src, beam=3, **SETTINGS)] or found != [
-        h.tokens for h in search(other, src, beam=3, **SETTINGS)
-    ]
+    found = [h.tokens for h in search(both, src, DecodeDefaults(beam=3, **SETTINGS))]
+    assert found != [
+        h.tokens for h in search(small, src, DecodeDefaults(beam=3, **SETTINGS))
+    ] or found != [h.tokens for h in search(other, src, DecodeDefaults(beam=3, **SETTINGS))]
 
 
 @pytest.mark.parametrize("sampling", [None, Sampling(seed=2)])
 def test_a_forced_prefix_starts_every_output_and_an_empty_one_changes_nothing(sampling):
     model, src = transformer(), sources([3, 7, 1])
     prefixes = [[5, 6, 7], [], [9]]
-    free = nbest(model, src, 3, **SETTINGS, n=3, sampling=sampling)
+    free = nbest(model, src, DecodeDefaults(beam=3, **SETTINGS), Wanted(n=3, sampling=sampling))
     forced = nbest(
-        model, src, 3, **SETTINGS, n=3, sampling=sampling, constraint=Prefix(prefixes, 20)
+        model,
+        src,
+        DecodeDefaults(beam=3, **SETTINGS),
+        Wanted(n=3, sampling=sampling),
+        constraint=Prefix(prefixes, 20),
     )
     for prefix, hyps, before in zip(prefixes, forced, free):
         assert all(h.tokens[: len(prefix)] == prefix for h in hyps)
         if not prefix:
             assert [h.tokens for h in hyps] == [h.tokens for h in before]
     if sampling is None:  # no prefix at all: the search's own outputs
-        empty = nbest(model, src, 3, **SETTINGS, n=3, constraint=Prefix([[], [], []], 20))
+        empty = nbest(
+            model,
+            src,
+            DecodeDefaults(beam=3, **SETTINGS),
+            Wanted(n=3),
+            constraint=Prefix([[], [], []], 20),
+        )
         assert [[h.tokens for h in hs] for hs in empty] == [[h.tokens for h in hs] for hs in free]
 
 
@@ -150,7 +180,7 @@ def test_a_prefix_joins_another_constraint():
 
     model, src = transformer(), sources([3, 7, 1])
     both = joined(NoSeven(), Prefix([[5], [6, 6], []], 20))
-    found = nbest(model, src, 3, **SETTINGS, n=2, constraint=both)
+    found = nbest(model, src, DecodeDefaults(beam=3, **SETTINGS), Wanted(n=2), constraint=both)
     for prefix, hyps in zip([[5], [6, 6], []], found):
         assert all(h.tokens[: len(prefix)] == prefix and 7 not in h.tokens for h in hyps)
     assert joined(None, None) is None
@@ -171,7 +201,12 @@ def test_samples_follow_the_model_distribution_after_temperature_and_nucleus():
     allowed[[0, 1]] = False  # PAD and BOS are never generated
     for temperature, top_p in [(1.0, 1.0), (0.5, 1.0), (1.0, 0.7)]:
         sampling = Sampling(temperature=temperature, top_p=top_p, seed=3)
-        (hyps,) = nbest(Fixed(), src, 4, 0.6, 0.0, 1, n=6000, sampling=sampling)
+        (hyps,) = nbest(
+            Fixed(),
+            src,
+            DecodeDefaults(beam=4, alpha=0.6, max_len_a=0.0, max_len_b=1),
+            Wanted(n=6000, sampling=sampling),
+        )
         counts = torch.bincount(
             torch.tensor([h.tokens[0] if h.tokens else EOS for h in hyps]), minlength=8
         )

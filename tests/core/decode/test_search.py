@@ -8,7 +8,7 @@ import torch
 from s2s.core.decode.search import length_penalty, search, top_k
 from s2s.core.nn.model import Transformer
 from s2s.core.setup.settings import ModelConfig
-from s2s.core.task import Constraint
+from s2s.core.task import Constraint, DecodeDefaults
 from s2s.core.vocab import BOS, EOS, PAD
 
 
@@ -104,7 +104,7 @@ def test_length_penalty():
 def test_greedy_is_argmax(name):
     model = MODELS[name]().eval()
     src = sources([3, 7, 5, 2, 6])
-    hyps = search(model, src, beam=1, alpha=0.6, max_len_a=1.0, max_len_b=5)
+    hyps = search(model, src, DecodeDefaults(beam=1, alpha=0.6, max_len_a=1.0, max_len_b=5))
     for i, hyp in enumerate(hyps):
         row, out = unpadded(src, i), []
         with torch.no_grad():
@@ -127,16 +127,16 @@ def test_batched_equals_one_at_a_time_and_incremental_equals_recompute(name, bea
     model = MODELS[name]()
     src = sources([3, 9, 1, 6, 5, 7])
     args = dict(beam=beam, alpha=0.6, max_len_a=1.2, max_len_b=4)
-    batched = search(model, src, **args)
-    recomputed = search(model, src, **args, incremental=False)
+    batched = search(model, src, DecodeDefaults(**args))
+    recomputed = search(model, src, DecodeDefaults(**args), incremental=False)
     assert [h.tokens for h in recomputed] == [h.tokens for h in batched]
     for i, hyp in enumerate(batched):
-        (alone,) = search(model, unpadded(src, i), **args)
+        (alone,) = search(model, unpadded(src, i), DecodeDefaults(**args))
         assert alone.tokens == hyp.tokens
         assert alone.score == pytest.approx(hyp.score, abs=1e-5)
         assert recomputed[i].score == pytest.approx(hyp.score, abs=1e-5)
     assert model.train().training
-    search(model, src, **args)
+    search(model, src, DecodeDefaults(**args))
     assert model.training  # generate restores the mode it found
 
 
@@ -147,7 +147,9 @@ def test_wide_beam_finds_the_exact_best(alpha):
     vocab, max_len = 5, 7  # outputs over {UNK, 4}: 255 of them
     model = ToyModel(vocab, ends_at=2.0)
     src = torch.tensor([[3, 3, EOS], [4, 3, EOS]])
-    hyps = search(model, src, beam=2**max_len, alpha=alpha, max_len_a=0.0, max_len_b=max_len)
+    hyps = search(
+        model, src, DecodeDefaults(beam=2**max_len, alpha=alpha, max_len_a=0.0, max_len_b=max_len)
+    )
     outputs = [list(y) for n in range(max_len + 1) for y in itertools.product([3, 4], repeat=n)]
     for i, hyp in enumerate(hyps):
         sums = log_probs(model, src[i : i + 1], outputs)
@@ -159,7 +161,9 @@ def test_wide_beam_finds_the_exact_best(alpha):
 
 def test_search_stops_early():
     model = ToyModel()
-    hyps = search(model, sources([4, 6, 2]), beam=4, alpha=0.6, max_len_a=0.0, max_len_b=50)
+    hyps = search(
+        model, sources([4, 6, 2]), DecodeDefaults(beam=4, alpha=0.6, max_len_a=0.0, max_len_b=50)
+    )
     assert model.steps < 20
     assert max(len(h.tokens) for h in hyps) < 20
 
@@ -168,11 +172,11 @@ def test_search_stops_early():
 def test_max_length_is_respected(beam):
     model = ToyModel(ends_at=1e4)  # EOS only when forced
     src = sources([2, 5, 8])
-    hyps = search(model, src, beam=beam, alpha=0.6, max_len_a=0.5, max_len_b=2)
+    hyps = search(model, src, DecodeDefaults(beam=beam, alpha=0.6, max_len_a=0.5, max_len_b=2))
     assert [len(h.tokens) for h in hyps] == [int(0.5 * (n + 1) + 2) for n in (2, 5, 8)]
     assert all(math.isfinite(h.score) for h in hyps)
     # and never beyond the model's positions: BOS + 63 tokens fill positions 0..63
-    hyps = search(model, src, beam=beam, alpha=0.6, max_len_a=1.0, max_len_b=1000)
+    hyps = search(model, src, DecodeDefaults(beam=beam, alpha=0.6, max_len_a=1.0, max_len_b=1000))
     assert [len(h.tokens) for h in hyps] == [63] * 3
 
 
@@ -202,7 +206,7 @@ def test_trained_copy_model_copies():
         loss.backward()
         opt.step()
     src = sources([3, 6, 5, 6, 2, 4], vocab, seed=7)
-    hyps = search(model, src, beam=4, alpha=0.6, max_len_a=1.0, max_len_b=5)
+    hyps = search(model, src, DecodeDefaults(beam=4, alpha=0.6, max_len_a=1.0, max_len_b=5))
     assert [h.tokens for h in hyps] == [row[row.gt(EOS)].tolist() for row in src]
 
 
@@ -228,13 +232,19 @@ def test_stop_when_beam_hypotheses_ended():
     exact bound, a score never above the exact search's (here lower for some sentences)."""
     src = sources([4, 6, 2, 7, 3, 5, 5, 8], vocab=12, seed=3)
     exact_model, beam_model = ToyModel(vocab=12, ends_at=8.0), ToyModel(vocab=12, ends_at=8.0)
-    exact = search(exact_model, src, beam=2, alpha=0.6, max_len_a=1.0, max_len_b=30)
-    fast = search(beam_model, src, beam=2, alpha=0.6, max_len_a=1.0, max_len_b=30, stop="beam")
+    exact = search(exact_model, src, DecodeDefaults(beam=2, alpha=0.6, max_len_a=1.0, max_len_b=30))
+    fast = search(
+        beam_model, src, DecodeDefaults(beam=2, alpha=0.6, max_len_a=1.0, max_len_b=30, stop="beam")
+    )
     assert beam_model.steps < exact_model.steps
     assert all(f.score <= e.score + 1e-6 for f, e in zip(fast, exact))
     assert 0 < sum(f.tokens == e.tokens for f, e in zip(fast, exact)) < len(src)
     with pytest.raises(ValueError, match="stop must be"):
-        search(ToyModel(), src, beam=3, alpha=0.6, max_len_a=1.0, max_len_b=8, stop="soon")
+        search(
+            ToyModel(),
+            src,
+            DecodeDefaults(beam=3, alpha=0.6, max_len_a=1.0, max_len_b=8, stop="soon"),
+        )
 
 
 class Increasing(Constraint):
@@ -279,12 +289,9 @@ def test_a_constraint_limits_every_hypothesis_to_what_it_allows(name, beam, incr
     hyps = search(
         model,
         src,
-        beam=beam,
-        alpha=0.6,
-        max_len_a=0.0,
-        max_len_b=4,
-        incremental=incremental,
+        DecodeDefaults(beam=beam, alpha=0.6, max_len_a=0.0, max_len_b=4),
         constraint=Increasing(src, vocab),
+        incremental=incremental,
     )
     for i, hyp in enumerate(hyps):
         want = int(src[i, 0]) % 3 + 1

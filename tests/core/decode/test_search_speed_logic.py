@@ -4,6 +4,7 @@ sentences leaving the batch, a batch searched in parts, dev search capped by the
 
 import pytest
 import torch
+from s2s.core.task import DecodeDefaults
 from s2s.core.decode.search import _keep_order, _stable_slots, search
 from s2s.core.nn.model import DecoderCache, Transformer
 from s2s.core.training.validation import LengthCap
@@ -72,17 +73,14 @@ def test_sentences_leave_by_filling_their_places_from_the_end():
 def test_a_length_cap_cuts_outputs_at_each_cap_and_changes_nothing_below_it(beam):
     model = transformer()
     src = sources([3, 6, 2, 5], vocab=20)
-    free = search(model, src, beam=beam, alpha=0.6, max_len_a=1.0, max_len_b=8)
+    free = search(model, src, DecodeDefaults(beam=beam, alpha=0.6, max_len_a=1.0, max_len_b=8))
     lengths = [len(h.tokens) for h in free]
     assert max(lengths) >= 3  # an untrained model writes on: the caps below bite
     caps = torch.tensor([2, 0, 30, 1])
     capped = search(
         model,
         src,
-        beam=beam,
-        alpha=0.6,
-        max_len_a=1.0,
-        max_len_b=8,
+        DecodeDefaults(beam=beam, alpha=0.6, max_len_a=1.0, max_len_b=8),
         constraint=LengthCap(None, caps, 20),
     )
     for h, f, c in zip(capped, free, caps.tolist()):
@@ -108,18 +106,27 @@ def test_a_batch_searched_in_parts_gives_what_the_whole_batch_gives(beam, monkey
     model = transformer()
     src = sources([3, 7, 5, 2, 6, 4, 1], vocab=20)
     whole = search(
-        model, src, beam=beam, alpha=0.6, max_len_a=0.0, max_len_b=4, constraint=Increasing(src, 20)
+        model,
+        src,
+        DecodeDefaults(beam=beam, alpha=0.6, max_len_a=0.0, max_len_b=4),
+        constraint=Increasing(src, 20),
     )
     monkeypatch.setitem(decoding.ROWS_PER_SEARCH, "cpu", 2 * beam)  # two sentences at a time
     parts = search(
-        model, src, beam=beam, alpha=0.6, max_len_a=0.0, max_len_b=4, constraint=Increasing(src, 20)
+        model,
+        src,
+        DecodeDefaults(beam=beam, alpha=0.6, max_len_a=0.0, max_len_b=4),
+        constraint=Increasing(src, 20),
     )
     assert [h.tokens for h in parts] == [h.tokens for h in whole]
     assert [h.score for h in parts] == pytest.approx([h.score for h in whole], abs=1e-5)
-    free = search(model, src, beam=beam, alpha=0.6, max_len_a=1.0, max_len_b=3)
+    free = search(model, src, DecodeDefaults(beam=beam, alpha=0.6, max_len_a=1.0, max_len_b=3))
     monkeypatch.setitem(decoding.ROWS_PER_SEARCH, "cpu", 10**6)
     assert [h.tokens for h in free] == [
-        h.tokens for h in search(model, src, beam=beam, alpha=0.6, max_len_a=1.0, max_len_b=3)
+        h.tokens
+        for h in search(
+            model, src, DecodeDefaults(beam=beam, alpha=0.6, max_len_a=1.0, max_len_b=3)
+        )
     ]
 
 

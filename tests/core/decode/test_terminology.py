@@ -2,7 +2,7 @@
 the beam, n-best or sampling, within the length limit; term files and term matching."""
 
 import pytest
-from s2s.core.decode.search import Sampling, nbest, search
+from s2s.core.decode.search import Sampling, Wanted, nbest, search
 from s2s.core.decode.terminology import Spelling, Terms, line_terms, placeable, read_terms
 from s2s.core.errors import DataError
 from s2s.core.task import DecodeDefaults
@@ -28,9 +28,13 @@ def holds(tokens, term):
 def test_every_output_holds_every_term_of_its_source(beam, n, sampling):
     model, src = transformer(), sources([3, 7, 1, 5, 2])
     terms = [[[5, 6]], [], [[9], [11, 12, 13]], [[7, 7]], [[4], [5], [6]]]
-    free = nbest(model, src, beam, **SETTINGS, n=n, sampling=sampling)
+    free = nbest(model, src, DecodeDefaults(beam=beam, **SETTINGS), Wanted(n=n, sampling=sampling))
     found = nbest(
-        model, src, beam, **SETTINGS, n=n, sampling=sampling, constraint=Terms(spelled(terms), 20)
+        model,
+        src,
+        DecodeDefaults(beam=beam, **SETTINGS),
+        Wanted(n=n, sampling=sampling),
+        constraint=Terms(spelled(terms), 20),
     )
     for ts, hyps, before in zip(terms, found, free):
         assert hyps and all(holds(h.tokens, t) for h in hyps for t in ts)
@@ -46,10 +50,7 @@ def test_terms_that_just_fit_the_length_limit_are_placed():
     (hyp,) = search(
         model,
         src,
-        beam=3,
-        alpha=0.6,
-        max_len_a=0.0,
-        max_len_b=4,
+        DecodeDefaults(beam=3, alpha=0.6, max_len_a=0.0, max_len_b=4),
         constraint=Terms(spelled([[[9], [11, 12, 13]]]), 20),
     )
     assert len(hyp.tokens) == 4 and holds(hyp.tokens, [9]) and holds(hyp.tokens, [11, 12, 13])
@@ -98,7 +99,7 @@ def test_terms_join_a_prefix():
 
     model, src = transformer(), sources([3, 5])
     both = joined(Prefix([[4], [8, 8]], 20), Terms(spelled([[[9, 10]], [[6]]]), 20))
-    found = nbest(model, src, 3, **SETTINGS, n=2, constraint=both)
+    found = nbest(model, src, DecodeDefaults(beam=3, **SETTINGS), Wanted(n=2), constraint=both)
     for prefix, term, hyps in zip([[4], [8, 8]], [[9, 10], [6]], found):
         assert all(h.tokens[: len(prefix)] == prefix and holds(h.tokens, term) for h in hyps)
 
@@ -108,7 +109,9 @@ def test_a_term_is_met_by_any_of_its_spellings():
     start): every output holds one of them; the shorter one fits where the other would not."""
     model, src = transformer(), sources([3, 6, 2])
     terms = [[[[5, 6], [7]]], [[[9, 9, 9], [8, 8]], [[4]]], [[[11, 12], [13]]]]
-    found = nbest(model, src, 4, **SETTINGS, n=4, constraint=Terms(terms, 20))
+    found = nbest(
+        model, src, DecodeDefaults(beam=4, **SETTINGS), Wanted(n=4), constraint=Terms(terms, 20)
+    )
     for line, hyps in zip(terms, found):
         for h in hyps:
             assert all(any(holds(h.tokens, x) for x in spellings) for spellings in line)
@@ -116,10 +119,7 @@ def test_a_term_is_met_by_any_of_its_spellings():
     (tight,) = search(
         model,
         sources([2]),
-        beam=3,
-        alpha=0.6,
-        max_len_a=0.0,
-        max_len_b=1,
+        DecodeDefaults(beam=3, alpha=0.6, max_len_a=0.0, max_len_b=1),
         constraint=Terms([[[[5, 6], [7]]]], 20),
     )
     assert tight.tokens == [7]
@@ -130,9 +130,21 @@ def test_a_first_only_spelling_begins_the_output_or_not_at_all():
     vocabulary) meets its term only as the output's first tokens, never glued to a word."""
     model, src = transformer(), sources([3, 6, 2, 5])
     start = Spelling((7, 8), first=True)
-    found = nbest(model, src, 4, **SETTINGS, n=4, constraint=Terms([[[[5], start]]] * 4, 20))
+    found = nbest(
+        model,
+        src,
+        DecodeDefaults(beam=4, **SETTINGS),
+        Wanted(n=4),
+        constraint=Terms([[[[5], start]]] * 4, 20),
+    )
     for hyps in found:
         for h in hyps:
             assert holds(h.tokens, [5]) or h.tokens[:2] == [7, 8]
-    forced = nbest(model, src, 4, **SETTINGS, n=4, constraint=Terms([[[start]]] * 4, 20))
+    forced = nbest(
+        model,
+        src,
+        DecodeDefaults(beam=4, **SETTINGS),
+        Wanted(n=4),
+        constraint=Terms([[[start]]] * 4, 20),
+    )
     assert all(h.tokens[:2] == [7, 8] for hyps in forced for h in hyps)

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from s2s.core.decode.batched import Decoder
+from s2s.core.task import DecodeDefaults
 from conftest import MULTI30K, multi30k_slice, needs
 from s2s.core.apps.cli import main
 from s2s.core.data.prepared import prepare_data
@@ -92,10 +94,9 @@ def _greedy(run_dir, registry, n=None):
     hyps = search(
         model,
         source_batch(ids),
-        beam=1,
-        alpha=settings.alpha,
-        max_len_a=settings.max_len_a,
-        max_len_b=settings.max_len_b,
+        DecodeDefaults(
+            beam=1, alpha=settings.alpha, max_len_a=settings.max_len_a, max_len_b=settings.max_len_b
+        ),
     )
     return task, model, settings, sources, [h.tokens for h in hyps]
 
@@ -183,11 +184,7 @@ def test_ctranslate2_greedy_equals_generate(registry, demo_run, tmp_path):
     _export(run_dir, "ctranslate2", tmp_path / "ct2_int8", "--quantization", "int8")
     task, model, settings, sources, ours = _greedy(run_dir, registry)
     theirs = decode_ctranslate2(
-        ctranslate2.Translator(str(tmp_path / "ct2")),
-        task,
-        sources,
-        settings,
-        max_positions=model.max_positions,
+        ctranslate2.Translator(str(tmp_path / "ct2")), Decoder(model, task, settings), sources
     )
     assert theirs == ours
     ends = [
@@ -221,7 +218,7 @@ def test_ctranslate2_greedy_equals_generate(registry, demo_run, tmp_path):
     )  # the converter works on copies
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
     int8 = decode_ctranslate2(
-        ctranslate2.Translator(str(tmp_path / "ct2_int8")), task, sources, settings
+        ctranslate2.Translator(str(tmp_path / "ct2_int8")), Decoder(model, task, settings), sources
     )
     assert len(int8) == len(sources)
     # the position table (64 rows) stays fp32
@@ -240,7 +237,9 @@ def test_ctranslate2_pre_norm(registry, tiny, tmp_path, capsys):
     _export(run_dir, "ctranslate2", tmp_path / "ct2")
     task, model, settings, sources, ours = _greedy(run_dir, registry)
     assert (
-        decode_ctranslate2(ctranslate2.Translator(str(tmp_path / "ct2")), task, sources, settings)
+        decode_ctranslate2(
+            ctranslate2.Translator(str(tmp_path / "ct2")), Decoder(model, task, settings), sources
+        )
         == ours
     )
     if importlib.util.find_spec("transformers") is not None:
@@ -336,7 +335,9 @@ def test_separate_subword_vocabularies(registry, tiny, tmp_path):
     _export(cfg.run.dir, "ctranslate2", tmp_path / "ct2")
     _export(cfg.run.dir, "huggingface", tmp_path / "hf")
     assert (
-        decode_ctranslate2(ctranslate2.Translator(str(tmp_path / "ct2")), task, sources, settings)
+        decode_ctranslate2(
+            ctranslate2.Translator(str(tmp_path / "ct2")), Decoder(model, task, settings), sources
+        )
         == ours
     )
     assert (
@@ -384,7 +385,9 @@ def test_multi30k_exports_equal_generate(registry, tiny, tmp_path):
     _export(cfg.run.dir, "ctranslate2", tmp_path / "ct2")
     _export(cfg.run.dir, "huggingface", tmp_path / "hf")
     assert (
-        decode_ctranslate2(ctranslate2.Translator(str(tmp_path / "ct2")), task, sources, settings)
+        decode_ctranslate2(
+            ctranslate2.Translator(str(tmp_path / "ct2")), Decoder(model, task, settings), sources
+        )
         == ours
     )
     assert (

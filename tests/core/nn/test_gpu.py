@@ -8,6 +8,7 @@ import json
 import pytest
 import torch
 from omegaconf import OmegaConf
+from s2s.core.task import DecodeDefaults
 from s2s.core.decode.search import search
 from s2s.core.nn.model import Transformer
 from s2s.core.setup.config import load_config
@@ -73,8 +74,10 @@ def test_beam_search_on_cuda_equals_cpu():
     old = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = False  # fp32 on both sides
     try:
-        on_cpu = search(model, src, beam=4, alpha=0.6, max_len_a=1.0, max_len_b=10)
-        on_gpu = search(model.cuda(), src.cuda(), beam=4, alpha=0.6, max_len_a=1.0, max_len_b=10)
+        on_cpu = search(model, src, DecodeDefaults(beam=4, alpha=0.6, max_len_a=1.0, max_len_b=10))
+        on_gpu = search(
+            model.cuda(), src.cuda(), DecodeDefaults(beam=4, alpha=0.6, max_len_a=1.0, max_len_b=10)
+        )
     finally:
         torch.backends.cuda.matmul.allow_tf32 = old
     same = 0

@@ -8,6 +8,7 @@ import sys
 
 import pytest
 import torch
+from s2s.core.task import DecodeDefaults
 from s2s.core import RUNTIME_ENV
 from s2s.core.decode.search import search
 from s2s.core.nn import precision
@@ -90,7 +91,7 @@ def test_search_copies_leave_the_model_alone_and_give_the_same_search_up_to_roun
         got = searched.decode(src[:, :4], *searched.encode(src)).float()
     assert (got - ref).abs().max() < 0.05 * ref.abs().max()
     # the same exact search on the converted model: outputs of the same form, one per sentence
-    hyps = search(searched, src, beam=3, alpha=0.6, max_len_a=1.0, max_len_b=3)
+    hyps = search(searched, src, DecodeDefaults(beam=3, alpha=0.6, max_len_a=1.0, max_len_b=3))
     assert len(hyps) == len(src) and all(len(h.tokens) <= src.size(1) + 3 for h in hyps)
     assert precision.for_inference(model, "fp32") is model
 

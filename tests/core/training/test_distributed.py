@@ -1,7 +1,7 @@
 """Data parallelism: 2 processes with batch B take the steps of 1 process with batch 2B, and of
 1 process with batch B and update_freq 2.
 
-The batch plan is the real one. With 2 processes, `epoch_batches(..., rank=r, world=2)` gives
+The batch plan is the real one. With 2 processes, `epoch_batches(..., shard=(r, 2))` gives
 process r its list R_r of token-count batches, and update i uses R_0[i] on process 0 and R_1[i]
 on process 1. The two single-process runs replace `epoch_batches` with a plan built from the same
 two lists, so that every update of every run covers exactly the same sentence pairs:

@@ -7,6 +7,7 @@ import sys
 
 import pytest
 import torch
+from s2s.core.decode.batched import Decoder
 from s2s.core.errors import TrainingError
 from s2s.core.setup.config import load_config
 from s2s.core.training import checkpoint
@@ -188,7 +189,6 @@ def test_batches_searched_in_parallel_equal_one_after_another(registry, tiny):
     from s2s.core.data.idspace import join
     from s2s.core.data.members import Member, build_task, decode_settings
     from s2s.core.data.prepared import prepare_data
-    from s2s.core.decode.batched import decode_sources
     from s2s.core.nn.model import Transformer
 
     cfg = _cfg(registry, tiny, "optim.max_updates=4")
@@ -199,9 +199,9 @@ def test_batches_searched_in_parallel_equal_one_after_another(registry, tiny):
     model.load_state_dict(checkpoint.load(checkpoint.listed(cfg.run.dir)[-1])["model"])
     sources = [s for s, _ in task.read_split("test")]
     settings = decode_settings(task, cfg.decode)
-    serial = decode_sources(model, task, sources, settings, "cpu", max_sentences=3)
+    serial = Decoder(model, task, settings, "cpu", 3).decode_sources(sources)
     torch.set_num_threads(2)
-    parallel = decode_sources(model, task, sources, settings, "cpu", max_sentences=3)
+    parallel = Decoder(model, task, settings, "cpu", 3).decode_sources(sources)
     assert torch.get_num_threads() == 2
     assert parallel == serial and len(serial) == 20
 
@@ -274,13 +274,14 @@ def test_run_valid_beam_narrows_only_the_dev_search(registry, tiny, monkeypatch)
     a larger run.valid_beam never widens the task's beam, and 0 keeps it."""
     import s2s.core.training.validation as validation
 
-    beams, real = [], validation.hypotheses
+    beams = []
 
-    def recording(model, task, sources, settings, *args):
-        beams.append(settings.beam)
-        return real(model, task, sources, settings, *args)
+    class Recording(validation.Decoder):
+        def hypotheses(self, sources, progress=None):
+            beams.append(self.settings.beam)
+            return super().hypotheses(sources, progress)
 
-    monkeypatch.setattr(validation, "hypotheses", recording)
+    monkeypatch.setattr(validation, "Decoder", Recording)
     for valid_beam, expected in ((1, 1), (50, 4), (0, 4)):
         beams.clear()
         result = train(
@@ -330,13 +331,12 @@ def test_a_budget_spent_while_validating_ends_the_run_at_that_update(registry, t
 
     import s2s.core.training.validation as validation
 
-    real = validation.hypotheses
+    class Slow(validation.Decoder):
+        def hypotheses(self, sources, progress=None):
+            time.sleep(4.0)  # longer than the whole budget below
+            return super().hypotheses(sources, progress)
 
-    def slow(*args):
-        time.sleep(4.0)  # longer than the whole budget below
-        return real(*args)
-
-    monkeypatch.setattr(validation, "hypotheses", slow)
+    monkeypatch.setattr(validation, "Decoder", Slow)
     cfg = _cfg(
         registry, tiny, "optim.max_updates=100", "run.valid_interval=2", "run.max_minutes=0.04"
     )  # 2.4 s: two tiny updates fit
