@@ -136,7 +136,7 @@ def batches_of(
     task, sources: list[str], max_sentences: int
 ) -> list[tuple[list[int], torch.Tensor]]:
     """(sentence numbers, padded source ids + EOS) per batch, sorted by length as `decode_sources` does."""
-    from s2s.core.data.prepared import chunks
+    from s2s.core.data.batches import chunks
     from s2s.core.decode.batched import source_batch
 
     ids = task.encode_source(sources)

@@ -84,7 +84,7 @@ def rss_mib() -> dict:
 
 def child(precision: str, updates: int, every: int, run_dir: str, overrides: list[str]) -> None:
     """Take `updates` updates of the race's trainer; print its heap trace as JSON."""
-    from s2s.core.data.prepared import epoch_batches
+    from s2s.core.data.batches import epoch_batches
     from s2s.core.setup.config import load_config
     from s2s.core.setup.registry import Registry
     from s2s.core.training.trainer import Trainer

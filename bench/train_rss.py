@@ -34,7 +34,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 def child(data_dir: str, cache_dir: str, run_dir: str, updates: int, threads: int) -> None:
     """Build the trainer on the prepared corpus and take `updates` updates; print RSS as JSON."""
-    from s2s.core.data.prepared import epoch_batches
+    from s2s.core.data.batches import epoch_batches
     from s2s.core.setup.config import load_config
     from s2s.core.setup.registry import Registry
     from s2s.core.training.trainer import Trainer

@@ -25,7 +25,7 @@ import torch
 from .. import textio
 from ..data.idspace import N_SPECIAL
 from ..data.members import decode_settings
-from ..data.prepared import chunks
+from ..data.batches import chunks
 from ..decode.batched import prepared_sources, source_batch
 from ..decode.search import search, sentences_per_batch
 from ..errors import ConfigError, UsageError

@@ -16,7 +16,7 @@ from typing import Sequence
 
 import torch
 
-from ..data.prepared import chunks
+from ..data.batches import chunks
 from ..errors import plugin_error
 from ..task import DecodeDefaults, Task
 from ..vocab import BOS, EOS, PAD, UNK

@@ -13,7 +13,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..data.prepared import epoch_batches
+from ..data.batches import epoch_batches
 
 
 def probabilities(members: list, temperature: float) -> np.ndarray:

@@ -29,7 +29,7 @@ from typing import Callable
 import torch
 
 from ..data.members import Member, decode_settings
-from ..data.prepared import token_batches
+from ..data.batches import token_batches
 from ..decode.batched import Decoder
 from ..resampling import scored
 from ..task import Constraint

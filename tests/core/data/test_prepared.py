@@ -5,7 +5,8 @@ import os
 import numpy as np
 import pytest
 from omegaconf import OmegaConf
-from s2s.core.data.prepared import epoch_batches, prepare_data, token_batches
+from s2s.core.data.batches import epoch_batches, token_batches
+from s2s.core.data.prepared import prepare_data
 from s2s.core.errors import DataError
 from s2s.core.setup.settings import DataConfig
 from s2s.core.vocab import BOS, EOS, PAD

@@ -1,0 +1,65 @@
+"""Batches of a prepared split: pairs packed by padded size (`token_batches`, the paper's ~25k
+source + ~25k target tokens a batch), one epoch's share for each process (`epoch_batches`), and
+fixed-size chunks of any sequence (`chunks`: the sentences decoded together)."""
+
+from __future__ import annotations
+
+from typing import Iterator, Sequence
+
+import numpy as np
+
+from ..errors import DataError
+from .prepared import Split
+
+
+def token_batches(
+    src_lens: np.ndarray, tgt_lens: np.ndarray, max_tokens: int, seed: int, shuffle: bool = True
+) -> list[np.ndarray]:
+    """Index arrays of batches whose padded source and target sizes stay within max_tokens.
+
+    Pairs are sorted by (target, source) length, ties broken at random, packed greedily in that
+    order, and the batches shuffled; with the same seed the batches are the same.
+    """
+    n = len(src_lens)
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(n) if shuffle else np.arange(n)
+    order = order[np.lexsort((src_lens[order], tgt_lens[order]))]
+    s_sorted, t_sorted = src_lens[order], tgt_lens[order]
+    # A batch is the longest run from `start` whose size times its longest source and target
+    # stays within max_tokens (at least one pair). Targets are sorted, so the run is shorter than
+    # max_tokens // (its first target length) + 1: only that window is looked at.
+    count = np.arange(1, max_tokens + 2)
+    batches, start = [], 0
+    while start < n:
+        end = min(n, start + max_tokens // max(1, int(t_sorted[start])) + 1)
+        ok = (np.maximum.accumulate(s_sorted[start:end]) * count[: end - start] <= max_tokens) & (
+            np.maximum.accumulate(t_sorted[start:end]) * count[: end - start] <= max_tokens
+        )
+        size = max(1, int(ok.argmin()) if not ok.all() else end - start)
+        batches.append(order[start : start + size])
+        start += size
+    if shuffle:
+        rng.shuffle(batches)
+    return batches
+
+
+def epoch_batches(
+    split: Split, max_tokens: int, seed: int, epoch: int, shard: tuple[int, int] = (0, 1)
+) -> list[np.ndarray]:
+    """The batches for `epoch` of the process `shard` = (rank, world): every rank gets a
+    different share, all the same count."""
+    rank, world = shard
+    batches = token_batches(
+        split.src_lens, split.tgt_lens, max_tokens, seed=seed * 1_000_003 + epoch
+    )
+    per_rank = len(batches) // world
+    if per_rank == 0:
+        raise DataError(
+            f"{len(batches)} batches cannot be shared by {world} processes: lower data.max_tokens"
+        )
+    return batches[rank * per_rank : (rank + 1) * per_rank]
+
+
+def chunks(items: Sequence, size: int) -> Iterator[Sequence]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]
