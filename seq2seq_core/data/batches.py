@@ -1,5 +1,5 @@
 """Batches of a prepared split: pairs packed by padded size (`token_batches`, the paper's ~25k
-source + ~25k target tokens a batch), one epoch's share for each process (`epoch_batches`), and
+source + ~25k target tokens a batch), an epoch's batches in training order (`epoch_batches`), and
 fixed-size chunks of any sequence (`chunks`: the sentences decoded together)."""
 
 from __future__ import annotations
@@ -8,7 +8,6 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from ..errors import DataError
 from .prepared import Split
 
 
@@ -43,21 +42,10 @@ def token_batches(
     return batches
 
 
-def epoch_batches(
-    split: Split, max_tokens: int, seed: int, epoch: int, shard: tuple[int, int] = (0, 1)
-) -> list[np.ndarray]:
-    """The batches for `epoch` of the process `shard` = (rank, world): every rank gets a
-    different share, all the same count."""
-    rank, world = shard
-    batches = token_batches(
-        split.src_lens, split.tgt_lens, max_tokens, seed=seed * 1_000_003 + epoch
-    )
-    per_rank = len(batches) // world
-    if per_rank == 0:
-        raise DataError(
-            f"{len(batches)} batches cannot be shared by {world} processes: lower data.max_tokens"
-        )
-    return batches[rank * per_rank : (rank + 1) * per_rank]
+def epoch_batches(split: Split, max_tokens: int, seed: int, epoch: int) -> list[np.ndarray]:
+    """Every batch of `epoch`, in the order training takes them: one list, the same for any
+    number of processes (`s2s.core.training.schedule.Stream` shares each update's batches out)."""
+    return token_batches(split.src_lens, split.tgt_lens, max_tokens, seed=seed * 1_000_003 + epoch)
 
 
 def chunks(items: Sequence, size: int) -> Iterator[Sequence]:

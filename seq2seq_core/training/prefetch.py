@@ -39,15 +39,12 @@ class Prefetch:
             ]
         return indices, batches
 
-    def ahead(self, member, stream, count: int) -> None:
-        """Start building the next `count` batches of `stream` (a Stream of `member`), from a
-        copy of it: the stream itself does not move."""
+    def ahead(self, member, stream) -> None:
+        """Start building this process's batches of the next update of `stream` (a Stream of
+        `member`), from a copy of it: the stream itself does not move."""
         if self.pool is not None:
             peek = copy.copy(stream)
-            self.pending = (
-                member,
-                self.pool.submit(self._build, member, lambda: [peek.next() for _ in range(count)]),
-            )
+            self.pending = (member, self.pool.submit(self._build, member, peek.update_batches))
 
     def take(self, member, batches: list) -> list[dict]:
         pending, self.pending = self.pending, None

@@ -1,5 +1,6 @@
-"""The random number streams of a run, saved and restored whole, so that a resumed run draws
-the same dropout masks as one never stopped and validation never shifts them."""
+"""The random number streams of a run: seeded at the start, and kept as they were around work
+that draws from them besides training (validation, `rng_preserved`). Training's dropout does not
+depend on them: each batch reseeds from its update and slot (`s2s.core.training.schedule`)."""
 
 from __future__ import annotations
 

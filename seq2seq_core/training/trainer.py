@@ -9,9 +9,12 @@ so 2 processes with batch B, 1 process with batch 2B and 1 process with batch B 
 
 One training holds a run directory at a time (`s2s.core.training.rundir.claim`). Running the
 same command on the same run directory resumes from the newest readable checkpoint: model,
-optimiser, loss scale, update count, every member's data position and every process's RNG
-states. Validation (`s2s.core.training.validation`) runs with the RNG states saved and restored
-around it, so a resumed run follows the same path as one never stopped, bit for bit on CPU.
+optimiser, loss scale, update count and every member's data position, which is one sequence of
+batches for all processes (`s2s.core.training.schedule`); every batch's dropout masks are drawn
+from a seed of its update and slot. So a resumed run follows the same path as one never stopped,
+bit for bit on CPU at the same process count, and within the reduction's rounding at any other
+count with the same global batch (processes x optim.update_freq). Validation
+(`s2s.core.training.validation`) runs with the RNG states saved and restored around it.
 Figures go to RUN_DIR/metrics.jsonl (`s2s.core.training.runlog`, the train records summed up by
 `s2s.core.training.tally`). At the end the Trainer chooses the model to test on dev (`select`)
 and tests it (`test`); `s2s.core.training.result` writes the outputs and result.json.
@@ -39,9 +42,9 @@ from . import checkpoint, result, rundir, transfer
 from .agreement import Read, check_members
 from .distributed import Group
 from .prefetch import Prefetch
-from .rng import rng_state, seed_everything, set_rng_state
+from .rng import seed_everything
 from .runlog import RunLog
-from .schedule import Stream, draw, probabilities
+from .schedule import Share, Stream, draw, dropout_seed, probabilities
 from .tally import Tally
 from .validation import DevModels, bounds, evaluate_dev
 
@@ -111,8 +114,8 @@ class Trainer:
         return prepare_members(self.members, self.cfg, self.group, quiet)
 
     def _setup_model(self, sizes: tuple) -> None:
-        """The model, the same initial parameters on every process, then each process's own
-        dropout stream; the model as the run's precision computes it (`net`, fp32 parameters in
+        """The model, the same initial parameters on every process (dropout draws from a seed
+        of each batch's update and slot, `schedule.dropout_seed`); the model as the run's precision computes it (`net`, fp32 parameters in
         every case), wrapped for DistributedDataParallel over several processes (`ddp`)."""
         cfg, g = self.cfg, self.group
         torch.manual_seed(cfg.run.seed)
@@ -144,8 +147,9 @@ class Trainer:
         the next update's batches built meanwhile (`prefetch`)."""
         cfg, g = self.cfg, self.group
         self.p = probabilities(self.members, cfg.multitask.temperature)
+        self.share = Share(g.rank, g.world, cfg.optim.update_freq)
         self.streams = [
-            Stream(m, cfg.data.max_tokens, cfg.run.seed, g.rank, g.world) for m in self.members
+            Stream(m, cfg.data.max_tokens, cfg.run.seed, self.share) for m in self.members
         ]
         self.prefetch = Prefetch(self.device)
 
@@ -167,10 +171,12 @@ class Trainer:
 
     def _resume(self, state: dict, path: Path) -> None:
         """Continue from checkpoint `state` (read from `path`): model, optimiser, loss scale,
-        every member's data position and update count, the best model so far, the training time,
-        and this process's RNG states when the number of processes is the same."""
+        every member's data position and update count, the best model so far, the training
+        time; with any number of processes whose global batch is the checkpoint's
+        (`_check_global_batch`)."""
         g = self.group
         check_members(self.members, Read(state, path, self.run_dir), resuming=True)
+        self._check_global_batch(state, path)
         try:
             self.model.load_state_dict(state["model"])
             self.optimizer.load_state_dict(state["optimizer"])
@@ -193,22 +199,46 @@ class Trainer:
         self.skipped_updates = state.get("skipped_updates", 0)
         self.nonfinite_in_row = state.get("nonfinite_in_row", 0)
         self.best, self.elapsed = state.get("best"), state.get("elapsed", 0.0)
-        rngs = state["rng"]
-        if len(rngs) == g.world:
-            set_rng_state(rngs[g.rank])
-        else:  # the data is now shared out differently: continue at the same share of each epoch
+        if "global_batch" not in state and len(state.get("rng", ())) > 1:
+            # written before the data was one sequence for all processes: each process held a
+            # position in its own share of every epoch, so all of them together had taken
+            # about `world` times as many batches
             for s in self.streams:
-                s.pos = s.pos * len(rngs) // g.world
+                s.pos *= len(state["rng"])
             if g.rank == 0:
                 log.warning(
-                    "checkpoint %s was written by %d processes, now %d: the data position is "
-                    "approximate and the RNG streams restart",
+                    "checkpoint %s was written by %d processes by an older s2s, with a data "
+                    "position of each process's own: the position is approximate",
                     path,
-                    len(rngs),
-                    g.world,
+                    len(state["rng"]),
                 )
         if g.rank == 0:
             log.info("resumed from %s at update %d", path, self.update)
+
+    def _check_global_batch(self, state: dict, path: Path) -> None:
+        """A run resumes with any number of processes, continuing exactly, when its global
+        batch is the checkpoint's: the same data.max_tokens and the same processes x
+        optim.update_freq (batches an update takes from the sequence); otherwise a TrainingError
+        says which changed and how to keep it."""
+        was, now = state.get("global_batch"), self._global_batch()
+        if was is None:
+            return  # an older checkpoint: _resume places its data position
+        slots_was = was["update_freq"] * was["processes"]
+        slots_now = now["update_freq"] * now["processes"]
+        if was["max_tokens"] == now["max_tokens"] and slots_was == slots_now:
+            return
+        keep = (
+            f"data.max_tokens={was['max_tokens']} and processes x optim.update_freq = {slots_was}"
+        )
+        if slots_was % now["processes"] == 0:
+            keep += f" (optim.update_freq={slots_was // now['processes']} on {now['processes']})"
+        raise TrainingError(
+            f"checkpoint {path} was trained with updates of {slots_was} batches of "
+            f"data.max_tokens={was['max_tokens']} ({was['processes']} process(es) x "
+            f"optim.update_freq {was['update_freq']}), now {slots_now} of {now['max_tokens']} "
+            f"({now['processes']} x {now['update_freq']}): resume with {keep}, or train in a "
+            "new run.dir"
+        )
 
     def _keep_from_source(self, state: dict) -> None:
         """What run.init_keep takes from the source checkpoint of run.init_from besides the
@@ -287,8 +317,6 @@ class Trainer:
         }
 
     def _state(self) -> dict:
-        # every rank's RNG states, so that each resumes its own dropout stream
-        rngs = self.group.gather(rng_state())
         return {
             **self._model_state(),
             "optimizer": self.optimizer.state_dict(),
@@ -300,7 +328,17 @@ class Trainer:
             "nonfinite_in_row": self.nonfinite_in_row,
             "best": self.best,
             "elapsed": self._elapsed(),
-            "rng": rngs,
+            # what the data position counts in: an update takes processes x update_freq batches
+            # of max_tokens from each member's one sequence (`schedule.Stream`)
+            "global_batch": self._global_batch(),
+        }
+
+    def _global_batch(self) -> dict:
+        cfg = self.cfg
+        return {
+            "max_tokens": cfg.data.max_tokens,
+            "update_freq": cfg.optim.update_freq,
+            "processes": self.group.world,
         }
 
     def write(self, write, what: str, kept: str):
@@ -316,7 +354,7 @@ class Trainer:
         return self.group.agreed(guarded, rank0_only=True)
 
     def save(self) -> None:
-        state = self._state()  # every rank joins the RNG gather
+        state = self._state()
         self.write(
             lambda: checkpoint.save(state, self.run_dir, self.update, self.cfg.run.keep_last),
             f"the checkpoint of update {self.update} into "
@@ -352,7 +390,10 @@ class Trainer:
         ntokens = g.sum(sum(t["tgt_out"].ne(PAD).sum() for t in tensors).float())
         loss_sum = torch.zeros((), device=self.device)
         nll_sum = torch.zeros((), device=self.device)
+        first_slot = self.share.rank * len(tensors)  # this process's batches in the update
         for i, t in enumerate(tensors):
+            # the batch's dropout masks: the same whichever process trains its slot
+            torch.manual_seed(dropout_seed(cfg.run.seed, self.update + 1, first_slot + i))
             sync = i == len(data) - 1
             ctx = self.ddp.no_sync() if (g.world > 1 and not sync) else contextlib.nullcontext()
             with ctx:
@@ -385,11 +426,11 @@ class Trainer:
         cfg = self.cfg
         k = draw(self.p, cfg.run.seed, self.update + 1)
         if batches is None:
-            batches = [self.streams[k].next() for _ in range(cfg.optim.update_freq)]
+            batches = self.streams[k].update_batches()
         out = self.gradients(self.members[k], batches)
         # the next update's batches (if this one counts) are built while the device catches up
         following = draw(self.p, cfg.run.seed, self.update + 2)
-        self.prefetch.ahead(self.members[following], self.streams[following], cfg.optim.update_freq)
+        self.prefetch.ahead(self.members[following], self.streams[following])
         out["member"] = k
         out["lr"] = lrate(self.update + 1, cfg.model.d_model, cfg.optim.warmup, cfg.optim.lr_scale)
         for group in self.optimizer.param_groups:

@@ -135,16 +135,19 @@ def test_batches_built_ahead_are_used_when_the_guess_was_right_and_rebuilt_when_
             self.pos += 1
             return np.array([self.pos, self.pos + 100])
 
+        def update_batches(self):  # this process's two batches of the next update
+            return [self.next(), self.next()]
+
     member, stream = Member(), Stream()
     ahead = Prefetch(CUDA)
     try:
-        ahead.ahead(member, stream, 2)
+        ahead.ahead(member, stream)
         assert stream.pos == 0  # a copy was read, not the stream
         got = ahead.take(
             member, [stream.next(), stream.next()]
         )  # the same pairs: built ahead, once
         assert [b["src"].tolist() for b in got] == [[1, 101], [2, 102]] and len(member.built) == 2
-        ahead.ahead(member, stream, 1)
+        ahead.ahead(member, stream)
         got = ahead.take(member, [np.array([7, 8])])  # another draw: built now
         assert got[0]["src"].tolist() == [7, 8] and member.built[-1] == (7, 8)
     finally:

@@ -1,15 +1,14 @@
 """Data parallelism: 2 processes with batch B take the steps of 1 process with batch 2B, and of
 1 process with batch B and update_freq 2.
 
-The batch plan is the real one. With 2 processes, `epoch_batches(..., shard=(r, 2))` gives
-process r its list R_r of token-count batches, and update i uses R_0[i] on process 0 and R_1[i]
-on process 1. The two single-process runs replace `epoch_batches` with a plan built from the same
-two lists, so that every update of every run covers exactly the same sentence pairs:
+The batch plan is the real one: each member's batches are one sequence R for any number of
+processes (`s2s.core.training.schedule`), and update i takes R[2i] and R[2i+1], on processes 0
+and 1, or both on the one process with update_freq 2, each batch with the dropout masks of its
+slot. The run with batch 2B replaces `epoch_batches` with [R[2i] + R[2i+1] for each i] (one batch,
+padded to the longer of the two), so that every update of every run covers the same pairs.
 
-  batch 2B:          [R_0[i] + R_1[i] for each i]     (one batch, padded to the longer of the two)
-  B, update_freq 2:  [R_0[0], R_1[0], R_0[1], R_1[1], ...]  (two consecutive batches per update)
-
-Dropout is off (each process draws its own masks). The 2-process run is launched as users do,
+Dropout is off in the 2B comparison (one batch draws other masks than two) and on between 2
+processes and update_freq 2, whose masks are the same. The 2-process run is launched as users do,
 `torchrun --standalone --nproc_per_node 2 -m s2s.core.apps.cli train ...`, on gloo. After several
 updates at a large learning rate, parameters and Adam's first moment (a linear function of the
 gradients, so it also catches a wrong normalisation, which Adam's step alone would hide) agree
@@ -26,7 +25,7 @@ import pytest
 import torch
 from conftest import task_keys
 from s2s.core.data.members import build_members, load_vocabularies
-from s2s.core.data import prepared as data
+from s2s.core.data import batches
 from s2s.core.nn.model import Transformer
 from s2s.core.setup.config import load_config
 from s2s.core.training import checkpoint, schedule
@@ -40,6 +39,7 @@ UPDATES = 6
 # which then moves nothing: the comparison becomes deterministic and still catches any error of
 # normalisation or data split (those change real gradients and Adam's first moment).
 EPS = 1e-6
+DROPOUT = "model.dropout=0.1"
 
 
 def _overrides(tmp, cache, name, *extra, preset="demo"):
@@ -68,17 +68,10 @@ def _overrides(tmp, cache, name, *extra, preset="demo"):
     ]
 
 
-def _plan(kind):
-    real = data.epoch_batches
-
-    def plan(split, max_tokens, seed, epoch, rank=0, world=1):
-        assert world == 1
-        r0, r1 = (real(split, max_tokens, seed, epoch, r, 2) for r in (0, 1))
-        if kind == "2B":
-            return [np.concatenate([a, b]) for a, b in zip(r0, r1)]
-        return [x for pair in zip(r0, r1) for x in pair]
-
-    return plan
+def _twice_the_batch(split, max_tokens, seed, epoch):
+    """The epoch's batches two by two, each pair as one batch."""
+    r = batches.epoch_batches(split, max_tokens, seed, epoch)
+    return [np.concatenate([r[i], r[i + 1]]) for i in range(0, len(r) - 1, 2)]
 
 
 def _final(run_dir):
@@ -126,25 +119,22 @@ def _assert_same_steps(a, b, what, index, skip=()):
 def test_two_processes_equal_one_with_twice_the_batch_and_with_update_freq_2(
     preset, registry, tmp_path, monkeypatch
 ):
-    """A multi-task run too: every process draws the same member for an update."""
+    """A multi-task run too: every process draws the same member for an update. Dropout is on
+    between 2 processes and update_freq 2 (each batch draws its slot's masks), off between
+    update_freq 2 and batch 2B."""
     cache = tmp_path / "cache"
-    monkeypatch.setattr(schedule, "epoch_batches", _plan("2B"))  # this run also prepares the cache
-    train(
-        load_config(
-            preset, _overrides(tmp_path, cache, "one_2B", preset=preset), registry=registry
-        ),
-        registry,
-    )
-    monkeypatch.setattr(schedule, "epoch_batches", _plan("B"))
-    train(
-        load_config(
-            preset,
-            _overrides(tmp_path, cache, "one_B_uf2", "optim.update_freq=2", preset=preset),
-            registry=registry,
-        ),
-        registry,
-    )
+
+    def one(name, *extra):
+        cfg = load_config(
+            preset, _overrides(tmp_path, cache, name, *extra, preset=preset), registry=registry
+        )
+        train(cfg, registry)
+
+    monkeypatch.setattr(schedule, "epoch_batches", _twice_the_batch)  # also prepares the cache
+    one("one_2B")
     monkeypatch.undo()
+    one("one_B_uf2", "optim.update_freq=2")
+    one("one_B_uf2_dropout", "optim.update_freq=2", DROPOUT)
 
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     done = subprocess.run(
@@ -159,7 +149,7 @@ def test_two_processes_equal_one_with_twice_the_batch_and_with_update_freq_2(
             "train",
             "-q",
             preset,
-            *_overrides(tmp_path, cache, "two", preset=preset),
+            *_overrides(tmp_path, cache, "two", DROPOUT, preset=preset),
             "run.max_minutes=600",
             "run.save_minutes=600",
         ],  # rank 0's clock asked each step
@@ -170,7 +160,8 @@ def test_two_processes_equal_one_with_twice_the_batch_and_with_update_freq_2(
     )
     assert done.returncode == 0, done.stderr[-3000:]
 
-    two, one_2b, one_uf2 = (_final(tmp_path / n) for n in ("two", "one_2B", "one_B_uf2"))
+    names = ("two", "one_B_uf2_dropout", "one_2B", "one_B_uf2")
+    two, one_uf2_dropout, one_2b, one_uf2 = (_final(tmp_path / n) for n in names)
     cfg = load_config(preset, _overrides(tmp_path, cache, "two", preset=preset), registry=registry)
     run = build_members(cfg, registry)
     sizes = load_vocabularies(run, tmp_path / "two")
@@ -180,17 +171,20 @@ def test_two_processes_equal_one_with_twice_the_batch_and_with_update_freq_2(
     model = Transformer(cfg.model, *sizes)
     index = {name: i for i, (name, _) in enumerate(model.named_parameters())}  # a tied tensor once
 
-    _assert_same_steps(two, one_uf2, "2 processes vs update_freq 2", index)
+    _assert_same_steps(two, one_uf2_dropout, "2 processes vs update_freq 2, dropout on", index)
     # The bias of a key projection adds q.b to every score of a query, which softmax ignores: its
     # gradient is 0 in exact arithmetic, and what floating point leaves there is rounding noise
     # that Adam scales up to lr-sized steps. Batches of other shapes round differently, so those
     # biases are left out of the 2B comparison (their noise is checked to be noise: ~0 moments).
     key_bias = [k for k in index if k.endswith("w_k.bias")]
-    state = two[0]["optimizer"]["state"]
+    state = one_uf2[0]["optimizer"]["state"]
     for k in key_bias:
         weight = state[index[k.replace("bias", "weight")]]["exp_avg"].abs().max()
         assert state[index[k]]["exp_avg"].abs().max() < 1e-5 * weight, k
-    _assert_same_steps(two, one_2b, "2 processes vs batch 2B", index, skip=key_bias)
+    _assert_same_steps(one_uf2, one_2b, "update_freq 2 vs batch 2B", index, skip=key_bias)
+    # dropout made a difference: the runs with it are not the runs without
+    with_, without = one_uf2_dropout[0]["model"], one_uf2[0]["model"]
+    assert max(_rel(with_[k], without[k]) for k in without) > 1e-3
 
     # not a vacuous agreement: the parameters moved far from where they started
     start = model.state_dict()
