@@ -13,6 +13,7 @@ take hours on a big corpus, and a waiting process must not be killed meanwhile.
 
 from __future__ import annotations
 
+import logging
 import os
 from datetime import timedelta
 
@@ -20,6 +21,23 @@ import torch
 import torch.distributed as dist
 
 from ..errors import ConfigError, TrainingError
+
+
+#: why torchrun's restarts need TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 (torch 2.5 to 2.13 at least)
+SHARED_STORE = (
+    "torchrun shares its rendezvous store with the processes it starts, and a restarted group "
+    "can read the failed group's addresses there (pytorch/pytorch#135712): launch torchrun "
+    "with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 in its environment for --max-restarts"
+)
+
+
+def _warn_of_a_shared_store(rank: int) -> None:
+    """Rank 0 warns at the start of a run whose restarts would fail to connect (`SHARED_STORE`):
+    torchrun --max-restarts > 0 with the store shared."""
+    restarts = int(os.environ.get("TORCHELASTIC_MAX_RESTARTS") or 0)
+    shared = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+    if rank == 0 and restarts and shared:
+        logging.getLogger("s2s").warning("--max-restarts %d: %s", restarts, SHARED_STORE)
 
 
 def resolve_device(name: str, local_rank: int | None = None) -> torch.device:
@@ -63,12 +81,22 @@ class Group:
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
         if self.world > 1:
-            if not dist.is_initialized():
-                dist.init_process_group(
-                    "nccl" if self.device.type == "cuda" else "gloo",
-                    timeout=timedelta(minutes=timeout_minutes),
-                )
-            self.waits = dist.new_group(backend="gloo", timeout=timedelta(minutes=wait_minutes))
+            _warn_of_a_shared_store(self.rank)
+            try:
+                if not dist.is_initialized():
+                    dist.init_process_group(
+                        "nccl" if self.device.type == "cuda" else "gloo",
+                        timeout=timedelta(minutes=timeout_minutes),
+                    )
+                self.waits = dist.new_group(backend="gloo", timeout=timedelta(minutes=wait_minutes))
+            except RuntimeError as e:  # torch.distributed's errors (DistError) included
+                if not int(os.environ.get("TORCHELASTIC_RESTART_COUNT") or 0):
+                    raise
+                reason = str(e).splitlines()[0]
+                raise TrainingError(
+                    f"torchrun restarted the processes, which could not connect ({reason}); "
+                    f"{SHARED_STORE}"
+                ) from None
 
     def agreed(self, fn, rank0_only: bool = False):
         """Run fn on every process (or on rank 0 only) and return rank 0's result on every

@@ -292,11 +292,16 @@ class Trainer:
 
     def _setup_log(self, quiet: bool) -> None:
         """metrics.jsonl from this update on (`RunLog`), and the clocks of training time and
-        of run.save_minutes."""
+        of run.save_minutes; a `restart` record when torchrun restarted the processes (its
+        TORCHELASTIC_RESTART_COUNT), at the update they resume from."""
         self.log = RunLog(self.run_dir, quiet, writer=self.group.rank == 0)
         self.log.start(self.update)
         self._t0 = time.monotonic()
         self._last_save = clock()
+        # torchrun --max-restarts started this group again after a worker failed: say so
+        restarts = int(os.environ.get("TORCHELASTIC_RESTART_COUNT") or 0)
+        if restarts:
+            self.record({"kind": "restart", "update": self.update, "restarts": restarts})
 
     def _elapsed(self) -> float:
         """Training seconds so far, summed over the runs that led to this point."""
