@@ -42,7 +42,7 @@ from . import checkpoint, result, rundir, transfer
 from .agreement import Read, check_members
 from .distributed import Group
 from .prefetch import Prefetch
-from .rng import seed_everything
+from .rng import seed_dropout, seed_everything
 from .runlog import RunLog
 from .schedule import Share, Stream, draw, dropout_seed, probabilities
 from .tally import Tally
@@ -398,7 +398,7 @@ class Trainer:
         first_slot = self.share.rank * len(tensors)  # this process's batches in the update
         for i, t in enumerate(tensors):
             # the batch's dropout masks: the same whichever process trains its slot
-            torch.manual_seed(dropout_seed(cfg.run.seed, self.update + 1, first_slot + i))
+            seed_dropout(dropout_seed(cfg.run.seed, self.update + 1, first_slot + i), self.device)
             sync = i == len(data) - 1
             ctx = self.ddp.no_sync() if (g.world > 1 and not sync) else contextlib.nullcontext()
             with ctx:
