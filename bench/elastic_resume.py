@@ -1,6 +1,7 @@
 """Resume across kills and process counts, as a SIGKILL campaign (issue 44).
 
     python -m bench.elastic_resume [--same 20] [--across 10] [--updates 100] [--seed 0]
+    python -m bench.elastic_resume --same 0 --across 0 --torchrun     # only torchrun's parts
 
 A tiny demo model (1 layer, d_model 32, dropout 0.1, validation every 30 updates, a checkpoint
 every 20) trains `--updates` updates through the real command line, `python -m s2s.core.apps.cli
@@ -14,6 +15,13 @@ count) and its final checkpoint is compared with that of a run never stopped:
 * `--across` kills at 2 processes resumed at 1 with optim.update_freq 2, and as many at 1
   (update_freq 2) resumed at 2: parameters within 1e-5 relative (the largest difference is
   recorded), and the same number of training pairs seen (metrics.jsonl's `sentences`).
+
+With `--torchrun`, two more, through torchrun itself (gloo, TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1):
+* restarts: 2 processes under `--max-restarts 2`, one worker SIGKILLed twice (after updates 30
+  and 70): the run must finish, with two restart records, to the unbroken 2-process run's
+  parameters;
+* two agents (`--nnodes 2 --nproc_per_node 1`, c10d rendezvous on 127.0.0.1) against one agent
+  with 2 processes, 50 updates: parameters within 1e-5 relative.
 
 Adam's eps is 1e-6 (not the paper's 1e-9, which scales rounding noise in gradients that should be
 0 up to lr-sized steps; tests/core/training/test_distributed.py says more). Writes
@@ -128,6 +136,74 @@ def kill_at(procs: list[subprocess.Popen], run_dir: Path, update: int) -> int:
     return last_update(run_dir)
 
 
+def torchrun(args: list[str], log: Path, *options: str) -> subprocess.Popen:
+    """`torchrun OPTIONS -m s2s.core.apps.cli train -q demo ARGS`, gloo, restarts that connect."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", *options]
+    cmd += ["-m", "s2s.core.apps.cli", "train", "-q", "demo", *args]
+    return subprocess.Popen(cmd, env=env, stdout=open(log, "w"), stderr=subprocess.STDOUT)
+
+
+def workers(pid: int) -> list[int]:
+    """The processes whose parent is `pid`: torchrun's workers."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(stat.parent.name))
+        except (OSError, ValueError, IndexError):
+            continue
+    return found
+
+
+def torchrun_parts(tmp: Path, cache: Path, updates: int) -> dict:
+    """A worker SIGKILLed twice under --max-restarts 2; two agents against one."""
+    whole = tmp / "tr_whole"
+    standalone = ("--standalone", "--nproc_per_node=2")
+    if torchrun(overrides(whole, cache, updates, 1), tmp / "tr_whole.log", *standalone).wait():
+        raise SystemExit(f"torchrun failed: {tmp / 'tr_whole.log'}")
+    broken = tmp / "tr_restarts"
+    proc = torchrun(
+        overrides(broken, cache, updates, 1), tmp / "tr.log", *standalone, "--max-restarts=2"
+    )
+    killed = []
+    for at in (30, 70):
+        deadline = time.time() + 600
+        while last_update(broken) < at and proc.poll() is None and time.time() < deadline:
+            time.sleep(0.01)
+        victim = workers(proc.pid)[-1]
+        os.kill(victim, signal.SIGKILL)
+        killed.append(last_update(broken))
+        time.sleep(1.0)
+    code = proc.wait(timeout=600)
+    records = [json.loads(x) for x in (broken / "metrics.jsonl").read_text().splitlines()]
+    restarts = {
+        "returncode": code,
+        "killed_at": killed,
+        "restart_records": [r for r in records if r["kind"] == "restart"],
+        **compare(whole, broken),
+    }
+    endpoint = f"127.0.0.1:{free_port()}"
+    two = tmp / "tr_two_agents"
+    agents = [
+        torchrun(
+            overrides(two, cache, 50, 1),
+            tmp / f"agent{node}.log",
+            "--nnodes=2",
+            "--nproc_per_node=1",
+            f"--node-rank={node}",
+            "--rdzv-backend=c10d",
+            f"--rdzv-endpoint={endpoint}",
+            "--rdzv-id=s2s-bench",
+        )
+        for node in (0, 1)
+    ]
+    one = tmp / "tr_one_agent"
+    codes = [a.wait(timeout=600) for a in agents]
+    codes.append(torchrun(overrides(one, cache, 50, 1), tmp / "one.log", *standalone).wait())
+    return {"restarts": restarts, "two_agents": {"returncodes": codes, **compare(one, two)}}
+
+
 def pairs_seen(run_dir: Path) -> int:
     records = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     return sum(r["sentences"] for r in records if r["kind"] == "train")
@@ -161,6 +237,9 @@ def main() -> None:
     p.add_argument("--across", type=int, default=10, help="kills each way, 2->1 and 1->2")
     p.add_argument("--updates", type=int, default=100)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--torchrun", action="store_true", help="also torchrun's restarts and two agents"
+    )
     args = p.parse_args()
     rng = random.Random(args.seed)
     t0 = time.time()
@@ -198,6 +277,8 @@ def main() -> None:
             }
             kills.append(row)
             print(json.dumps(row), flush=True)
+        torchrun_found = torchrun_parts(tmp, cache, args.updates) if args.torchrun else None
+        print(json.dumps(torchrun_found), flush=True)
     same = [k for k in kills if k["kind"] == "same"]
     across = [k for k in kills if k["kind"] == "across"]
     result = {
@@ -217,9 +298,11 @@ def main() -> None:
             "streams_equal": sum(k["streams_equal"] for k in across),
         },
         "kills_detail": kills,
+        "torchrun": torchrun_found,
     }
     print(json.dumps({k: result[k] for k in ("same", "across", "seconds")}))
-    print(f"wrote {write('elastic_resume', result)}")
+    name = "elastic_resume" if kills else "elastic_resume_torchrun"
+    print(f"wrote {write(name, result)}")
 
 
 if __name__ == "__main__":
