@@ -154,6 +154,32 @@ def task_keys(preset: str, *settings: str) -> list[str]:
     return [p + s for p in prefixes for s in settings]
 
 
+def demo_process_run(run_dir: Path, cache: Path, *extra: str) -> list[str]:
+    """Overrides of a tiny demo run (1 layer, d_model 32, 400 training pairs, batches of 300
+    tokens, one thread, the CPU) in `run_dir` with its data in `cache`: what the tests that start
+    `s2s train` as processes (restarts, faults, two agents) train; `extra` sets the rest."""
+    return [
+        *TINY_MODEL,
+        f"run.dir={run_dir}",
+        f"data.cache_dir={cache}",
+        "task.train_size=400",
+        "task.valid_size=6",
+        "task.test_size=4",
+        "data.max_tokens=300",
+        "run.device=cpu",
+        *extra,
+    ]
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def multi30k_slice(dest: Path, sizes: dict) -> Path:
     """The first sizes[split] EN-DE lines of each shared Multi30k split, written under `dest`."""
     dest.mkdir()

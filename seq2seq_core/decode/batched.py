@@ -1,10 +1,12 @@
 """Batched decoding, shared by validation, the test at the end of a run, `s2s generate` and the
-server: source lines encoded by the task, searched in batches of similar length, decoded back to
-text (`Decoder.candidates`; the single best: `hypotheses`), post-processed (`outputs`; the
-single best: `decode_sources`). A caller may want the n best, drawn samples (`Wanted`) or
-outputs that start with a given prefix or hold given terms (`Forced`). Input typed by a person goes through the task's `prepare_source` first
-(`prepared_sources`); words the vocabulary lacks are named (`unknown_words`). `target_scores`
-is the model's log-probability of given outputs (reranking, rating references).
+server: a `Decoder` (a model, its task and settings, the device) encodes source lines with the
+task, searches them in batches of similar length and decodes them back to text (`candidates`;
+the single best: `hypotheses`), post-processed (`outputs`; the single best: `decode_sources`).
+A caller may want the n best or drawn samples (`Wanted`), or outputs that start with a given
+prefix or hold given terms (`Forced`). Input typed by a person goes through the task's
+`prepare_source` first (`prepared_sources`); words the vocabulary lacks are named
+(`unknown_words`). `Decoder.target_scores` is the model's log-probability of given outputs
+(reranking, rating references).
 """
 
 from __future__ import annotations

@@ -77,7 +77,7 @@ class Stream:
         if self._batches is None:
             train = self.member.data.splits["train"]
             self._batches = epoch_batches(train, self.max_tokens, self.seed, self.epoch)
-        if self.pos == len(self._batches):
+        if self.pos >= len(self._batches):  # beyond: an older checkpoint's approximate position
             self.epoch, self.pos = self.epoch + 1, 0
             self._batches = None
             return self.next()

@@ -115,8 +115,9 @@ class Trainer:
 
     def _setup_model(self, sizes: tuple) -> None:
         """The model, the same initial parameters on every process (dropout draws from a seed
-        of each batch's update and slot, `schedule.dropout_seed`); the model as the run's precision computes it (`net`, fp32 parameters in
-        every case), wrapped for DistributedDataParallel over several processes (`ddp`)."""
+        of each batch's update and slot, `schedule.dropout_seed`); the model as the run's
+        precision computes it (`net`, fp32 parameters in every case), wrapped for
+        DistributedDataParallel over several processes (`ddp`)."""
         cfg, g = self.cfg, self.group
         torch.manual_seed(cfg.run.seed)
         self.model = Transformer(cfg.model, *sizes).to(self.device)

@@ -16,7 +16,7 @@ import textwrap
 
 import pytest
 import torch
-from conftest import task_keys
+from conftest import demo_process_run
 from s2s.core.setup.config import load_config
 from s2s.core.training import checkpoint
 from s2s.core.training.trainer import train
@@ -89,22 +89,14 @@ DRIVER = textwrap.dedent(
 
 
 def _overrides(run_dir, cache):
-    return [
-        "model.layers=1",
-        "model.d_model=32",
-        "model.d_ff=64",
-        "model.heads=2",
-        f"run.dir={run_dir}",
-        f"data.cache_dir={cache}",
-        *task_keys("demo", "train_size=400", "valid_size=6", "test_size=4"),
-        "data.max_tokens=300",
+    return demo_process_run(
+        run_dir,
+        cache,
         f"optim.max_updates={UPDATES}",
         "run.save_interval=20",
         "run.valid_interval=20",
         "run.average_last=2",
-        "run.threads=1",
-        "run.device=cpu",
-    ]
+    )
 
 
 @pytest.fixture(scope="module")

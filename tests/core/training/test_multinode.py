@@ -5,23 +5,16 @@ out bit for bit). The run directory and data cache are shared, as on a shared fi
 """
 
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from conftest import task_keys
+from conftest import demo_process_run, free_port
 from s2s.core.training import checkpoint
 
 pytestmark = pytest.mark.slow
 UPDATES = 50
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _train(run_dir: Path, cache: Path) -> list[str]:
@@ -31,19 +24,13 @@ def _train(run_dir: Path, cache: Path) -> list[str]:
         "train",
         "-q",
         "demo",
-        "model.layers=1",
-        "model.d_model=32",
-        "model.d_ff=64",
-        "model.heads=2",
-        f"run.dir={run_dir}",
-        f"data.cache_dir={cache}",
-        *task_keys("demo", "train_size=400", "valid_size=6", "test_size=4"),
-        "data.max_tokens=300",
-        f"optim.max_updates={UPDATES}",
-        "run.save_interval=25",
-        "run.valid_interval=25",
-        "run.threads=1",
-        "run.device=cpu",
+        *demo_process_run(
+            run_dir,
+            cache,
+            f"optim.max_updates={UPDATES}",
+            "run.save_interval=25",
+            "run.valid_interval=25",
+        ),
     ]
 
 
@@ -64,7 +51,7 @@ def test_two_agents_with_one_process_each_train_the_steps_of_one_agent_with_two(
     )
     assert one.returncode == 0, one.stderr[-3000:]
 
-    endpoint = f"127.0.0.1:{_free_port()}"
+    endpoint = f"127.0.0.1:{free_port()}"
     agents = [
         subprocess.Popen(
             [

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import task_keys
+from conftest import demo_process_run
 from s2s.core.training import checkpoint, rundir
 
 pytestmark = pytest.mark.slow
@@ -36,20 +36,14 @@ def _torchrun(run_dir: Path, cache: Path, log: Path, restarts: int) -> subproces
         "train",
         "-q",
         "demo",
-        "model.layers=1",
-        "model.d_model=32",
-        "model.d_ff=64",
-        "model.heads=2",
-        f"run.dir={run_dir}",
-        f"data.cache_dir={cache}",
-        *task_keys("demo", "train_size=400", "valid_size=6", "test_size=4"),
-        "data.max_tokens=300",
-        f"optim.max_updates={UPDATES}",
-        "run.save_interval=20",
-        "run.valid_interval=100",
-        "run.log_interval=1",
-        "run.threads=1",
-        "run.device=cpu",
+        *demo_process_run(
+            run_dir,
+            cache,
+            f"optim.max_updates={UPDATES}",
+            "run.save_interval=20",
+            "run.valid_interval=100",
+            "run.log_interval=1",
+        ),
     ]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
     return subprocess.Popen(cmd, env=env, stdout=open(log, "w"), stderr=subprocess.STDOUT)
