@@ -54,8 +54,27 @@ def corpus_overrides(preset: str) -> list[str]:
     return out
 
 
+#: the CPU flags that decide which matrix units fp32, bf16 and int8 products can use
+CPU_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16", "amx_int8")
+
+
+def cpu() -> dict:
+    """The CPU's model name and which of `CPU_FLAGS` it has (Linux's /proc/cpuinfo)."""
+    try:
+        info = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return {"model": platform.processor(), "flags": None}
+    first = info.split("\n\n")[0]  # the first processor's entry
+    fields = {
+        k.strip(): v.strip() for k, v in (x.split(":", 1) for x in first.splitlines() if ":" in x)
+    }
+    flags = set(fields.get("flags", "").split())
+    return {"model": fields.get("model name"), "flags": [f for f in CPU_FLAGS if f in flags]}
+
+
 def machine() -> dict:
     return {
+        "cpu": cpu(),
         "python": sys.version.split()[0],
         "torch": torch.__version__,
         "platform": platform.platform(),

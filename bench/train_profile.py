@@ -1,0 +1,157 @@
+"""Where a CPU training update spends its time (issue 45): the update of a preset as `s2s train`
+takes it, `Trainer.step`, under torch.profiler, each operator's own time gathered into the parts
+of a step (matrix products, attention, softmax and loss, layer norm, dropout, copies and casts,
+the optimiser, ...), beside the torch.mm rates of this CPU in fp32 and bf16 at the model's own
+shapes, measured in the same run.
+
+    python -m bench.train_profile [--preset multi30k_en_de] [--precisions bf16 fp32] [--steps 8]
+
+Per precision: the update's wall time unprofiled (median of `--steps`) and its model FLOPs
+(`s2s.core.nn.model.Transformer.flops`) as a rate, against the mm rates; then 3 updates under
+the profiler, the operators' own CPU time by part (ms an update; the profiler adds its own
+overhead, so the parts are for proportions). The CPU's model and flags (AMX, AVX-512 BF16) are
+in the JSON: machines of this kind differ. Writes bench/results/train_profile.json.
+"""
+
+from __future__ import annotations
+
+import s2s.core  # noqa: F401  before torch: the CPU runtime defaults (s2s.core.RUNTIME_ENV)
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import torch  # noqa: E402
+
+from bench.common import corpus_overrides, machine, write  # noqa: E402
+from bench.gpu_step import part_of  # noqa: E402
+
+
+def mm_rate_at(m: int, k: int, n: int, dtype: torch.dtype, seconds: float = 1.0) -> float:
+    """Median torch.mm FLOP/s of [m, k] x [k, n] products in `dtype` (2mkn a product)."""
+    a, b = torch.randn(m, k).to(dtype), torch.randn(k, n).to(dtype)
+    for _ in range(3):
+        torch.mm(a, b)
+    rates = []
+    for _ in range(5):
+        count, t0 = 0, time.perf_counter()
+        while time.perf_counter() - t0 < seconds / 5:
+            torch.mm(a, b)
+            count += 1
+        rates.append(2 * m * k * n * count / (time.perf_counter() - t0))
+    return statistics.median(rates)
+
+
+def trainer_for(preset: str, precision: str, tmp: str, threads: int):
+    from s2s.core.setup.config import load_config
+    from s2s.core.setup.registry import Registry
+    from s2s.core.training.trainer import Trainer
+
+    registry = Registry.installed()
+    overrides = [
+        *corpus_overrides(preset),
+        f"run.dir={tmp}/run-{precision}",
+        f"run.precision={precision}",
+        f"run.threads={threads}",
+        "run.device=cpu",
+        "run.quiet=true",
+    ]
+    return Trainer(load_config(preset, overrides, registry=registry), registry, quiet=True)
+
+
+def profile(trainer, steps: int, profiled: int = 3) -> dict:
+    """The update's time unprofiled (median of `steps`), then `profiled` updates by part."""
+    stream, train = trainer.streams[0], trainer.members[0].data.splits["train"]
+    for _ in range(3):
+        trainer.step([stream.next()])
+    times, flops, tokens = [], 0.0, 0
+    for _ in range(steps):
+        idx = stream.next()
+        t0 = time.perf_counter()
+        trainer.step([idx])
+        times.append(time.perf_counter() - t0)
+        flops += trainer.model.flops(train.src_lens[idx], train.tgt_lens[idx])
+        tokens += int(train.tgt_lens[idx].sum())
+    step = statistics.median(times)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        for _ in range(profiled):
+            trainer.step([stream.next()])
+    parts, top = {}, []
+    for e in prof.key_averages():
+        own = e.self_cpu_time_total / profiled / 1000  # ms an update
+        if own <= 0:
+            continue
+        parts[part_of(e.key)] = parts.get(part_of(e.key), 0.0) + own
+        top.append((own, e.key, e.count // profiled))
+    busy = sum(parts.values())
+    top.sort(reverse=True)
+    return {
+        "step_s": round(step, 4),
+        "tgt_tokens_per_step": tokens // steps,
+        "model_gflop_per_step": round(flops / steps / 1e9, 2),
+        "achieved_gflop_s": round(flops / steps / step / 1e9, 1),
+        "profiled_ms_per_step": round(busy, 1),
+        "parts_ms": {k: round(v, 1) for k, v in sorted(parts.items(), key=lambda x: -x[1])},
+        "parts_share": {
+            k: round(v / busy, 3) for k, v in sorted(parts.items(), key=lambda x: -x[1])
+        },
+        "top": [{"ms": round(ms, 2), "op": name, "calls": n} for ms, name, n in top[:15]],
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--preset", default="multi30k_en_de")
+    p.add_argument("--precisions", nargs="+", default=["bf16", "fp32"], choices=["bf16", "fp32"])
+    p.add_argument("--steps", type=int, default=8)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--name", default="train_profile")
+    args = p.parse_args()
+    torch.set_num_threads(args.threads)
+    runs = {}
+    with tempfile.TemporaryDirectory(prefix="s2s-train-profile-") as tmp:
+        for precision in args.precisions:
+            trainer = trainer_for(args.preset, precision, tmp, args.threads)
+            try:
+                found = profile(trainer, args.steps)
+                cfg = trainer.cfg.model
+            finally:
+                trainer.close()
+            runs[precision] = found
+            print(precision, {k: found[k] for k in ("step_s", "achieved_gflop_s", "parts_ms")})
+    tokens = runs[args.precisions[0]]["tgt_tokens_per_step"]
+    shapes = {"tokens x d x d_ff": (tokens, cfg.d_model, cfg.d_ff), "1024^3": (1024, 1024, 1024)}
+    rates = {
+        name: {
+            str(dtype).split(".")[-1]: round(mm_rate_at(*shape, dtype) / 1e9, 1)
+            for dtype in (torch.float32, torch.bfloat16)
+        }
+        for name, shape in shapes.items()
+    }
+    for precision, found in runs.items():
+        dtype = "bfloat16" if precision == "bf16" else "float32"
+        found["of_mm_rate"] = {
+            name: round(found["achieved_gflop_s"] / r[dtype], 3) for name, r in rates.items()
+        }
+    result = {
+        "command": " ".join(["python -m bench.train_profile", *sys.argv[1:]]),
+        "machine": machine(),
+        "preset": args.preset,
+        "mm_gflop_s": rates,
+        "mm_shapes": {k: list(v) for k, v in shapes.items()},
+        "runs": runs,
+        "measured": "Trainer.step of the preset; parts under torch.profiler (for proportions)",
+    }
+    print("mm GFLOP/s:", rates)
+    for precision, found in runs.items():
+        print(precision, "of the mm rate:", found["of_mm_rate"])
+    print(f"wrote {write(args.name, result)}")
+
+
+if __name__ == "__main__":
+    main()
