@@ -87,10 +87,16 @@ def machine() -> dict:
 
 
 def mm_rate(
-    n: int = 1024, repeats: int = 5, seconds: float = 1.0, dtype: torch.dtype = torch.float32
+    n: int = 1024,
+    repeats: int = 5,
+    seconds: float = 1.0,
+    dtype: torch.dtype = torch.float32,
+    shape: tuple[int, int, int] | None = None,
 ) -> float:
-    """Median torch.mm FLOP/s (2 n^3 per product) in `dtype` with the current thread count."""
-    a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
+    """Median torch.mm FLOP/s in `dtype` with the current thread count, of n x n products or of
+    [m, k] x [k, n] ones for `shape` = (m, k, n) (2mkn a product)."""
+    m, k, n = shape or (n, n, n)
+    a, b = torch.randn(m, k).to(dtype), torch.randn(k, n).to(dtype)
     torch.mm(a, b)
     rates = []
     for _ in range(repeats):
@@ -98,7 +104,7 @@ def mm_rate(
         while time.perf_counter() - t0 < seconds / repeats:
             torch.mm(a, b)
             count += 1
-        rates.append(2 * n**3 * count / (time.perf_counter() - t0))
+        rates.append(2 * m * k * n * count / (time.perf_counter() - t0))
     return statistics.median(rates)
 
 

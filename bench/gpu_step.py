@@ -194,6 +194,21 @@ def part_of(name: str) -> str:
     return next((part for part, keys in PARTS if any(k in low for k in keys)), "other")
 
 
+def by_part(prof, steps: int, cuda: bool) -> tuple[dict, list]:
+    """A profile's time per step by part (`part_of`), in microseconds: the device's kernel time
+    (CUDA) or the operators' own CPU time; and every kernel or operator's (us, name, calls),
+    longest first."""
+    parts, kernels = {}, []
+    for e in prof.key_averages():
+        own = e.self_device_time_total if cuda else e.self_cpu_time_total
+        if own <= 0 or (cuda and e.device_type != torch.autograd.DeviceType.CUDA):
+            continue
+        us = own / steps
+        parts[part_of(e.key)] = parts.get(part_of(e.key), 0.0) + us
+        kernels.append((us, e.key[:120], e.count // steps))
+    return parts, sorted(kernels, reverse=True)
+
+
 def profile_steps(args, tmp: str, run_precision: str, sync, steps: int = 3) -> dict:
     """Where a step's time goes: `steps` updates under torch.profiler, the device's kernel time
     (CUDA) or the operators' own time (CPU) by part, and the wall time the device was idle."""
@@ -217,16 +232,8 @@ def profile_steps(args, tmp: str, run_precision: str, sync, steps: int = 3) -> d
                 wall = (time.perf_counter() - t0) / steps
     finally:
         trainer.close()
-    parts, kernels = {}, []
-    for e in prof.key_averages():
-        own = e.self_device_time_total if cuda else e.self_cpu_time_total
-        if own <= 0 or (cuda and e.device_type != torch.autograd.DeviceType.CUDA):
-            continue
-        us = own / steps
-        parts[part_of(e.key)] = parts.get(part_of(e.key), 0.0) + us
-        kernels.append((us, e.key[:120], e.count // steps))
+    parts, kernels = by_part(prof, steps, cuda)
     busy = sum(parts.values())
-    kernels.sort(reverse=True)
     return {
         "precision": run_precision,
         "profiled_steps": steps,

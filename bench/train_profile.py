@@ -28,23 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 
-from bench.common import corpus_overrides, machine, write  # noqa: E402
-from bench.gpu_step import part_of  # noqa: E402
-
-
-def mm_rate_at(m: int, k: int, n: int, dtype: torch.dtype, seconds: float = 1.0) -> float:
-    """Median torch.mm FLOP/s of [m, k] x [k, n] products in `dtype` (2mkn a product)."""
-    a, b = torch.randn(m, k).to(dtype), torch.randn(k, n).to(dtype)
-    for _ in range(3):
-        torch.mm(a, b)
-    rates = []
-    for _ in range(5):
-        count, t0 = 0, time.perf_counter()
-        while time.perf_counter() - t0 < seconds / 5:
-            torch.mm(a, b)
-            count += 1
-        rates.append(2 * m * k * n * count / (time.perf_counter() - t0))
-    return statistics.median(rates)
+from bench.common import corpus_overrides, machine, mm_rate, write  # noqa: E402
+from bench.gpu_step import by_part  # noqa: E402
 
 
 def trainer_for(preset: str, precision: str, tmp: str, threads: int):
@@ -81,15 +66,10 @@ def profile(trainer, steps: int, profiled: int = 3) -> dict:
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
         for _ in range(profiled):
             trainer.step([stream.next()])
-    parts, top = {}, []
-    for e in prof.key_averages():
-        own = e.self_cpu_time_total / profiled / 1000  # ms an update
-        if own <= 0:
-            continue
-        parts[part_of(e.key)] = parts.get(part_of(e.key), 0.0) + own
-        top.append((own, e.key, e.count // profiled))
+    parts, top = by_part(prof, profiled, cuda=False)
+    parts = {k: us / 1000 for k, us in parts.items()}  # ms an update
+    top = [(us / 1000, name, n) for us, name, n in top]
     busy = sum(parts.values())
-    top.sort(reverse=True)
     return {
         "step_s": round(step, 4),
         "tgt_tokens_per_step": tokens // steps,
@@ -128,7 +108,7 @@ def main() -> None:
     shapes = {"tokens x d x d_ff": (tokens, cfg.d_model, cfg.d_ff), "1024^3": (1024, 1024, 1024)}
     rates = {
         name: {
-            str(dtype).split(".")[-1]: round(mm_rate_at(*shape, dtype) / 1e9, 1)
+            str(dtype).split(".")[-1]: round(mm_rate(dtype=dtype, shape=shape) / 1e9, 1)
             for dtype in (torch.float32, torch.bfloat16)
         }
         for name, shape in shapes.items()

@@ -154,20 +154,32 @@ def task_keys(preset: str, *settings: str) -> list[str]:
     return [p + s for p in prefixes for s in settings]
 
 
-def demo_process_run(run_dir: Path, cache: Path, *extra: str) -> list[str]:
-    """Overrides of a tiny demo run (1 layer, d_model 32, 400 training pairs, batches of 300
-    tokens, one thread, the CPU) in `run_dir` with its data in `cache`: what the tests that start
-    `s2s train` as processes (restarts, faults, two agents) train; `extra` sets the rest."""
+def demo_process_run(run_dir: Path, cache: Path, *extra: str, preset: str = "demo") -> list[str]:
+    """Overrides of a tiny run of `preset` (demo or multitask_demo: 1 layer, d_model 32, 400
+    training pairs, batches of 300 tokens, one thread, the CPU) in `run_dir` with its data in
+    `cache`: what the tests that start `s2s train` as processes (resume, restarts, faults, two
+    agents) train; `extra` sets the rest."""
     return [
         *TINY_MODEL,
         f"run.dir={run_dir}",
         f"data.cache_dir={cache}",
-        "task.train_size=400",
-        "task.valid_size=6",
-        "task.test_size=4",
+        *task_keys(preset, "train_size=400", "valid_size=6", "test_size=4"),
         "data.max_tokens=300",
         "run.device=cpu",
         *extra,
+    ]
+
+
+def train_argv(run_dir: Path, cache: Path, *extra: str) -> list[str]:
+    """`-m s2s.core.apps.cli train -q demo` with `demo_process_run`'s overrides: what follows
+    python or torchrun in a test that trains in processes."""
+    return [
+        "-m",
+        "s2s.core.apps.cli",
+        "train",
+        "-q",
+        "demo",
+        *demo_process_run(run_dir, cache, *extra),
     ]
 
 

@@ -29,7 +29,7 @@ from ..errors import ConfigError, DataError, UsageError
 from ..files import remove_stale_temporaries, replacing
 from ..progress import progress
 from ..vocab import UNK
-from .loading import load_for_inference
+from .loading import decoder_of, load_for_inference
 
 log = logging.getLogger("s2s")
 
@@ -82,14 +82,6 @@ class Counts(NamedTuple):
     lines: int
     undecodable: int
     without_output: int
-
-
-def decoder_of(cfg, member, model) -> Decoder:
-    """The model searched with the member's decoding settings (the task's, with what the run's
-    decode section sets), on the model's device."""
-    device = next(model.parameters()).device
-    settings = decode_settings(member, cfg.decode)
-    return Decoder(model, member, settings, device, cfg.decode.max_sentences)
 
 
 def generate_lines(

@@ -40,7 +40,8 @@ from ..decode.search import Wanted
 from ..errors import DataError, UsageError
 from ..files import atomic_write_text, own_outputs, record_outputs, sha256
 from ..progress import progress
-from .generate import Asked, InputLines, Job, block_size, decoder_of, generate_lines, loaded
+from .generate import Asked, InputLines, Job, block_size, generate_lines, loaded
+from .loading import decoder_of
 
 log = logging.getLogger("s2s")
 

@@ -155,10 +155,7 @@ class Run:
     @property
     def decoder(self) -> Decoder:
         """The run's model searched with its member's settings, on the model's device."""
-        device = next(self.model.parameters()).device
-        return Decoder(
-            self.model, self.member, self.settings, device, self.cfg.decode.max_sentences
-        )
+        return decoder_of(self.cfg, self.member, self.model)
 
     def generate(self, lines: Sequence[str]) -> list[str]:
         """`s2s generate`'s output lines for input lines (raw text, prepared by the task)."""
@@ -191,6 +188,14 @@ class Run:
         each token's, their sum, and the sum over the search's length penalty."""
         sources = prepared_sources(self.member, lines)
         return self.decoder.target_scores(sources, self.member.encode_target(list(targets)))
+
+
+def decoder_of(cfg, member, model) -> Decoder:
+    """The model searched with the member's decoding settings (the task's, with what the run's
+    decode section sets), on the model's device."""
+    device = next(model.parameters()).device
+    settings = decode_settings(member, cfg.decode)
+    return Decoder(model, member, settings, device, cfg.decode.max_sentences)
 
 
 def load_run(

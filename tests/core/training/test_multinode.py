@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import demo_process_run, free_port
+from conftest import free_port, train_argv
 from s2s.core.training import checkpoint
 
 pytestmark = pytest.mark.slow
@@ -18,20 +18,8 @@ UPDATES = 50
 
 
 def _train(run_dir: Path, cache: Path) -> list[str]:
-    return [
-        "-m",
-        "s2s.core.apps.cli",
-        "train",
-        "-q",
-        "demo",
-        *demo_process_run(
-            run_dir,
-            cache,
-            f"optim.max_updates={UPDATES}",
-            "run.save_interval=25",
-            "run.valid_interval=25",
-        ),
-    ]
+    every = ("run.save_interval=25", "run.valid_interval=25")
+    return train_argv(run_dir, cache, f"optim.max_updates={UPDATES}", *every)
 
 
 def _relative(a, b) -> float:

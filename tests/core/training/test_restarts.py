@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import demo_process_run
+from conftest import train_argv
 from s2s.core.training import checkpoint, rundir
 
 pytestmark = pytest.mark.slow
@@ -31,12 +31,7 @@ def _torchrun(run_dir: Path, cache: Path, log: Path, restarts: int) -> subproces
         "--standalone",
         "--nproc_per_node=2",
         f"--max-restarts={restarts}",
-        "-m",
-        "s2s.core.apps.cli",
-        "train",
-        "-q",
-        "demo",
-        *demo_process_run(
+        *train_argv(
             run_dir,
             cache,
             f"optim.max_updates={UPDATES}",

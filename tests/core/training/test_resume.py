@@ -25,7 +25,7 @@ import pytest
 import s2s.core.nn.model as model_mod
 import s2s.core.training.trainer as train_mod
 import torch
-from conftest import task_keys
+from conftest import demo_process_run
 from omegaconf import OmegaConf
 from s2s.core.apps.cli import main
 from s2s.core.data.members import build_task
@@ -38,26 +38,19 @@ UPDATES, KILL_AT = 100, 30
 
 
 def _overrides(run_dir, cache, run_precision="fp32", preset="demo", extra=()):
-    return [
+    return demo_process_run(
+        run_dir,
+        cache,
         f"run.precision={run_precision}",
-        "model.layers=1",
-        "model.d_model=32",
-        "model.d_ff=64",
-        "model.heads=2",
-        f"run.dir={run_dir}",
-        f"data.cache_dir={cache}",
-        *task_keys(preset, "train_size=400", "valid_size=6", "test_size=4"),
-        "data.max_tokens=300",
         "optim.warmup=20",
         f"optim.max_updates={UPDATES}",
         "run.log_interval=1",
         "run.valid_interval=30",
         "run.save_interval=20",
         "run.keep_last=2",
-        "run.threads=1",
-        "run.device=cpu",
         *extra,
-    ]
+        preset=preset,
+    )
 
 
 def _free_port() -> int:
