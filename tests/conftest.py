@@ -143,6 +143,28 @@ def tiny_run(tmp: Path, preset: str, *extra: str) -> Path:
     return Path(cfg.run.dir)
 
 
+@pytest.fixture(scope="session")
+def demo_run(tmp_path_factory) -> Path:
+    """One tiny demo run per session (`tiny_run`'s model, 200 updates on 1,000 pairs, a
+    checkpoint every 100 and their average, positions up to 64): the trained model that the
+    exporters and the server are tested on."""
+    return tiny_run(
+        tmp_path_factory.mktemp("demo"),
+        "demo",
+        "task.train_size=1000",
+        "task.valid_size=20",
+        "task.test_size=150",
+        "optim.max_updates=200",
+        "optim.warmup=50",
+        "run.log_interval=50",
+        "run.valid_interval=200",
+        "run.save_interval=100",
+        "run.average_last=2",
+        "model.max_positions=64",
+        "data.max_len=64",
+    )
+
+
 def task_keys(preset: str, *settings: str) -> list[str]:
     """Overrides `KEY=VALUE` of the task section: `task.KEY=VALUE` for a single-task preset,
     `tasks.MEMBER.task.KEY=VALUE` for every member of a multi-task one."""

@@ -229,7 +229,7 @@ def test_parsing_prepares_raw_text_unless_told_and_displays_a_tree():
 
 # -- frictions ------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def demo_run(tmp_path_factory):
+def logged_demo_run(tmp_path_factory):
     """A demo run trained a few updates (through the command line, its console lines captured)."""
     where = tmp_path_factory.mktemp("demo")
     result = subprocess.run(
@@ -264,8 +264,8 @@ def demo_run(tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_log_lines_read_cleanly_and_the_budget_says_what_it_counts(demo_run):
-    _, log = demo_run
+def test_log_lines_read_cleanly_and_the_budget_says_what_it_counts(logged_demo_run):
+    _, log = logged_demo_run
     assert " INFO " not in log and "kind train" not in log
     assert re.search(r"^\d\d:\d\d:\d\d train update 1: loss ", log, re.M)
     assert (
@@ -277,7 +277,7 @@ def test_log_lines_read_cleanly_and_the_budget_says_what_it_counts(demo_run):
 
 
 @pytest.mark.slow
-def test_generate_names_its_checkpoint_and_words_never_seen(demo_run, capsys, caplog):
+def test_generate_names_its_checkpoint_and_words_never_seen(logged_demo_run, capsys, caplog):
     from s2s.core.inference.generate import Job, generate_file
     from s2s.core.setup.registry import Registry
 
@@ -286,14 +286,14 @@ def test_generate_names_its_checkpoint_and_words_never_seen(demo_run, capsys, ca
     try:
         sys.stdin = io.TextIOWrapper(io.BytesIO(b"the dog sees a cat\nThe dog sees a cat.\n"))
         with caplog.at_level(logging.INFO, logger="s2s"):
-            number, bad, _ = generate_file(Job([demo_run[0]]), Registry.installed(), out)
+            number, bad, _ = generate_file(Job([logged_demo_run[0]]), Registry.installed(), out)
     finally:
         sys.stdin = sys_stdin
     assert (number, bad) == (2, 0) and len(out.getvalue().splitlines()) == 2
     from s2s.core.inference import load_run  # the public way gives generate's lines
 
     assert (
-        load_run(demo_run[0]).generate(["the dog sees a cat", "The dog sees a cat."])
+        load_run(logged_demo_run[0]).generate(["the dog sees a cat", "The dog sees a cat."])
         == out.getvalue().splitlines()
     )
     messages = [r.getMessage() for r in caplog.records]
@@ -308,7 +308,7 @@ def test_generate_names_its_checkpoint_and_words_never_seen(demo_run, capsys, ca
 
 
 @pytest.mark.slow
-def test_a_short_runs_plots_count_seconds(demo_run, tmp_path):
+def test_a_short_runs_plots_count_seconds(logged_demo_run, tmp_path):
     from s2s.core.apps.plot import plot_run, time_unit
 
     assert (
@@ -316,7 +316,7 @@ def test_a_short_runs_plots_count_seconds(demo_run, tmp_path):
         and time_unit(600) == ("minutes", 60.0)
         and time_unit(5 * 3600)[0] == "hours"
     )
-    assert {p.name for p in plot_run(demo_run[0], tmp_path)} >= {"loss.png", "lr.png"}
+    assert {p.name for p in plot_run(logged_demo_run[0], tmp_path)} >= {"loss.png", "lr.png"}
 
 
 def test_a_mistyped_run_directory_is_named_as_itself(tmp_path, capsys, monkeypatch):

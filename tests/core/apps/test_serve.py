@@ -39,23 +39,6 @@ from s2s.core.setup.registry import Registry
 RAW = ["The dog sees a cat.", "Prices rose 10% in the quarter.", "I don't know (really)."]
 
 
-def demo(tmp: Path) -> Path:
-    return tiny_run(
-        tmp,
-        "demo",
-        "run.log_interval=50",
-        "task.train_size=1000",
-        "task.valid_size=10",
-        "task.test_size=40",
-        "optim.max_updates=120",
-        "optim.warmup=40",
-        "run.valid_interval=120",
-        "run.save_interval=120",
-        "model.max_positions=64",
-        "data.max_len=64",
-    )
-
-
 def parser(tmp: Path) -> Path:
     return tiny_run(
         tmp,
@@ -188,11 +171,6 @@ def generate_cli(run_dir: Path, lines: list[str], tmp: Path, *args: str) -> list
 
 
 # -- fixtures ----------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def demo_run(tmp_path_factory):
-    return demo(tmp_path_factory.mktemp("demo"))
-
-
 @pytest.fixture(scope="module")
 def demo_server(demo_run):
     with server(demo_run, "-q") as url:

@@ -56,33 +56,6 @@ def _train_demo(registry, tiny, *extra):
     return cfg.run.dir
 
 
-@pytest.fixture(scope="module")
-def demo_run(tmp_path_factory):
-    """One tiny demo run for the exporters (averaged checkpoint, a small position table)."""
-    from s2s.core.setup.registry import Registry
-
-    tmp = tmp_path_factory.mktemp("demo")
-    tiny = lambda *extra: [
-        "model.layers=1",
-        "model.d_model=32",
-        "model.d_ff=64",
-        "model.heads=2",  # noqa: E731
-        f"run.dir={tmp / 'run'}",
-        f"data.cache_dir={tmp / 'cache'}",
-        "run.log_interval=5",
-        "run.quiet=true",
-        "run.threads=1",
-        *extra,
-    ]
-    return _train_demo(
-        Registry.installed(),
-        tiny,
-        "run.average_last=2",
-        "model.max_positions=64",
-        "data.max_len=64",
-    )
-
-
 def _greedy(run_dir, registry, n=None):
     """(task, model, settings, test sources, s2s's greedy ids) as `s2s generate --beam 1` decodes."""
     run = load_run(
