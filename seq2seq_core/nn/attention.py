@@ -32,10 +32,18 @@ def attention(
     (output, the weights [B, h, T, S] before dropout).
 
     PyTorch's fused scaled_dot_product_attention, except where the weights are asked for (the fused
-    kernel does not return them) and bf16 on CPU, where its fused kernel is slower than unfused bf16
-    products and its math kernel casts q, k and v to fp32 and back: there both products are in the
-    input's dtype, the softmax fp32 by torch's kernel (docs/performance.md)."""
-    if not need_weights and not (q.dtype == torch.bfloat16 and q.device.type == "cpu"):
+    kernel does not return them) and where a gradient is wanted in bf16 on CPU: there the fused
+    kernel's backward pass is slower than unfused bf16 products, so both products are in the
+    input's dtype, the softmax fp32 by torch's kernel (docs/performance.md). Without a gradient
+    (search, validation) the fused kernel is the faster one in bf16 too, and it reads a search's
+    key and value cache where it lies instead of copying it for a batched product."""
+    bf16_backward = (
+        q.dtype == torch.bfloat16
+        and q.device.type == "cpu"
+        and torch.is_grad_enabled()
+        and (q.requires_grad or k.requires_grad or v.requires_grad)
+    )
+    if not need_weights and not bf16_backward:
         return F.scaled_dot_product_attention(
             q, k, v, attn_mask=mask, is_causal=causal, dropout_p=dropout
         )

@@ -24,7 +24,8 @@ run in TF32 (fp32 range, 10-bit mantissa inputs, fp32 sums): `resolve` turns it 
 Search (`decode.precision`), on a copy of the model made by `for_inference`:
 * fp32: the model as trained.
 * bf16: weights and activations in bfloat16; the search's scores stay fp32 (it takes the
-  log-softmax of the logits in fp32).
+  log-softmax of the logits in fp32). On CPU the linear layers pad their rows to a multiple of
+  `RowPaddedLinear.ROWS` (`RowPaddedLinear` says why).
 * int8: dynamic quantisation of every linear layer (torch.ao.quantization.quantize_dynamic:
   int8 weights, activations quantised per call from their range); embeddings, LayerNorm and
   attention stay fp32.
@@ -42,7 +43,7 @@ from functools import lru_cache
 from pathlib import Path
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 
 from ..errors import ConfigError
 
@@ -152,6 +153,31 @@ def for_training(model: nn.Module, precision: str, device: torch.device):
     return model, contextlib.nullcontext
 
 
+class RowPaddedLinear(nn.Linear):
+    """nn.Linear whose input rows are padded with zeros to a multiple of ROWS, and the padding's
+    outputs dropped: for bf16 search on CPU.
+
+    There oneDNN computes each bf16 product with a kernel compiled for its exact shape, which
+    takes longer than the product itself, and keeps only the last
+    ONEDNN_PRIMITIVE_CACHE_CAPACITY of them (s2s.core.RUNTIME_ENV; the figures are in
+    docs/performance.md). A search's row count
+    (live hypotheses) changes at almost every step as sentences finish, so nearly every product
+    compiled anew; padded, a batch of 128 sentences at beam 4 has 16 row counts, whose kernels
+    stay cached from one step and one batch to the next. The padding rows cost little: a
+    product of a few rows is bound by reading the weights, not by the arithmetic."""
+
+    ROWS = 32
+
+    def forward(self, x: Tensor) -> Tensor:
+        rows = x.shape[:-1].numel()
+        padded = -(-rows // self.ROWS) * self.ROWS
+        if padded == rows:
+            return super().forward(x)
+        flat = x.new_zeros(padded, x.size(-1))
+        flat[:rows] = x.reshape(rows, -1)
+        return super().forward(flat)[:rows].view(*x.shape[:-1], -1)
+
+
 def for_inference(model: nn.Module, precision: str) -> nn.Module:
     """The model to search with in a resolved decode precision: the model itself for fp32,
     otherwise a converted copy (the trained model is left as it is), in eval mode."""
@@ -159,7 +185,12 @@ def for_inference(model: nn.Module, precision: str) -> nn.Module:
         return model
     device = next(model.parameters()).device
     if precision == "bf16":
-        return copy.deepcopy(model).to(torch.bfloat16).eval()
+        searched = copy.deepcopy(model).to(torch.bfloat16).eval()
+        if device.type == "cpu":
+            for m in searched.modules():
+                if type(m) is nn.Linear:
+                    m.__class__ = RowPaddedLinear  # the same weights, padded rows
+        return searched
     if precision == "int8":
         if device.type != "cpu":
             raise ConfigError(

@@ -192,6 +192,9 @@ def test_bf16_cpu_attention_matches_the_fused_kernel(causal):
     assert (out.float() - ref).abs().max() < 0.05
     for a, b in zip(grads, ref_grads):
         assert (a.float() - b).abs().max() < 0.05 * b.abs().max()
+    with torch.no_grad():  # no gradient wanted (search, validation): the fused kernel, in bf16
+        fused = attention(*low, mask, causal, 0.0)
+    assert fused.dtype == torch.bfloat16 and (fused.float() - ref).abs().max() < 0.05
 
 
 def test_initialisation_bounds():

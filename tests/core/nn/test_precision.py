@@ -96,6 +96,26 @@ def test_search_copies_leave_the_model_alone_and_give_the_same_search_up_to_roun
     assert precision.for_inference(model, "fp32") is model
 
 
+def test_bf16_search_pads_the_rows_of_its_linear_layers_without_changing_a_search():
+    """On CPU the bf16 copy's linear layers pad their rows to a multiple of ROWS (so that oneDNN
+    meets few shapes); each row's output is the unpadded layer's, and so is the search."""
+    model = _model().eval()
+    searched = precision.for_inference(model, "bf16")
+    linears = [m for m in searched.modules() if isinstance(m, torch.nn.Linear)]
+    assert linears and all(type(m) is precision.RowPaddedLinear for m in linears)
+    layer = searched.decoder[0].ffn[0]
+    x = torch.randn(3, 5, layer.in_features).bfloat16()  # 15 rows: padded to ROWS
+    got = layer(x)
+    ref = torch.nn.functional.linear(x, layer.weight, layer.bias)
+    assert got.shape == ref.shape and torch.allclose(got.float(), ref.float(), atol=1e-2)
+    plain = precision.for_inference(model, "bf16")
+    for m in plain.modules():
+        if type(m) is precision.RowPaddedLinear:
+            m.__class__ = torch.nn.Linear
+    src, settings = _batch()[0], DecodeDefaults(beam=3, alpha=0.6, max_len_a=1.0, max_len_b=3)
+    assert search(searched, src, settings) == search(plain, src, settings)
+
+
 def test_bf16_gradients_summed_over_many_positions_do_not_stall():
     """One token 3,000 times: its embedding row and the LayerNorm biases sum 3,000 gradients,
     which bf16 accumulation would stop adding up long before the end."""
