@@ -635,6 +635,27 @@ def main(argv=None) -> dict:
     }
     mm = mm_rate()
     result["mm_rate_gflops"] = round(mm / 1e9, 1)
+    # fp32 and bf16 at the shape of a beam-4 search step's feed-forward product in the
+    # multi30k_en_de preset (d_model 256, d_ff 1,024) over max-sentences sentences
+    shape = (4 * args.max_sentences, 256, 1024)
+    result["mm_gflop_s_at_search_shape"] = mm_rates = {
+        "shape": list(shape),
+        **{
+            str(dtype).split(".")[-1]: round(mm_rate(dtype=dtype, shape=shape) / 1e9, 1)
+            for dtype in (torch.float32, torch.bfloat16)
+        },
+    }
+
+    def of_mm_rates(rows: dict, gflop_per_sentence: float) -> None:
+        """Each row's search FLOPs a second (s2s's count for its search) as a fraction of the
+        fp32 and bf16 torch.mm rates measured at the search's shape."""
+        for r in rows.values():
+            if isinstance(r, dict) and "sentences_per_s" in r:
+                flops = r["sentences_per_s"] * gflop_per_sentence
+                r["of_mm_rate"] = {
+                    k: round(flops / v, 3) for k, v in mm_rates.items() if k != "shape"
+                }
+
     rows, ct2_rows, precision_rows, baseline_rows = [], [], [], []
 
     def measure(section: dict, task, model, settings, sources, full_subset: int, refs=None):
@@ -704,6 +725,7 @@ def main(argv=None) -> dict:
                 args.max_sentences,
                 args.precisions,
             )
+            of_mm_rates(v, t[f"beam{settings.beam}"]["gflop_per_sentence"])
             ct2_rows.extend(
                 {
                     "search": name,
@@ -726,6 +748,7 @@ def main(argv=None) -> dict:
                 args.repeats,
                 args.max_sentences,
             )
+            of_mm_rates(t["precisions"], t[f"beam{settings.beam}"]["gflop_per_sentence"])
             precision_rows.extend(
                 {
                     "task": "translation",
