@@ -541,8 +541,10 @@ def serve(path, registry, options: ServeOptions) -> None:
     from ..data.members import build_members, decode_settings, load_vocabularies
     from ..inference import load_for_inference
     from ..inference.loading import load_ensemble
+    from ..nn.precision import resolve_search
     from ..setup.config import load_config
     from ..training.checkpoint import tested
+    from ..training.distributed import resolve_device
     from ..training.rundir import run_dir_of
     from .batcher import Batcher
     from .connections import Limits, guarded
@@ -583,6 +585,7 @@ def serve(path, registry, options: ServeOptions) -> None:
     torch.set_num_threads(options.threads or cfg.run.threads or torch.get_num_threads())
     checkpoint = Path(path) if Path(path).is_file() else tested(run_dir)[1]
     batcher = Batcher(model, cfg, BATCH_TOKENS)
+    searched_in = resolve_search(cfg.decode.precision, resolve_device(cfg.run.device))
     info = {
         "run_dir": str(run_dir),
         "checkpoint": str(checkpoint),
@@ -590,7 +593,7 @@ def serve(path, registry, options: ServeOptions) -> None:
         "tasks": list(members),
         "default_task": options.task or (names[0] if len(names) == 1 else None),
         "decode": {
-            name: {**vars(decode_settings(m, cfg.decode)), "precision": str(cfg.decode.precision)}
+            name: {**vars(decode_settings(m, cfg.decode)), "precision": searched_in}
             for name, m in members.items()
         },
         "threads": torch.get_num_threads(),

@@ -78,9 +78,7 @@ def load_for_inference(path: str | Path, registry, overrides=(), task: str | Non
     return (
         cfg,
         member,
-        precision.for_inference(
-            model, precision.resolve(cfg.decode.precision, device, "decode.precision")
-        ),
+        precision.for_inference(model, precision.resolve_search(cfg.decode.precision, device)),
     )
 
 

@@ -114,12 +114,13 @@ class Stop(str, Enum):
 
 
 class SearchPrecision(str, Enum):
-    """The model search runs with (s2s.core.nn.precision.for_inference): fp32, bf16, or dynamic
-    int8 linear layers (CPU)."""
+    """The model search runs with (s2s.core.nn.precision.for_inference): fp32, bf16, dynamic
+    int8 linear layers (CPU), or auto: bf16 where the device computes bf16 natively, else fp32."""
 
     fp32 = "fp32"
     bf16 = "bf16"
     int8 = "int8"
+    auto = "auto"
 
     def __str__(self) -> str:
         return self.value
@@ -139,9 +140,8 @@ class DecodeConfig:
     max_sentences: int = setting(
         0, at_least(0, "0 = by device: 128 on a CPU, 1,024 on a GPU")
     )  # sentences decoded together
-    precision: SearchPrecision = (
-        SearchPrecision.fp32
-    )  # fp32 | bf16 | int8 (CPU): the model searched with
+    #: the model searched with: auto (bf16 where native, else fp32) | fp32 | bf16 | int8 (CPU)
+    precision: SearchPrecision = SearchPrecision.auto
 
 
 class Precision(str, Enum):

@@ -128,9 +128,7 @@ class Trainer:
             "files": {},
         }
         self.precision = precision.resolve(cfg.run.precision, self.device)
-        self.search_precision = precision.resolve(
-            cfg.decode.precision, self.device, "decode.precision"
-        )
+        self.search_precision = precision.resolve_search(cfg.decode.precision, self.device)
         self.net, self.autocast = precision.for_training(self.model, self.precision, self.device)
         self.ddp = self.net
         if g.world > 1:
@@ -700,7 +698,7 @@ def check_before_training(cfg, registry, quiet: bool = False) -> None:
     group = Group(cfg.run.device, cfg.run.timeout_minutes, cfg.run.wait_minutes)
     prepare_members(build_members(cfg, registry), cfg, group, quiet)
     precision.resolve(cfg.run.precision, group.device)
-    precision.resolve(cfg.decode.precision, group.device, "decode.precision")
+    precision.resolve_search(cfg.decode.precision, group.device)
 
 
 def train(cfg, registry, quiet: bool = False) -> dict:

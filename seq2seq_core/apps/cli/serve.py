@@ -68,8 +68,8 @@ def add(subparsers, common) -> None:
     )
     s.add_argument(
         "--precision",
-        choices=["fp32", "bf16", "int8"],
-        help="the model searched with (decode.precision)",
+        choices=["auto", "fp32", "bf16", "int8"],
+        help="the model searched with (decode.precision; default auto: bf16 where native)",
     )
     s.set_defaults(func=run)
 

@@ -29,6 +29,8 @@ from s2s.core.setup.registry import Registry
 from s2s.core.training.trainer import train
 
 NEW = ["model.d_k=8", "model.d_v=8", "model.positions=learned"]
+#: searches compared with recomputation or with exported models to 1e-4: fp32 on any CPU
+FP32_SEARCH = "decode.precision=fp32"
 
 
 @pytest.fixture(scope="module")
@@ -38,6 +40,7 @@ def demo_run(tmp_path_factory):
             tmp_path_factory.mktemp("demo"),
             "demo",
             *NEW,
+            FP32_SEARCH,
             "task.train_size=1000",
             "task.valid_size=10",
             "task.test_size=40",
@@ -59,6 +62,7 @@ def multitask_run(tmp_path_factory):
             "multitask_demo",
             *task_keys("multitask_demo", "train_size=300", "valid_size=6", "test_size=6"),
             "data.max_tokens=300",
+            FP32_SEARCH,
             "optim.warmup=10",
             "optim.max_updates=30",
             "run.valid_interval=30",

@@ -23,7 +23,7 @@ import pytest
 from conftest import NLTK_DATA, needs
 from s2s.core.apps import treesvg
 from s2s.core.apps.serve import MAX_CHARS
-from test_serve import demo, parser, post, server
+from test_serve import parser, post, server
 
 CHROMIUM, DRIVER = shutil.which("chromium"), shutil.which("chromedriver")
 FLAGS = [
@@ -153,11 +153,11 @@ def served(env: str, train, tmp_path_factory, name: str) -> Path:
 
 
 @pytest.mark.slow
-def test_the_page_translates_what_is_typed_and_draws_its_attention(tmp_path_factory):
+def test_the_page_translates_what_is_typed_and_draws_its_attention(demo_run):
     from selenium.webdriver.common.by import By
 
     driver = browser()
-    run = served("S2S_PAGE_TRANSLATION_RUN", demo, tmp_path_factory, "demo")
+    run = Path(os.environ.get("S2S_PAGE_TRANSLATION_RUN") or demo_run)
     lines = (
         ["A man in a blue shirt is riding a bike down the street.", "Two dogs play in the snow."]
         if os.environ.get("S2S_PAGE_TRANSLATION_RUN")

@@ -48,6 +48,7 @@ def _train_demo(registry, tiny, *extra):
             "optim.warmup=50",
             "run.valid_interval=200",
             "run.save_interval=100",
+            "decode.precision=fp32",  # compared with the exports token for token
             *extra,
         ),
         registry=registry,
@@ -300,6 +301,7 @@ def test_separate_subword_vocabularies(registry, tiny, tmp_path):
             "run.valid_interval=40",
             "run.save_interval=40",
             "data.max_tokens=600",
+            "decode.precision=fp32",  # compared with the exports token for token
         ),
         registry=registry,
     )
