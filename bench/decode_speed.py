@@ -646,12 +646,14 @@ def main(argv=None) -> dict:
         },
     }
 
-    def of_mm_rates(rows: dict, gflop_per_sentence: float) -> None:
-        """Each row's search FLOPs a second (s2s's count for its search) as a fraction of the
-        fp32 and bf16 torch.mm rates measured at the search's shape."""
-        for r in rows.values():
+    def of_mm_rates(rows: dict, section: dict) -> None:
+        """Each row's search FLOPs a second (s2s's count for the same search: greedy rows
+        greedy's, the others the beam's) as a fraction of the fp32 and bf16 torch.mm rates
+        measured at the search's shape."""
+        for name, r in rows.items():
             if isinstance(r, dict) and "sentences_per_s" in r:
-                flops = r["sentences_per_s"] * gflop_per_sentence
+                search = "greedy" if "greedy" in name else f"beam{settings.beam}"
+                flops = r["sentences_per_s"] * section[search]["gflop_per_sentence"]
                 r["of_mm_rate"] = {
                     k: round(flops / v, 3) for k, v in mm_rates.items() if k != "shape"
                 }
@@ -725,7 +727,7 @@ def main(argv=None) -> dict:
                 args.max_sentences,
                 args.precisions,
             )
-            of_mm_rates(v, t[f"beam{settings.beam}"]["gflop_per_sentence"])
+            of_mm_rates(v, t)
             ct2_rows.extend(
                 {
                     "search": name,
@@ -748,7 +750,7 @@ def main(argv=None) -> dict:
                 args.repeats,
                 args.max_sentences,
             )
-            of_mm_rates(t["precisions"], t[f"beam{settings.beam}"]["gflop_per_sentence"])
+            of_mm_rates(t["precisions"], t)
             precision_rows.extend(
                 {
                     "task": "translation",

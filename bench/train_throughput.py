@@ -385,9 +385,15 @@ def main(argv=None) -> dict:
         fairseq_bin_data = fairseq_data(common, Path(tmp), fairseq_bin) if peers else None
         for r in range(args.rounds):
             for p in runs:
+                # 1024^3, and the model's own feed-forward product over a batch's tokens
+                shape = (model["max_tokens"], model["d_model"], model["d_ff"])
                 mm = {
                     "fp32": mm_rate(repeats=3, seconds=0.6),
                     "bf16": mm_rate(repeats=3, seconds=0.6, dtype=torch.bfloat16),
+                    "fp32_model_shape": mm_rate(repeats=3, seconds=0.6, shape=shape),
+                    "bf16_model_shape": mm_rate(
+                        repeats=3, seconds=0.6, dtype=torch.bfloat16, shape=shape
+                    ),
                 }
                 if p == "fairseq":
                     run = fairseq_run(
@@ -429,6 +435,9 @@ def main(argv=None) -> dict:
             "model_gflops_per_s_median": med("model_gflops_per_s"),
             "of_fp32_mm_median": statistics.median(x["of_mm"]["fp32"] for x in rs),
             "of_bf16_mm_median": statistics.median(x["of_mm"]["bf16"] for x in rs),
+            "of_bf16_mm_model_shape_median": statistics.median(
+                x["of_mm"]["bf16_model_shape"] for x in rs
+            ),
         }
     base = "fairseq" if peers else args.precisions[0]
     for p in [

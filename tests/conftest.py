@@ -257,7 +257,8 @@ def demo_runs(tmp_path_factory) -> dict[str, Path]:
     and 2, one shape), "trained" (600 updates: test BLEU about 99, outputs end before their
     length limit), "narrow" (width 32, another shape), "untrained" (one update at a
     near-zero rate: its initial weights), "parser" (task.mode=parse: other target words); each name to
-    its run directory."""
+    its run directory. They search in fp32 (decode.precision), so that a test's outputs are the
+    same on a CPU with bf16 units and without."""
     import subprocess
     import sys
 
@@ -286,6 +287,7 @@ def demo_runs(tmp_path_factory) -> dict[str, Path]:
                 "demo",
                 "-q",
                 *TINY_DEMO,
+                "decode.precision=fp32",  # searches compared token for token, on any CPU
                 *extra,
                 f"run.dir={where / name}",
                 f"data.cache_dir={where / 'cache'}",

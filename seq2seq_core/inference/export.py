@@ -99,9 +99,10 @@ def export(job: ExportJob, registry) -> Path:
             f"{run_dir} is a multi-task run: export takes single-task runs (the formats "
             "have no place for the members' task tokens and joined vocabularies)"
         )
-    cfg, member, model = load_for_inference(run_dir, registry, ["run.device=cpu"])
+    # the weights as trained (fp32), whatever precision the run searches in
+    overrides = ["run.device=cpu", "decode.precision=fp32"]
+    cfg, member, model = load_for_inference(run_dir, registry, overrides)
     task = member.task
-    model.float().eval()
     # written beside `output` and renamed at the end: a failed export leaves `output` as it was
     out.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_temporaries(out.parent)

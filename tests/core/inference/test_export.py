@@ -48,7 +48,6 @@ def _train_demo(registry, tiny, *extra):
             "optim.warmup=50",
             "run.valid_interval=200",
             "run.save_interval=100",
-            "decode.precision=fp32",  # compared with the exports token for token
             *extra,
         ),
         registry=registry,
@@ -59,9 +58,8 @@ def _train_demo(registry, tiny, *extra):
 
 def _greedy(run_dir, registry, n=None):
     """(task, model, settings, test sources, s2s's greedy ids) as `s2s generate --beam 1` decodes."""
-    run = load_run(
-        run_dir, ["run.device=cpu", "decode.beam=1"]
-    )  # the public way, as docs/export.md
+    # the public way, as docs/export.md; in fp32, as the exports it is compared with
+    run = load_run(run_dir, ["run.device=cpu", "decode.beam=1", "decode.precision=fp32"])
     task, model, settings = run.task, run.model, run.settings
     sources = prepare_data(task, run.cfg.data, quiet=True).texts("test")[0][:n]
     ids = task.encode_source(sources)
@@ -301,7 +299,6 @@ def test_separate_subword_vocabularies(registry, tiny, tmp_path):
             "run.valid_interval=40",
             "run.save_interval=40",
             "data.max_tokens=600",
-            "decode.precision=fp32",  # compared with the exports token for token
         ),
         registry=registry,
     )

@@ -75,6 +75,22 @@ def test_auto_means_bf16_where_the_cpu_has_it_and_bf16_falls_back_to_fp32_with_a
     assert precision.resolve("int8", cpu) == "int8" and precision.resolve("fp32", cpu) == "fp32"
 
 
+def test_search_precision_auto_is_the_default_and_bf16_only_where_native(monkeypatch):
+    """decode.precision=auto (the default): bf16 on a CPU with bf16 units, else fp32; a Volta
+    GPU gets fp32, not training's fp16 (search has no fp16 model)."""
+    from s2s.core.setup.settings import DecodeConfig, SearchPrecision
+
+    assert DecodeConfig().precision == SearchPrecision.auto
+    cpu = torch.device("cpu")
+    monkeypatch.setattr(precision, "cpu_has_bf16", lambda: True)
+    assert precision.resolve_search(SearchPrecision.auto, cpu) == "bf16"
+    assert precision.resolve_search("int8", cpu) == "int8"
+    monkeypatch.setattr(precision, "cpu_has_bf16", lambda: False)
+    assert precision.resolve_search("auto", cpu) == "fp32"
+    monkeypatch.setattr(precision, "cuda_capability", lambda device: (7, 0))
+    assert precision.resolve_search("auto", torch.device("cuda")) == "fp32"
+
+
 @pytest.mark.parametrize("kind", ["bf16", "int8"])
 def test_search_copies_leave_the_model_alone_and_give_the_same_search_up_to_rounding(kind):
     model = _model().eval()
