@@ -173,11 +173,11 @@ class RowPaddedLinear(nn.Linear):
     There oneDNN computes each bf16 product with a kernel compiled for its exact shape, which
     takes longer than the product itself, and keeps only the last
     ONEDNN_PRIMITIVE_CACHE_CAPACITY of them (s2s.core.RUNTIME_ENV; the figures are in
-    docs/performance.md). A search's row count
-    (live hypotheses) changes at almost every step as sentences finish, so nearly every product
-    compiled anew; padded, a batch of 128 sentences at beam 4 has 16 row counts, whose kernels
-    stay cached from one step and one batch to the next. The padding rows cost little: a
-    product of a few rows is bound by reading the weights, not by the arithmetic."""
+    docs/performance.md). A search's row count (its live hypotheses) changes at almost every
+    step as sentences finish, so nearly every product compiled anew; padded, a batch of 128
+    sentences at beam 4 has 16 row counts, whose kernels stay cached from one step and one
+    batch to the next. The padding rows cost little: a product of a few rows is bound by
+    reading the weights, not by the arithmetic. Each row's output is the unpadded layer's."""
 
     ROWS = 32
 
