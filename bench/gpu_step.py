@@ -184,6 +184,8 @@ PARTS = (
     ("layer norm", ("layer_norm", "layernorm")),
     ("dropout", ("dropout", "bernoulli", "philox")),
     ("copies and casts", ("copy", "cast", "memcpy", "memset", "fill", "to_copy")),
+    # a search's choices: the best extensions, the rows they continue, the moved hypotheses
+    ("search bookkeeping", ("topk", "sort", "gather", "index", "scatter", "where", "amax")),
     ("reductions", ("reduce", "sum", "norm")),
     ("elementwise", ("elementwise", "vectorized", "aten::add", "aten::mul", "aten::relu")),
 )
