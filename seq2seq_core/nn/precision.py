@@ -23,8 +23,7 @@ run in TF32 (fp32 range, 10-bit mantissa inputs, fp32 sums): `resolve` turns it 
 
 Search (`decode.precision`), on a copy of the model made by `for_inference`:
 * auto (the default): bf16 where the device computes bf16 natively (as for training), else fp32
-  (`resolve_search`); on the Multi30k and treebank benchmarks bf16 search scored within 0.1
-  BLEU and F1 of fp32 (docs/performance.md).
+  (`resolve_search`); docs/performance.md gives bf16's BLEU and F1 against fp32's.
 * fp32: the model as trained.
 * bf16: weights and activations in bfloat16; the search's scores stay fp32 (it takes the
   log-softmax of the logits in fp32). On CPU the linear layers pad their rows to a multiple of
