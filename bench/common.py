@@ -157,3 +157,12 @@ def table(rows: list[dict]) -> str:
     widths = [max(len(k), *(len(c[i]) for c in cells)) for i, k in enumerate(keys)]
     line = lambda vals: "  ".join(v.rjust(w) for v, w in zip(vals, widths))  # noqa: E731
     return "\n".join([line(keys)] + [line(c) for c in cells])
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

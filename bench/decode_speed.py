@@ -646,13 +646,13 @@ def main(argv=None) -> dict:
         },
     }
 
-    def of_mm_rates(rows: dict, section: dict) -> None:
+    def of_mm_rates(rows: dict, section: dict, beam: int) -> None:
         """Each row's search FLOPs a second (s2s's count for the same search: greedy rows
         greedy's, the others the beam's) as a fraction of the fp32 and bf16 torch.mm rates
         measured at the search's shape."""
         for name, r in rows.items():
             if isinstance(r, dict) and "sentences_per_s" in r:
-                search = "greedy" if "greedy" in name else f"beam{settings.beam}"
+                search = "greedy" if "greedy" in name else f"beam{beam}"
                 flops = r["sentences_per_s"] * section[search]["gflop_per_sentence"]
                 r["of_mm_rate"] = {
                     k: round(flops / v, 3) for k, v in mm_rates.items() if k != "shape"
@@ -727,7 +727,7 @@ def main(argv=None) -> dict:
                 args.max_sentences,
                 args.precisions,
             )
-            of_mm_rates(v, t)
+            of_mm_rates(v, t, settings.beam)
             ct2_rows.extend(
                 {
                     "search": name,
@@ -750,7 +750,7 @@ def main(argv=None) -> dict:
                 args.repeats,
                 args.max_sentences,
             )
-            of_mm_rates(t["precisions"], t)
+            of_mm_rates(t["precisions"], t, settings.beam)
             precision_rows.extend(
                 {
                     "task": "translation",

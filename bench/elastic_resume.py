@@ -37,7 +37,6 @@ import json
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -49,7 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch  # noqa: E402
 from s2s.core.training import checkpoint  # noqa: E402
 
-from bench.common import machine, write  # noqa: E402
+from bench.common import free_port, machine, write  # noqa: E402
 
 
 def overrides(run_dir: Path, cache: Path, updates: int, update_freq: int) -> list[str]:
@@ -76,12 +75,6 @@ def overrides(run_dir: Path, cache: Path, updates: int, update_freq: int) -> lis
         "run.threads=1",
         "run.device=cpu",
     ]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def launch(args: list[str], world: int, log: Path) -> list[subprocess.Popen]:

@@ -5,6 +5,8 @@ shape, and its operators' own time under torch.profiler gathered into the parts 
 (matrix products, attention, softmax, copies and casts, the beam's bookkeeping, ...).
 
     python -m bench.search_profile --run RUN_DIR [--precisions fp32 bf16] [--sentences 512]
+    python -m bench.search_profile --run RUN_DIR --tree REV --name search_profile_REV
+                                                 # commit REV's s2s (a git worktree), the same way
 
 Per precision: sentences/s unprofiled (median of `--repeats`), the search's model FLOPs a
 second (`Transformer.flops` per decoder row and source token, as bench/decode_speed.py counts
@@ -18,6 +20,7 @@ from __future__ import annotations
 import s2s.core  # noqa: F401  before torch: the CPU runtime defaults (s2s.core.RUNTIME_ENV)
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -26,8 +29,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch  # noqa: E402
 
 from bench.common import MULTI30K, mm_rate, write  # noqa: E402
+from bench.decode_speed import rates  # noqa: E402
 from bench.gpu_step import by_part  # noqa: E402
 
+#: set in the process that profiles another commit's tree (`--tree`)
+TREE = "S2S_BENCH_TREE"
 SHAPE = (512, 256, 1024)  # a beam-4 step of 128 sentences through multi30k_en_de's FFN
 
 
@@ -54,8 +60,11 @@ def main() -> None:
     p.add_argument("--precisions", nargs="+", default=["fp32", "bf16"], choices=["fp32", "bf16"])
     p.add_argument("--sentences", type=int, default=512)
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--tree", metavar="REV", help="profile commit REV's s2s instead of this tree's")
     p.add_argument("--name", default="search_profile")
     args = p.parse_args()
+    if args.tree and os.environ.get(TREE) != args.tree:
+        return in_tree(args.tree)
     from s2s.core.inference import load_run
 
     torch.set_num_threads(1)
@@ -65,8 +74,8 @@ def main() -> None:
     for precision in args.precisions:
         loaded = load_run(args.run, ["run.device=cpu", f"decode.precision={precision}"])
         model, task, settings = loaded.model, loaded.task, loaded.settings
-        rates({"warm-up": settings}, model, task, sources[:128])
-        found = rates({"beam": settings}, model, task, sources, args.repeats)["beam"]
+        rates(model, task, sources[:128], {"warm-up": settings}, 1, 128)
+        found = rates(model, task, sources, {"beam": settings}, args.repeats, 128)[0]["beam"]
         found["parts_share"], found["top"] = profiled(model, task, sources, settings)
         runs[precision] = found
         print(precision, found["sentences_per_s"], found["parts_share"])
@@ -79,6 +88,7 @@ def main() -> None:
     result = {
         "command": " ".join(["python -m bench.search_profile", *sys.argv[1:]]),
         "run": args.run,
+        "tree": args.tree or "this",
         "sentences": len(sources),
         "threads": 1,
         "mm_gflop_s": mm,
@@ -91,11 +101,32 @@ def main() -> None:
     print(f"wrote {write(args.name, result)}")
 
 
-def rates(variants: dict, model, task, sources, repeats: int = 1) -> dict:
-    """bench.decode_speed.rates with 128 sentences a batch: each variant's rate and FLOPs."""
-    from bench.decode_speed import rates as measured
+def in_tree(rev: str) -> None:
+    """This script's command run again with commit `rev`'s s2s package first on sys.path."""
+    import subprocess
+    import tempfile
 
-    return measured(model, task, sources, variants, repeats, 128)[0]
+    from bench.decode_speed import REPO, worktree
+
+    with tempfile.TemporaryDirectory(prefix="s2s-tree-") as tmp:
+        path = worktree(rev, Path(tmp))
+        try:
+            code = (
+                f"import sys; sys.path.insert(0, {str(path)!r}); "
+                "from bench.search_profile import main; main()"
+            )
+            subprocess.run(
+                [sys.executable, "-c", code, *sys.argv[1:]],
+                cwd=REPO,
+                env={**os.environ, TREE: rev},
+                check=True,
+            )
+        finally:
+            subprocess.run(
+                ["git", "worktree", "remove", "--force", str(Path(tmp) / "tree")],
+                cwd=REPO,
+                capture_output=True,
+            )
 
 
 if __name__ == "__main__":

@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 from s2s.core.files import atomic_write_text  # noqa: E402
 
-from bench.common import RESULTS, machine  # noqa: E402  s2s first: its CPU runtime defaults precede torch
+from bench.common import RESULTS, free_port, machine  # noqa: E402  s2s first: its CPU runtime defaults precede torch
 
 
 def post(url: str, body: dict, timeout: float = 120) -> tuple[int, dict]:
@@ -49,14 +49,6 @@ def post(url: str, body: dict, timeout: float = 120) -> tuple[int, dict]:
             return r.status, json.loads(r.read())
     except urllib.error.HTTPError as e:
         return e.code, {}
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start(run: Path, threads: int) -> tuple[subprocess.Popen, str]:

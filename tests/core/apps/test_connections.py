@@ -15,7 +15,8 @@ import threading
 import time
 
 import pytest
-from test_serve import free_port, get, post, server, serving
+from conftest import free_port
+from test_serve import get, post, server, serving
 
 pytestmark = pytest.mark.slow
 

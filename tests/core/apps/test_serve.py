@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from cli_checks import s2s
 from s2s.core.task import DecodeDefaults
-from conftest import NLTK_DATA, needs, task_keys, tiny_run
+from conftest import NLTK_DATA, free_port, needs, task_keys, tiny_run
 from s2s.core.apps.serve import (
     MAX_BODY,
     MAX_CHARS,
@@ -73,12 +73,6 @@ def held_out(run_dir: Path, n: int, task: str | None = None) -> list[str]:
 
 
 # -- the server and the client -------------------------------------------------------------------
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def serving(run_dir: Path, *args: str, log: Path) -> subprocess.Popen:
     """`s2s serve RUN_DIR ARGS` started as a process, its output going to `log`."""
     with open(log, "wb") as out:

@@ -10,13 +10,12 @@ import json
 import logging
 import multiprocessing
 import os
-import socket
 import subprocess
 import sys
 
 import pytest
 import torch
-from conftest import ROOT, task_keys
+from conftest import ROOT, free_port, task_keys
 from omegaconf import OmegaConf
 from s2s.core.data.members import build_task
 from s2s.core.errors import ConfigError
@@ -289,9 +288,7 @@ def test_rank0_phases_longer_than_the_collective_timeout_finish_and_write_the_re
     averaged on rank 0 and broadcast. The run finishes and writes result.json."""
     plugin = tmp_path / "slow_rank0.py"
     plugin.write_text(SLOW_RANK0.format(sleep=35, test_size=4))
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     run_dir = tmp_path / "run"
     cmd = [
         sys.executable,

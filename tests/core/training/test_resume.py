@@ -14,7 +14,6 @@ import json
 import logging
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -25,7 +24,7 @@ import pytest
 import s2s.core.nn.model as model_mod
 import s2s.core.training.trainer as train_mod
 import torch
-from conftest import demo_process_run
+from conftest import demo_process_run, free_port
 from omegaconf import OmegaConf
 from s2s.core.apps.cli import main
 from s2s.core.data.members import build_task
@@ -53,12 +52,6 @@ def _overrides(run_dir, cache, run_precision="fp32", preset="demo", extra=()):
     )
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _launch(run_dir, cache, world, log_name, run_precision="fp32", preset="demo", extra=()):
     """`s2s train` in `world` processes, each with the variables torchrun sets for its workers."""
     cmd = [
@@ -70,7 +63,7 @@ def _launch(run_dir, cache, world, log_name, run_precision="fp32", preset="demo"
         preset,
         *_overrides(run_dir, cache, run_precision, preset, extra),
     ]
-    port = _free_port()
+    port = free_port()
     procs = []
     for rank in range(world):
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
