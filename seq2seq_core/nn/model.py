@@ -165,14 +165,15 @@ class DecoderLayer(nn.Module):
         layer.
 
         kv None: x is the whole target prefix, masked causally. Otherwise x is one position
-        (`step`) and kv [B*g, 2, h, capacity, max(d_k, d_v)] this layer's self-attention cache: this
-        step's keys and values are written at `step` and the query attends to steps 0..step."""
+        (`step`) and kv [B*g, capacity, 2, h, max(d_k, d_v)] this layer's self-attention cache:
+        this step's keys and values are written at `step` and the query attends to steps
+        0..step."""
 
         def self_attention(y):
             k, v = self.self_attn.keys_values(y)
             if kv is None:
                 return self.self_attn(y, k, v, causal=True)
-            keys, values = self.self_attn.split_cached(kv)
+            keys, values = self.self_attn.split_cached(kv.movedim(1, 3))
             keys[:, :, step : step + 1], values[:, :, step : step + 1] = k, v
             return self.self_attn(y, keys[:, :, : step + 1], values[:, :, : step + 1])
 
@@ -190,9 +191,11 @@ class DecoderCache:
     keys in the first d_k, values in the first d_v of d = max(d_k, d_v)
     (MultiHeadAttention.split_cached).
     memory_mask [B, 1, 1, S]: True at source positions that may be attended.
-    kv [B*g, N, 2, h, capacity, d]: self-attention keys/values of the steps done so far (allocated
-    at the first step with `capacity` positions, doubled when full); spare: a buffer of its shape
-    for a reordering that moves every row, made when one first does (reorder_cache).
+    kv [B*g, capacity, N, 2, h, d]: self-attention keys/values of the steps done so far
+    (allocated at the first step with `capacity` positions, doubled when full), step-major
+    within a row: the steps done are the first bytes of the row, so that a reordering copies
+    one contiguous block a row and a step's write is one block a row; spare: a buffer of its
+    shape for a reordering that moves every row, made when one first does (reorder_cache).
     step: number of steps done, hence the position of the next token."""
 
     memory_kv: Tensor
@@ -420,10 +423,10 @@ class Transformer(nn.Module):
         if cache.kv is None:
             B, N, _, h, _, d = cache.memory_kv.shape
             assert n % B == 0, f"{n} rows are not a whole number of hypotheses per sentence ({B})"
-            cache.kv = cache.memory_kv.new_empty(n, N, 2, h, cache.capacity, d)
-        elif step == cache.kv.size(4):
-            grown = cache.kv.new_empty(*cache.kv.shape[:4], 2 * step, cache.kv.size(5))
-            grown[:, :, :, :, :step] = cache.kv
+            cache.kv = cache.memory_kv.new_empty(n, cache.capacity, N, 2, h, d)
+        elif step == cache.kv.size(1):
+            grown = cache.kv.new_empty(cache.kv.size(0), 2 * step, *cache.kv.shape[2:])
+            grown[:, :step] = cache.kv
             cache.kv, cache.spare = grown, None
         x = self.embed(self.tgt_embed, tokens[:, None], start=step)
         for i, layer in enumerate(self.decoder):
@@ -431,7 +434,7 @@ class Transformer(nn.Module):
                 x,
                 layer.cross_attn.split_cached(cache.memory_kv[:, i]),
                 cache.memory_mask,
-                cache.kv[:n, i],
+                cache.kv[:n, :, i],
                 step,
             )
         cache.step += 1
@@ -458,9 +461,9 @@ class Transformer(nn.Module):
             moved = index.ne(torch.arange(n, device=index.device))
             src = index[dst := moved.nonzero().squeeze(1)]
             if not moved[src[src.lt(n)]].any():
-                cache.kv[dst, ..., :t, :] = cache.kv[src, ..., :t, :]  # only the steps done
+                cache.kv[dst, :t] = cache.kv[src, :t]  # only the steps done
                 return cache
             cache.spare = torch.empty_like(cache.kv) if cache.spare is None else cache.spare
-            torch.index_select(cache.kv[..., :t, :], 0, index, out=cache.spare[:n, ..., :t, :])
+            torch.index_select(cache.kv[:, :t], 0, index, out=cache.spare[:n, :t])
             cache.kv, cache.spare = cache.spare, cache.kv
         return cache

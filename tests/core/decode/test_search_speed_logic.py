@@ -33,7 +33,7 @@ def test_stable_slots_keep_parents_rows_and_copies_never_overlap(seed):
 
 def cache_of(n, t, seed=0):
     g = torch.Generator().manual_seed(seed)
-    kv = torch.randn(n, 2, 2, 3, t + 4, 5, generator=g)
+    kv = torch.randn(n, t + 4, 2, 2, 3, 5, generator=g)
     return DecoderCache(
         memory_kv=torch.randn(n // 2, 2, 2, 3, 7, 5, generator=g),
         memory_mask=torch.ones(n // 2, 1, 1, 7, dtype=torch.bool),
@@ -55,9 +55,9 @@ def test_reorder_cache_moves_rows_as_index_select_does(kind):
     else:  # a row is read by one copy and written by another: every row moves
         index = torch.tensor([1, 0, 3, 2, 5, 4, 7, 6])
     cache = cache_of(n, t)
-    expected = cache.kv[index, ..., :t, :].clone()
+    expected = cache.kv[index, :t].clone()
     Transformer.reorder_cache(cache, index)
-    assert torch.equal(cache.kv[:n, ..., :t, :], expected)
+    assert torch.equal(cache.kv[:n, :t], expected)
     assert (cache.spare is None) == (kind == "stable")
 
 
