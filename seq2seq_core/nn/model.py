@@ -452,7 +452,9 @@ class Transformer(nn.Module):
         order; index then lists g rows for each kept sentence, in the same order. Only the rows
         that change are copied, in place, when no copy reads a row another writes (as beam
         search arranges: s2s.core.decode.search._stable_slots); otherwise all, via the spare
-        buffer."""
+        buffer. On a CPU each moved row is one copy of its steps done, row to row: indexing
+        would gather the rows into a temporary and scatter them back, twice the memory traffic
+        of a step that reads the whole cache anyway (a GPU takes the indexing: one kernel)."""
         if keep is not None:
             cache.memory_kv = cache.memory_kv.index_select(0, keep)
             cache.memory_mask = cache.memory_mask.index_select(0, keep)
@@ -461,7 +463,12 @@ class Transformer(nn.Module):
             moved = index.ne(torch.arange(n, device=index.device))
             src = index[dst := moved.nonzero().squeeze(1)]
             if not moved[src[src.lt(n)]].any():
-                cache.kv[dst, :t] = cache.kv[src, :t]  # only the steps done
+                done = cache.kv[:, :t]  # only the steps done
+                if done.device.type != "cpu":
+                    done[dst] = done[src]
+                    return cache
+                for row, source in zip(dst.tolist(), src.tolist()):
+                    done[row].copy_(done[source])
                 return cache
             cache.spare = torch.empty_like(cache.kv) if cache.spare is None else cache.spare
             torch.index_select(cache.kv[:, :t], 0, index, out=cache.spare[:n, :t])
