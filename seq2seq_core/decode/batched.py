@@ -24,7 +24,7 @@ from ..task import DecodeDefaults, Task
 from ..vocab import BOS, EOS, PAD, UNK
 from .constraints import Prefix, joined
 from .terminology import Terms
-from .search import Wanted, length_penalty, nbest, sentences_per_batch
+from .search import Wanted, length_penalty, nbest, sentences_per_batch, sentences_per_search
 
 log = logging.getLogger("s2s")
 
@@ -171,10 +171,11 @@ class Decoder:
         """The decoded outputs (target strings before post-processing) of every source line, in
         input order, best first: one, or as `wanted` asks, each holding what `forced` asks.
 
-        On a CPU with n > 1 intra-op threads, n batches are searched at once, each on one thread:
-        a step's operations are small (a few hundred rows), and splitting each of them over threads
-        pays a synchronisation per operation that independent batches do not. On a GPU batches go
-        one after the other. Sampling seeds each batch's generator from the seed and the batch's
+        A batch holds at most `decode.max_sentences` sentences and at most one search's rows
+        (`sentences_per_search`). On a CPU with n > 1 intra-op threads, n batches are searched at
+        once, each on one thread: a step's operations are small (a few hundred rows), and
+        splitting each of them over threads pays a synchronisation per operation that
+        independent batches do not. On a GPU batches go one after the other. Sampling seeds each batch's generator from the seed and the batch's
         number, so the same lines with the same settings draw the same outputs.
         """
         if not sources:
@@ -228,7 +229,11 @@ class Decoder:
                         )
             return lines
 
-        batches = list(chunks(order, sentences_per_batch(self.max_sentences, device)))
+        # a batch is at most one search's sentences, so that wide beams (parsing's 21) still
+        # give each thread a batch of its own
+        size = sentences_per_batch(self.max_sentences, device)
+        width = settings.beam if wanted.sampling is None else wanted.n
+        batches = list(chunks(order, sentences_per_search(width, size, device)))
         threads = torch.get_num_threads()
         workers = min(threads, len(batches)) if torch.device(device).type == "cpu" else 1
         try:

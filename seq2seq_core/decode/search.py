@@ -211,6 +211,13 @@ def sentences_per_batch(max_sentences: int, device) -> int:
 ROWS_PER_SEARCH = {"cpu": 512}  # hypotheses searched at once, by device type (none given: all)
 
 
+def sentences_per_search(width: int, sentences: int, device) -> int:
+    """How many of `sentences` one search takes at once with `width` rows (hypotheses) a
+    sentence: at most ROWS_PER_SEARCH rows on the device, all the sentences where it sets none."""
+    limit = ROWS_PER_SEARCH.get(torch.device(device).type, width * sentences)
+    return max(1, limit // width)
+
+
 def search(
     model,
     src: Tensor,
@@ -261,7 +268,7 @@ def nbest(
     was_training = model.training
     model.eval()
     B = src.size(0)
-    per = max(1, ROWS_PER_SEARCH.get(src.device.type, width * B) // width)
+    per = sentences_per_search(width, B, src.device)
     generator = None
     if sampling is not None:
         generator = torch.Generator(src.device).manual_seed(sampling.seed)
