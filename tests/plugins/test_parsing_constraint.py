@@ -265,3 +265,37 @@ def test_repairs_are_counted_right_when_batches_are_decoded_on_several_threads()
     for _ in range(2):  # the count is per call, not carried over
         assert task.score(hyps, gold, sentences).figures["repaired"] == repaired
     assert vars(task) == state
+
+
+def test_a_wide_beam_gives_each_thread_a_batch_of_one_search_and_the_same_trees(monkeypatch):
+    """A batch holds at most one search's rows (ROWS_PER_SEARCH hypotheses on a CPU), so that a
+    wide beam over a few sentences still gives each thread a batch of its own; the trees are the
+    ones searched on one thread in one batch."""
+    from s2s.core.decode import batched
+    from s2s.core.decode import search as decoding
+    from s2s.core.decode.search import sentences_per_search
+
+    assert sentences_per_search(21, 128, "cpu") == 512 // 21
+    assert sentences_per_search(4, 128, "cpu") == 128
+    assert sentences_per_search(21, 1024, "cuda") == 1024  # a GPU searches the whole batch
+    task = task_for("vinyals", linearised_pairs("vinyals"))
+    model = untrained_model(task, seed=0)
+    sentences = [" ".join(WORDS[i % len(WORDS) :][:n]) for i, n in enumerate([3, 5, 2, 7, 4, 6])]
+    settings = DecodeDefaults(beam=3, alpha=0.3, max_len_a=1.0, max_len_b=6)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        alone = Decoder(model, task, settings, "cpu", 8).decode_sources(sentences)
+        sizes = []
+
+        def recorded(model, src, *args):
+            sizes.append(src.size(0))
+            return decoding.nbest(model, src, *args)
+
+        monkeypatch.setattr(batched, "nbest", recorded)
+        monkeypatch.setitem(decoding.ROWS_PER_SEARCH, "cpu", 2 * settings.beam)
+        torch.set_num_threads(2)
+        split = Decoder(model, task, settings, "cpu", 8).decode_sources(sentences)
+    finally:
+        torch.set_num_threads(threads)
+    assert sorted(sizes) == [2, 2, 2] and split == alone
