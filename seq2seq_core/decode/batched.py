@@ -175,8 +175,9 @@ class Decoder:
         (`sentences_per_search`). On a CPU with n > 1 intra-op threads, n batches are searched at
         once, each on one thread: a step's operations are small (a few hundred rows), and
         splitting each of them over threads pays a synchronisation per operation that
-        independent batches do not. On a GPU batches go one after the other. Sampling seeds each batch's generator from the seed and the batch's
-        number, so the same lines with the same settings draw the same outputs.
+        independent batches do not. On a GPU batches go one after the other. Sampling seeds each
+        batch's generator from the seed and the batch's number, so the same lines with the same
+        settings draw the same outputs.
         """
         if not sources:
             return []
