@@ -230,11 +230,9 @@ class Decoder:
                         )
             return lines
 
-        # a batch is at most one search's sentences, so that wide beams (parsing's 21) still
-        # give each thread a batch of its own
         size = sentences_per_batch(self.max_sentences, device)
-        width = settings.beam if wanted.sampling is None else wanted.n
-        batches = list(chunks(order, sentences_per_search(width, size, device)))
+        size = sentences_per_search(wanted.rows(settings.beam), size, device)
+        batches = list(chunks(order, size))
         threads = torch.get_num_threads()
         workers = min(threads, len(batches)) if torch.device(device).type == "cpu" else 1
         try:

@@ -69,6 +69,11 @@ class Wanted:
     sampling: Sampling | None = None
     incremental: bool = True
 
+    def rows(self, beam: int) -> int:
+        """The rows (hypotheses) a sentence takes in the search: n drawn outputs, else the
+        beam."""
+        return self.n if self.sampling is not None else beam
+
 
 def length_penalty(length, alpha: float):
     """lp(Y) = ((5 + |Y|) / 6)^alpha, for a number or a tensor of lengths."""
@@ -264,7 +269,7 @@ def nbest(
         raise ValueError(f"stop must be 'bound' or 'beam', not {settings.stop!r}")
     if sampling is None and not 1 <= n <= beam:
         raise ValueError(f"n must be between 1 and the beam ({beam}), not {n}")
-    width = n if sampling is not None else beam  # rows a sentence takes
+    width = wanted.rows(beam)
     was_training = model.training
     model.eval()
     B = src.size(0)

@@ -464,11 +464,11 @@ class Transformer(nn.Module):
             src = index[dst := moved.nonzero().squeeze(1)]
             if not moved[src[src.lt(n)]].any():
                 done = cache.kv[:, :t]  # only the steps done
-                if done.device.type != "cpu":
+                if done.device.type == "cpu":
+                    for row, source in zip(dst.tolist(), src.tolist()):
+                        done[row].copy_(done[source])
+                else:
                     done[dst] = done[src]
-                    return cache
-                for row, source in zip(dst.tolist(), src.tolist()):
-                    done[row].copy_(done[source])
                 return cache
             cache.spare = torch.empty_like(cache.kv) if cache.spare is None else cache.spare
             torch.index_select(cache.kv[:, :t], 0, index, out=cache.spare[:n, :t])
