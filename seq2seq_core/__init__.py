@@ -20,6 +20,15 @@ command, the tests and the benchmarks import s2s first:
   can reuse the freed activations around them less and less, so bf16 training's peak grew
   update by update, and its updates slowed with the fresh pages they faulted in. oneDNN's own
   cache above still spares the compilation.
+It also sets two parameters of glibc's malloc (`MALLOC_SETTINGS`, by mallopt: glibc reads its
+environment only when a process starts), so that the memory an update frees serves the next:
+* M_MMAP_THRESHOLD 32 MiB: blocks up to 32 MiB come from the heap. glibc starts at 128 KiB and
+  slides the threshold up to 32 MiB as mapped blocks are freed.
+* M_TRIM_THRESHOLD 1 GiB: the free top of the heap is kept, not handed back to the system
+  whenever it exceeds twice the sliding threshold.
+Otherwise an update's large tensors (a gradient of the shared embedding is 8 MiB) fault fresh
+pages in, one fault per 4 KiB, every update; in a virtual machine a fault costs microseconds.
+MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_ or GLIBC_TUNABLES set at start win.
 The figures of each: docs/training-at-scale.md, "CPU runtime defaults".
 """
 
@@ -33,11 +42,41 @@ RUNTIME_ENV = {
 for _name, _value in RUNTIME_ENV.items():
     _os.environ.setdefault(_name, _value)
 
+#: glibc's malloc parameters set at import: the environment variable glibc reads for each at a
+#: process's start -> (mallopt's parameter number, value)
+MALLOC_SETTINGS = {
+    "MALLOC_MMAP_THRESHOLD_": (-3, 32 << 20),  # M_MMAP_THRESHOLD
+    "MALLOC_TRIM_THRESHOLD_": (-1, 1 << 30),  # M_TRIM_THRESHOLD
+}
+
+
+def _keep_freed_memory() -> list[str]:
+    """Set MALLOC_SETTINGS where glibc is the allocator and the environment has not set them
+    at start; returns the names set."""
+    import ctypes
+
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):  # no C library to load, or not glibc's (macOS)
+        return []
+    tunables = _os.environ.get("GLIBC_TUNABLES", "")
+    done = []
+    for name, (param, value) in MALLOC_SETTINGS.items():
+        tunable = "glibc.malloc." + name.removeprefix("MALLOC_").rstrip("_").lower()
+        if name not in _os.environ and tunable not in tunables and mallopt(param, value) == 1:
+            done.append(name)
+    return done
+
+
+MALLOC_SET = _keep_freed_memory()
+
 from .task import DataError, DecodeDefaults, Score, Task, TaskConfig
 from .vocab import BOS, EOS, PAD, SPECIALS, UNK
 
 __all__ = [
     "RUNTIME_ENV",
+    "MALLOC_SETTINGS",
+    "MALLOC_SET",
     "Task",
     "TaskConfig",
     "DecodeDefaults",

@@ -1,5 +1,6 @@
 """Precision: bf16 training with fp32 master weights, auto / fallback, bf16 and int8 search."""
 
+import ctypes
 import json
 import logging
 import os
@@ -9,7 +10,7 @@ import sys
 import pytest
 import torch
 from s2s.core.task import DecodeDefaults
-from s2s.core import RUNTIME_ENV
+from s2s.core import MALLOC_SETTINGS, RUNTIME_ENV
 from s2s.core.decode.search import search
 from s2s.core.nn import precision
 from s2s.core.nn.model import Transformer
@@ -170,6 +171,52 @@ def test_importing_s2s_sets_the_cpu_runtime_defaults_before_torch_and_the_enviro
         "LRU_CACHE_CAPACITY": "1",
     }
     assert not torch_loaded  # so that they still take effect when torch loads
+
+
+_HEAP_PROBE = """
+import ctypes, json, s2s.core
+
+names = "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost"
+
+
+class Info(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in names.split()]
+
+libc = ctypes.CDLL(None)
+libc.mallinfo2.restype, libc.malloc.restype = Info, ctypes.c_void_p
+libc.free.argtypes = [ctypes.c_void_p]
+block = libc.malloc(16 << 20)  # an update's tensor of 16 MiB
+mapped = libc.mallinfo2().hblkhd
+libc.free(block)
+print(json.dumps([s2s.core.MALLOC_SET, mapped, libc.mallinfo2().arena]))
+"""
+
+
+@pytest.mark.skipif(
+    not hasattr(ctypes.CDLL(None), "mallinfo2"), reason="glibc's malloc only (mallinfo2)"
+)
+def test_importing_s2s_keeps_freed_memory_in_glibcs_heap_and_the_environment_wins():
+    """After `import s2s`, a 16 MiB block comes from glibc's heap, not a mapping of its own
+    (which would fault fresh pages in at every use), and once freed the heap keeps its pages for
+    the next; a MALLOC_* variable set at the process's start is glibc's to apply."""
+    env = {k: v for k, v in os.environ.items() if k not in MALLOC_SETTINGS}
+
+    def probe(**extra):
+        out = subprocess.run(
+            [sys.executable, "-c", _HEAP_PROBE],
+            env={**env, **extra},
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+        return json.loads(out.stdout)
+
+    names, mapped, heap = probe()
+    assert names == ["MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_"]
+    assert mapped < 16 << 20 and heap >= 16 << 20
+    names, mapped, heap = probe(MALLOC_MMAP_THRESHOLD_="131072", MALLOC_TRIM_THRESHOLD_="131072")
+    assert names == []
+    assert mapped >= 16 << 20 and heap < 16 << 20  # glibc's own settings: mapped, then handed back
 
 
 def test_int8_search_off_the_cpu_is_one_config_error_naming_the_device():
