@@ -15,7 +15,7 @@ class _ProjectedLabelSmoothedLoss(torch.autograd.Function):
     differentiated a chunk of rows at a time: neither the [tokens, V] logits nor their gradient
     ever exist whole.
 
-    For each chunk the logits are multiplied in the inputs' dtype (bf16, fp16 or fp32) into a
+    For each chunk the logits are multiplied in the states' dtype (bf16, fp16 or fp32) into a
     reused buffer and reduced in fp32: with m = max_k z_k and s = sum_k exp(z_k - m), -log p_y =
     log s - (z_y - m) and mean_k(-log p_k) = log s - mean_k(z_k - m). When a gradient is wanted,
     the same pass writes the chunk's logit gradient G = softmax(z) - q (q the smoothed target)
@@ -23,14 +23,19 @@ class _ProjectedLabelSmoothedLoss(torch.autograd.Function):
     dL/dW += G^T h summed in fp32 over the chunks. The backward pass only scales the two by the
     incoming gradient. Rows whose target is PAD are masked (`keep` = 0: no loss, a zero
     gradient) rather than dropped, so that nothing waits on the device to count them.
+    The weight is cast to the states' dtype here, outside autograd, and its gradient returned
+    in the weight's own dtype: to the fp32 table of a tied embedding (which
+    s2s.core.nn.precision.LowPrecision leaves in fp32) the fp32 sum, never rounded to 16 bits.
     The chunk's buffers are kept between calls on CPU (`workspace`), and every conversion
     between the product's dtype and fp32 is one explicit copy: an elementwise op whose output
     dtype differs from its inputs' would allocate a temporary [rows, V] tensor of its own."""
 
     @staticmethod
-    def forward(ctx, h, w, target, keep, eps, rows, need_h, need_w):
-        N, V = h.size(0), w.size(0)
+    def forward(ctx, h, weight, target, keep, eps, rows, need_h, need_w):
+        N, V = h.size(0), weight.size(0)
+        ctx.w_dtype = weight.dtype
         with torch.autocast(h.device.type, enabled=False):  # the dtypes are chosen by the caller
+            w = weight.to(h.dtype)  # the product's dtype; the gradient goes back in weight's
             z = workspace(0, rows * V, h.dtype, h.device).view(rows, V)
             zf = (
                 z
@@ -39,7 +44,7 @@ class _ProjectedLabelSmoothedLoss(torch.autograd.Function):
             )
             grad_h = torch.empty_like(h) if need_h else None
             grad_w = (
-                torch.zeros(V, h.size(1), dtype=torch.float32, device=h.device) if need_w else None
+                torch.empty(V, h.size(1), dtype=torch.float32, device=h.device) if need_w else None
             )
             part = (
                 torch.empty_like(w) if need_w and w.dtype != torch.float32 else None
@@ -69,12 +74,18 @@ class _ProjectedLabelSmoothedLoss(torch.autograd.Function):
                         G = z[:n].copy_(f)  # back to the product's dtype
                     if need_h:
                         torch.mm(G, w, out=grad_h[i : i + n])
-                    if part is None and need_w:
-                        grad_w.addmm_(G.t(), h[i : i + n])
-                    elif need_w:
-                        grad_w += torch.mm(G.t(), h[i : i + n], out=part)
+                    if need_w and part is None:  # fp32: the chunks' products add up in grad_w
+                        if i == 0:
+                            torch.mm(G.t(), h[i : i + n], out=grad_w)
+                        else:
+                            grad_w.addmm_(G.t(), h[i : i + n])
+                    elif need_w:  # 16 bits: each chunk's product is added up in fp32
+                        torch.mm(G.t(), h[i : i + n], out=part)
+                        if i == 0:
+                            grad_w.copy_(part)
+                        else:
+                            grad_w.add_(part)
         ctx.save_for_backward(grad_h, grad_w)
-        ctx.w_dtype = w.dtype
         ctx.mark_non_differentiable(nll)
         return loss, nll
 
@@ -144,11 +155,18 @@ def label_smoothed_loss(
     h = hidden.reshape(-1, hidden.size(-1))
     kind = h.device.type
     dtype = torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind) else h.dtype
-    h, w = h.to(dtype), weight.to(dtype)  # no-ops but under autocast
+    h = h.to(dtype)  # a no-op but under autocast
     grad = torch.is_grad_enabled()
     target = target.reshape(-1)
     keep = target.ne(PAD).float()
-    rows = chunk_rows(h.size(0), w.size(0), h.device)
+    rows = chunk_rows(h.size(0), weight.size(0), h.device)
     return _ProjectedLabelSmoothedLoss.apply(
-        h, w, target, keep, float(eps), rows, grad and h.requires_grad, grad and w.requires_grad
+        h,
+        weight,
+        target,
+        keep,
+        float(eps),
+        rows,
+        grad and h.requires_grad,
+        grad and weight.requires_grad,
     )

@@ -242,7 +242,8 @@ class Transformer(nn.Module):
         self.enc_norm = LayerNorm(cfg.d_model) if cfg.pre_norm else nn.Identity()
         self.dec_norm = LayerNorm(cfg.d_model) if cfg.pre_norm else nn.Identity()
         self.out = nn.Linear(cfg.d_model, tgt_vocab_size, bias=False)
-        if shared_vocab if cfg.tie_output is None else cfg.tie_output:
+        self.tied_output = shared_vocab if cfg.tie_output is None else cfg.tie_output
+        if self.tied_output:
             self.out.weight = self.tgt_embed.weight  # the pre-softmax projection is the embedding
         self.reset_parameters()
 
@@ -386,7 +387,10 @@ class Transformer(nn.Module):
         states = self.decoder_states(tgt_in, *self.encode(src))
         if tgt_out is None:
             return self.out(states)
-        return label_smoothed_loss(states, self.out.weight, tgt_out, label_smoothing)
+        # tied, the projection is the embedding's table, which LowPrecision leaves in fp32 (the
+        # module `out` holds its cast): the loss casts it itself and returns its gradient in fp32
+        weight = self.tgt_embed.weight if self.tied_output else self.out.weight
+        return label_smoothed_loss(states, weight, tgt_out, label_smoothing)
 
     def _with_attention(self, *args):
         kinds = AttentionWeights()

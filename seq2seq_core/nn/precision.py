@@ -9,7 +9,8 @@ Training (`run.precision`):
   it into the fp32 parameter, where DDP all-reduces it and the optimiser reads it. Embedding
   look-ups and LayerNorm compute from fp32 tensors (`LowPrecision` says why); the loss
   (`s2s.core.nn.loss.label_smoothed_loss`) multiplies the bf16 decoder states by the bf16 output
-  weight a chunk of rows at a time and reduces each chunk in fp32. On CPU bf16 attention is
+  weight a chunk of rows at a time and reduces each chunk in fp32 (a weight tied to the embedding
+  is cast inside the loss, and its gradient summed and returned in fp32). On CPU bf16 attention is
   equation 1 written out in bf16 products (s2s.core.nn.model.attention), and dropout draws its mask
   in bf16.
 * fp16: autocast to float16 with dynamic loss scaling (fp16's narrow range needs both).

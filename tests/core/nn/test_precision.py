@@ -133,6 +133,28 @@ def test_bf16_search_pads_the_rows_of_its_linear_layers_without_changing_a_searc
     assert search(searched, src, settings) == search(plain, src, settings)
 
 
+def test_bf16_hands_the_tied_projection_its_loss_gradient_in_fp32():
+    """The tied pre-softmax projection is the embedding's fp32 table, which bf16 training leaves
+    as it is: the loss casts it itself and returns its gradient, scaled as the trainer scales the
+    loss (1 / tokens), in fp32; a bf16 cast's gradient would be rounded to bf16. Rows of tokens
+    absent from the batch get the loss's gradient alone."""
+    model = _model()
+    net, _ = precision.for_training(model, "bf16", torch.device("cpu"))
+    src, tgt_in, tgt_out = (t[:2] for t in _batch())
+    present = set(torch.cat([src.flatten(), tgt_in.flatten(), tgt_out.flatten()]).tolist())
+    absent = sorted(set(range(4, 40)) - present)
+
+    def grad(module):
+        model.zero_grad()
+        (module(src, tgt_in, tgt_out, 0.1)[0] / tgt_out.numel()).backward()
+        return model.tgt_embed.weight.grad[absent]
+
+    g, ref = grad(net), grad(model)
+    assert g.dtype == torch.float32 and len(absent) > 10
+    assert (g != g.bfloat16().float()).float().mean() > 0.5  # more bits than bf16 holds
+    assert torch.allclose(g, ref, rtol=0.05, atol=0.05 * ref.abs().max().item())
+
+
 def test_bf16_gradients_summed_over_many_positions_do_not_stall():
     """One token 3,000 times: its embedding row and the LayerNorm biases sum 3,000 gradients,
     which bf16 accumulation would stop adding up long before the end."""
