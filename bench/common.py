@@ -6,12 +6,15 @@ Figures from a shared, noisy machine are compared within one run (ratios against
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
 import resource
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -20,7 +23,8 @@ from s2s.core.files import (
     atomic_write_text,  # s2s first: its CPU runtime defaults precede torch
 )
 
-RESULTS = Path(__file__).resolve().parent / "results"
+REPO = Path(__file__).resolve().parent.parent  # the checkout the benchmarks belong to
+RESULTS = REPO / "bench" / "results"
 # The real corpora beside the project, in the layout `python -m s2s.data_recipes ... --dir DIR`
 # writes; benchmarks read them there (no download) and fall back on the presets' fetched copies.
 SHARED = Path(
@@ -166,3 +170,43 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def commit_tree(rev: str):
+    """Within: a folder whose `s2s` package is commit `rev`'s (a git worktree of it, its folders
+    linked under the installed names), for `s2s_command`; the worktree is removed on leaving."""
+    with tempfile.TemporaryDirectory(prefix="s2s-commit-") as tmp:
+        tree = Path(tmp) / "tree"
+        subprocess.run(
+            ["git", "worktree", "add", "--detach", str(tree), rev],
+            cwd=REPO,
+            check=True,
+            capture_output=True,
+        )
+        try:
+            pkg = Path(tmp) / "pkg" / "s2s"
+            pkg.mkdir(parents=True)
+            for name, folder in (
+                ("core", "seq2seq_core"),
+                ("plugins", "plugins"),
+                ("data_recipes", "data_recipes"),
+                ("tasks", "tasks"),
+            ):
+                (pkg / name).symlink_to(tree / folder)
+            yield pkg.parent
+        finally:
+            subprocess.run(
+                ["git", "worktree", "remove", "--force", str(tree)], cwd=REPO, capture_output=True
+            )
+
+
+def s2s_command(tree: Path | None = None) -> list[str]:
+    """The `s2s` command line as a process: this checkout's, or (`tree`, from `commit_tree`) a
+    commit's."""
+    head = "" if tree is None else f"sys.path.insert(0, {str(tree)!r}); "
+    return [
+        sys.executable,
+        "-c",
+        f"import sys; {head}from s2s.core.apps.cli import main; sys.exit(main())",
+    ]

@@ -66,11 +66,13 @@ import torch
 
 from bench.common import (
     MULTI30K,
+    commit_tree,
     corpus_overrides,
     machine,
     mm_rate,
     peak_rss_mib,
     runtime_env,
+    s2s_command,
     table,
     write,
 )
@@ -428,30 +430,6 @@ def precision_rates(
     return result
 
 
-def worktree(rev: str, tmp: Path) -> Path:
-    """A folder whose `s2s` package is commit `rev`'s (a git worktree of it, its folders linked
-    under the installed names); put it first on sys.path to run that commit."""
-    import subprocess
-
-    tree = tmp / "tree"
-    subprocess.run(
-        ["git", "worktree", "add", "--detach", str(tree), rev],
-        cwd=REPO,
-        check=True,
-        capture_output=True,
-    )
-    pkg = tmp / "pkg" / "s2s"
-    pkg.mkdir(parents=True)
-    for name, folder in (
-        ("core", "seq2seq_core"),
-        ("plugins", "plugins"),
-        ("data_recipes", "data_recipes"),
-        ("tasks", "tasks"),
-    ):
-        (pkg / name).symlink_to(tree / folder)
-    return pkg.parent
-
-
 def versus_baseline(
     rev: str, jobs: dict, threads: int, repeats: int, precisions: list[str]
 ) -> dict:
@@ -459,7 +437,6 @@ def versus_baseline(
     `repeats`; jobs: name -> (run directory, source lines, score function of the output lines,
     overrides for this tree only: settings the commit does not know)."""
     import subprocess
-    import sys
     import tempfile
 
     result = {
@@ -468,60 +445,44 @@ def versus_baseline(
         "repeats": repeats,
         "clock": "s2s generate end to end, one process per run (start, load, search, write)",
     }
-    with tempfile.TemporaryDirectory(prefix="s2s-base-") as tmp:
-        trees = {"this": None, rev: worktree(rev, Path(tmp))}
-        try:
-            for name, (run_dir, sources, score, own) in jobs.items():
-                src = Path(tmp) / f"{name}.txt"
-                src.write_text("\n".join(sources) + "\n", encoding="utf-8")
-                variants = {(code, p): path for code, path in trees.items() for p in precisions}
-                seconds, outputs = {v: [] for v in variants}, {}
-                for r in range(
-                    repeats
-                ):  # ABBA: the load's drift over a round touches both trees alike
-                    for (code, p), path in (list if r % 2 == 0 else reversed)(
-                        list(variants.items())
-                    ):
-                        head = "" if path is None else f"sys.path.insert(0, {str(path)!r}); "
-                        cmd = [
-                            sys.executable,
-                            "-c",
-                            f"import sys; {head}from s2s.core.apps.cli import main; sys.exit(main())",
-                            "generate",
-                            "-q",
-                            run_dir,
-                            f"decode.precision={p}",
-                            "run.device=cpu",
-                            f"run.threads={threads}",
-                            *(own if path is None or knows(rev, own) else []),
-                        ]
-                        t0 = time.perf_counter()
-                        out = subprocess.run(
-                            cmd, stdin=src.open("rb"), capture_output=True, text=True, check=True
-                        )
-                        seconds[(code, p)].append(time.perf_counter() - t0)
-                        outputs[(code, p)] = out.stdout.splitlines()
-                rows = result[name] = {"run": run_dir, "sentences": len(sources)}
-                ref = (
-                    seconds[(rev, "fp32")]
-                    if (rev, "fp32") in seconds
-                    else seconds[next(iter(seconds))]
-                )
-                for (code, p), secs in seconds.items():
-                    rows[f"{'this' if code == 'this' else 'baseline'}_{p}"] = {
-                        "sentences_per_s": round(len(sources) / statistics.median(secs), 2),
-                        "seconds_all": [round(x, 2) for x in secs],
-                        "speed_vs_baseline_fp32_median": round(
-                            statistics.median(a / b for a, b in zip(ref, secs)), 3
-                        ),
-                        "score": round(score(outputs[(code, p)]), 2),
-                    }
-        finally:
-            subprocess.run(
-                ["git", "worktree", "remove", "--force", str(Path(tmp) / "tree")],
-                cwd=REPO,
-                capture_output=True,
+    with commit_tree(rev) as base, tempfile.TemporaryDirectory(prefix="s2s-base-") as tmp:
+        trees = {"this": None, rev: base}
+        for name, (run_dir, sources, score, own) in jobs.items():
+            src = Path(tmp) / f"{name}.txt"
+            src.write_text("\n".join(sources) + "\n", encoding="utf-8")
+            variants = {(code, p): path for code, path in trees.items() for p in precisions}
+            seconds, outputs = {v: [] for v in variants}, {}
+            for r in range(repeats):  # ABBA: the load's drift over a round touches both trees alike
+                for (code, p), path in (list if r % 2 == 0 else reversed)(list(variants.items())):
+                    cmd = [
+                        *s2s_command(path),
+                        "generate",
+                        "-q",
+                        run_dir,
+                        f"decode.precision={p}",
+                        "run.device=cpu",
+                        f"run.threads={threads}",
+                        *(own if path is None or knows(rev, own) else []),
+                    ]
+                    t0 = time.perf_counter()
+                    out = subprocess.run(
+                        cmd, stdin=src.open("rb"), capture_output=True, text=True, check=True
+                    )
+                    seconds[(code, p)].append(time.perf_counter() - t0)
+                    outputs[(code, p)] = out.stdout.splitlines()
+            rows = result[name] = {"run": run_dir, "sentences": len(sources)}
+            ref = (
+                seconds[(rev, "fp32")] if (rev, "fp32") in seconds else seconds[next(iter(seconds))]
             )
+            for (code, p), secs in seconds.items():
+                rows[f"{'this' if code == 'this' else 'baseline'}_{p}"] = {
+                    "sentences_per_s": round(len(sources) / statistics.median(secs), 2),
+                    "seconds_all": [round(x, 2) for x in secs],
+                    "speed_vs_baseline_fp32_median": round(
+                        statistics.median(a / b for a, b in zip(ref, secs)), 3
+                    ),
+                    "score": round(score(outputs[(code, p)]), 2),
+                }
     return result
 
 

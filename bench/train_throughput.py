@@ -25,6 +25,10 @@ runs (issue 27's race: 150-second runs, the first 20 updates left out):
     python -m bench.train_throughput --peers fairseq --rounds 2 --seconds 150 --warmup-updates 20 \
         --set task.vocab_size=10000 data.max_tokens=4096 --name train_race
 
+`--baseline REV` races commit REV's `s2s train` too (a git worktree of it, in each of
+`--baseline-precisions`), in the same rounds: this checkout's speed against the commit's, per
+round, is each precision's `sentences_per_s_vs_PRECISION@REV`.
+
 fairseq reads the s2s run's own subword ids (written as id strings, one joined dictionary), and
 trains `--arch transformer` with the preset's layers, sizes, dropout, label smoothing, Adam and
 peak learning rate, `--max-tokens` = data.max_tokens, fp32 on the CPU with the same threads
@@ -39,6 +43,7 @@ from __future__ import annotations
 import s2s.core  # noqa: E402,F401  before torch: the CPU runtime defaults (s2s.core.RUNTIME_ENV)
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -53,7 +58,16 @@ from pathlib import Path
 
 import torch
 
-from bench.common import MULTI30K, flop_formula, mm_rate, runtime_env, table, write
+from bench.common import (
+    MULTI30K,
+    commit_tree,
+    flop_formula,
+    mm_rate,
+    runtime_env,
+    s2s_command,
+    table,
+    write,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 PRESET = "multi30k_en_de"
@@ -177,15 +191,19 @@ def timed(cmd: list[str], log: Path, measure, seconds: float, env: dict | None =
 
 
 def timed_run(
-    precision: str, common: list[str], warmup: int, seconds: float, run_dir: Path
+    precision: str,
+    common: list[str],
+    warmup: int,
+    seconds: float,
+    run_dir: Path,
+    tree: Path | None = None,
 ) -> dict:
-    """One `s2s train` subprocess, stopped once its steady-state span is `seconds` long."""
+    """One `s2s train` subprocess (this checkout's, or `tree`'s: a commit's, from
+    bench.common.commit_tree), stopped once its steady-state span is `seconds` long."""
     from s2s.core.training.runlog import read_metrics
 
     cmd = [
-        sys.executable,
-        "-m",
-        "s2s.core.apps.cli",
+        *s2s_command(tree),
         "train",
         "-q",
         PRESET,
@@ -357,6 +375,14 @@ def main(argv=None) -> dict:
     ap.add_argument(
         "--fairseq-bin", default="", help="the bin directory holding fairseq-train (default: PATH)"
     )
+    ap.add_argument(
+        "--baseline",
+        metavar="REV",
+        help="also race commit REV's s2s train in each of --baseline-precisions",
+    )
+    ap.add_argument(
+        "--baseline-precisions", nargs="+", default=["bf16"], choices=["fp32", "bf16", "auto"]
+    )
     args = ap.parse_args(argv)
     if (
         args.warmup_updates % args.log_interval
@@ -380,8 +406,11 @@ def main(argv=None) -> dict:
         )
         peers.remove("fairseq")
 
-    runs = {p: [] for p in [*args.precisions, *peers]}
-    with tempfile.TemporaryDirectory(prefix="s2s-throughput-") as tmp:
+    olds = [f"{p}@{args.baseline}" for p in args.baseline_precisions] if args.baseline else []
+    runs = {p: [] for p in [*args.precisions, *olds, *peers]}
+    with contextlib.ExitStack() as stack:
+        tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="s2s-throughput-"))
+        base = stack.enter_context(commit_tree(args.baseline)) if args.baseline else None
         fairseq_bin_data = fairseq_data(common, Path(tmp), fairseq_bin) if peers else None
         for r in range(args.rounds):
             for p in runs:
@@ -407,8 +436,14 @@ def main(argv=None) -> dict:
                         Path(tmp) / f"fairseq_{r}.log",
                     )
                 else:
+                    precision, _, rev = p.partition("@")
                     run = timed_run(
-                        p, common, args.warmup_updates, args.seconds, Path(tmp) / f"{p}_{r}"
+                        precision,
+                        common,
+                        args.warmup_updates,
+                        args.seconds,
+                        Path(tmp) / f"{precision}{'_base' if rev else ''}_{r}",
+                        base if rev else None,
                     )
                 gflops = run["sentences_per_s"] * flops_per_pair / 1e9
                 run.update(
@@ -446,6 +481,14 @@ def main(argv=None) -> dict:
         ratios = [b["sentences_per_s"] / a["sentences_per_s"] for a, b in zip(runs[base], runs[p])]
         summary[p][f"sentences_per_s_vs_{base}_median"] = round(statistics.median(ratios), 3)
         summary[p][f"sentences_per_s_vs_{base}_all"] = [round(x, 3) for x in ratios]
+    for old in olds:  # this checkout against the commit, per round
+        p = old.partition("@")[0]
+        if p in runs:
+            ratios = [
+                b["sentences_per_s"] / a["sentences_per_s"] for a, b in zip(runs[old], runs[p])
+            ]
+            summary[p][f"sentences_per_s_vs_{old}_median"] = round(statistics.median(ratios), 3)
+            summary[p][f"sentences_per_s_vs_{old}_all"] = [round(x, 3) for x in ratios]
     targets = {"bf16_sentences_per_s_vs_fp32": 1.8}
     if peers:  # issue 27's race: bf16 at 2x fairseq's sentences/s, in no more memory than fp32
         targets = {"bf16_sentences_per_s_vs_fairseq": 2.0, "bf16_peak_rss_vs_fp32": 1.0}
