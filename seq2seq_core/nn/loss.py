@@ -43,8 +43,12 @@ class _ProjectedLabelSmoothedLoss(torch.autograd.Function):
                 else workspace(1, rows * V, torch.float32, h.device).view(rows, V)
             )
             grad_h = torch.empty_like(h) if need_h else None
-            grad_w = (
-                torch.empty(V, h.size(1), dtype=torch.float32, device=h.device) if need_w else None
+            grad_w = (  # the first chunk's product starts the sum (no rows: zero)
+                (torch.empty if N else torch.zeros)(
+                    V, h.size(1), dtype=torch.float32, device=h.device
+                )
+                if need_w
+                else None
             )
             part = (
                 torch.empty_like(w) if need_w and w.dtype != torch.float32 else None
