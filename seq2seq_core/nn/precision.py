@@ -23,7 +23,7 @@ warning: emulated bf16 would be slower than fp32. On a GPU from Ampere on, fp32 
 run in TF32 (fp32 range, 10-bit mantissa inputs, fp32 sums): `resolve` turns it on there.
 
 Search (`decode.precision`), on a copy of the model made by `for_inference`:
-* auto (the default): bf16 where the device computes bf16 natively (as for training), else fp32
+* auto (the default): bf16 on a GPU from Ampere on and on a CPU with AMX, else fp32
   (`resolve_search`); docs/performance.md gives bf16's BLEU and F1 against fp32's.
 * fp32: the model as trained.
 * bf16: weights and activations in bfloat16; the search's scores stay fp32 (it takes the
@@ -54,17 +54,29 @@ log = logging.getLogger("s2s")
 
 
 @lru_cache(maxsize=None)
-def cpu_has_bf16() -> bool:
-    """True when this CPU multiplies bf16 natively (x86 avx512_bf16 or amx_bf16, Arm bf16)."""
+def cpu_flags() -> frozenset:
+    """This CPU's feature flags (/proc/cpuinfo's `flags` or `Features`); empty where unreadable."""
     try:
         text = Path("/proc/cpuinfo").read_text()
     except OSError:
-        return platform.system() == "Darwin" and platform.machine() == "arm64"  # Apple M2 and later
+        return frozenset()
     flags = set()
     for line in text.splitlines():
         if line.startswith(("flags", "Features")):
             flags.update(line.split(":", 1)[1].split())
-    return bool(flags & {"avx512_bf16", "amx_bf16", "bf16"})
+    return frozenset(flags)
+
+
+def cpu_has_bf16() -> bool:
+    """True when this CPU multiplies bf16 natively (x86 avx512_bf16 or amx_bf16, Arm bf16)."""
+    if not cpu_flags():
+        return platform.system() == "Darwin" and platform.machine() == "arm64"  # Apple M2 and later
+    return bool(cpu_flags() & {"avx512_bf16", "amx_bf16", "bf16"})
+
+
+def cpu_has_bf16_matrix_units() -> bool:
+    """True when this CPU multiplies bf16 matrices on matrix units (x86 amx_bf16)."""
+    return "amx_bf16" in cpu_flags()
 
 
 AMPERE, VOLTA = (8, 0), (7, 0)  # compute capabilities: native bf16 and TF32; fp16 tensor cores
@@ -106,12 +118,16 @@ def resolve(precision: str, device: torch.device, setting: str = "run.precision"
 
 
 def resolve_search(precision: str, device: torch.device) -> str:
-    """The precision a search runs in (`decode.precision`): auto is bf16 where the device
-    computes bf16 natively and fp32 elsewhere (never fp16: search has no fp16 model); the other
-    values as `resolve` decides them."""
+    """The precision a search runs in (`decode.precision`): auto is bf16 on a GPU from Ampere on
+    and on a CPU with bf16 matrix units (AMX), fp32 elsewhere (never fp16: search has no fp16
+    model); the other values as `resolve` decides them. A CPU with avx512_bf16 alone trains in
+    bf16 but searches in fp32 by default: there bf16 search lost quality and, at beam 21, speed
+    (docs/performance.md)."""
     precision = getattr(precision, "value", precision)
+    device = torch.device(device)
     if precision == "auto":
-        return "bf16" if device_has_bf16(torch.device(device)) else "fp32"
+        native = device_has_bf16(device) and (device.type != "cpu" or cpu_has_bf16_matrix_units())
+        return "bf16" if native else "fp32"
     return resolve(precision, device, "decode.precision")
 
 

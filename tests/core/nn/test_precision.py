@@ -76,18 +76,25 @@ def test_auto_means_bf16_where_the_cpu_has_it_and_bf16_falls_back_to_fp32_with_a
     assert precision.resolve("int8", cpu) == "int8" and precision.resolve("fp32", cpu) == "fp32"
 
 
-def test_search_precision_auto_is_the_default_and_bf16_only_where_native(monkeypatch):
-    """decode.precision=auto (the default): bf16 on a CPU with bf16 units, else fp32; a Volta
-    GPU gets fp32, not training's fp16 (search has no fp16 model)."""
+def test_search_precision_auto_is_the_default_and_bf16_only_on_matrix_units(monkeypatch):
+    """decode.precision=auto (the default): bf16 on a CPU with AMX, fp32 on one with
+    avx512_bf16 alone (which still trains in bf16) and on one without bf16; a Volta GPU gets
+    fp32, not training's fp16 (search has no fp16 model)."""
     from s2s.core.setup.settings import DecodeConfig, SearchPrecision
 
     assert DecodeConfig().precision == SearchPrecision.auto
     cpu = torch.device("cpu")
-    monkeypatch.setattr(precision, "cpu_has_bf16", lambda: True)
-    assert precision.resolve_search(SearchPrecision.auto, cpu) == "bf16"
+    for flags, searched in (
+        ("amx_bf16 avx512_bf16", "bf16"),
+        ("avx512_bf16", "fp32"),
+        ("", "fp32"),
+    ):
+        monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset(flags.split()))
+        assert precision.resolve_search(SearchPrecision.auto, cpu) == searched, flags
+    assert precision.resolve("auto", cpu) == "fp32"  # no bf16 at all
+    monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset({"avx512_bf16"}))
+    assert precision.resolve("auto", cpu) == "bf16"
     assert precision.resolve_search("int8", cpu) == "int8"
-    monkeypatch.setattr(precision, "cpu_has_bf16", lambda: False)
-    assert precision.resolve_search("auto", cpu) == "fp32"
     monkeypatch.setattr(precision, "cuda_capability", lambda device: (7, 0))
     assert precision.resolve_search("auto", torch.device("cuda")) == "fp32"
 
