@@ -16,6 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .precision import cpu_has_bf16_matrix_units
+
 
 def attention(
     q: Tensor,
@@ -32,18 +34,22 @@ def attention(
     (output, the weights [B, h, T, S] before dropout).
 
     PyTorch's fused scaled_dot_product_attention, except where the weights are asked for (the fused
-    kernel does not return them) and where a gradient is wanted in bf16 on CPU: there the fused
-    kernel's backward pass is slower than unfused bf16 products, so both products are in the
-    input's dtype, the softmax fp32 by torch's kernel (docs/performance.md). Without a gradient
-    (search, validation) the fused kernel is the faster one in bf16 too, and it reads a search's
-    key and value cache where it lies instead of copying it for a batched product."""
-    bf16_backward = (
+    kernel does not return them) and in bf16 on a CPU where the fused kernel is the slower one:
+    with a gradient wanted (its backward pass), and on a CPU without bf16 matrix units (AMX)
+    also without. There both products are in the input's dtype, the softmax fp32 by torch's
+    kernel (docs/performance.md). With AMX and no gradient (search, validation) the fused kernel
+    is the faster one, and it reads a search's key and value cache where it lies instead of
+    copying it for a batched product."""
+    slower_fused = (
         q.dtype == torch.bfloat16
         and q.device.type == "cpu"
-        and torch.is_grad_enabled()
-        and (q.requires_grad or k.requires_grad or v.requires_grad)
+        and (
+            not cpu_has_bf16_matrix_units()
+            or torch.is_grad_enabled()
+            and (q.requires_grad or k.requires_grad or v.requires_grad)
+        )
     )
-    if not need_weights and not bf16_backward:
+    if not need_weights and not slower_fused:
         return F.scaled_dot_product_attention(
             q, k, v, attn_mask=mask, is_causal=causal, dropout_p=dropout
         )

@@ -197,6 +197,30 @@ def test_bf16_cpu_attention_matches_the_fused_kernel(causal):
     assert fused.dtype == torch.bfloat16 and (fused.float() - ref).abs().max() < 0.05
 
 
+@pytest.mark.parametrize("amx", [True, False])
+def test_bf16_search_attention_takes_the_fused_kernel_only_on_matrix_units(monkeypatch, amx):
+    """Without a gradient, bf16 attention on a CPU takes torch's fused kernel where the CPU has
+    AMX and writes equation 1 out on one without (where the fused kernel is the slower one);
+    fp32 always takes the fused kernel. Both give the same output to bf16 precision."""
+    import torch.nn.functional as F
+    from s2s.core.nn import attention as module
+
+    calls = []
+    fused = F.scaled_dot_product_attention
+    monkeypatch.setattr(module, "cpu_has_bf16_matrix_units", lambda: amx)
+    monkeypatch.setattr(
+        module.F, "scaled_dot_product_attention", lambda *a, **k: calls.append(1) or fused(*a, **k)
+    )
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 5, 8) for _ in range(3))
+    with torch.no_grad():
+        ref = module.attention(q, k, v, None, True, 0.0)
+        assert len(calls) == 1  # fp32
+        out = module.attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), None, True, 0.0)
+    assert len(calls) == (2 if amx else 1)
+    assert out.dtype == torch.bfloat16 and (out.float() - ref).abs().max() < 0.05
+
+
 def test_initialisation_bounds():
     """W^Q, W^K, W^V Xavier-uniform as one [3d, d] matrix, W^O Xavier, FFN U(+-1/sqrt(fan_in)),
     zero biases, embeddings N(0, d^-0.5) with a zero PAD row: each weight fills its bound."""
