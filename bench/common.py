@@ -131,10 +131,12 @@ def flop_formula() -> str:
 
 def runtime_env() -> dict:
     """The environment that sets how the CPU runtime behaves: s2s's defaults (s2s.core.RUNTIME_ENV)
-    as they are in effect, and OpenMP's own settings."""
-    from s2s.core import RUNTIME_ENV
+    as they are in effect, OpenMP's own settings, and the malloc parameters s2s set
+    (s2s.core.MALLOC_SET)."""
+    from s2s.core import MALLOC_SET, RUNTIME_ENV
 
-    return {k: os.environ.get(k) for k in (*RUNTIME_ENV, "OMP_WAIT_POLICY", "OMP_NUM_THREADS")}
+    env = {k: os.environ.get(k) for k in (*RUNTIME_ENV, "OMP_WAIT_POLICY", "OMP_NUM_THREADS")}
+    return {**env, "malloc_set_by_s2s": MALLOC_SET}
 
 
 def peak_rss_mib() -> float:

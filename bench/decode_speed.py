@@ -66,6 +66,7 @@ import torch
 
 from bench.common import (
     MULTI30K,
+    REPO,
     commit_tree,
     corpus_overrides,
     machine,
@@ -76,8 +77,6 @@ from bench.common import (
     table,
     write,
 )
-
-REPO = Path(__file__).resolve().parent.parent
 
 
 def load(preset: str, run: str | None, cache_dir: str):

@@ -60,6 +60,7 @@ import torch
 
 from bench.common import (
     MULTI30K,
+    REPO,
     commit_tree,
     flop_formula,
     mm_rate,
@@ -69,7 +70,6 @@ from bench.common import (
     write,
 )
 
-REPO = Path(__file__).resolve().parent.parent
 PRESET = "multi30k_en_de"
 FAIRSEQ_RECORD = re.compile(r"\| train_inner \| (\{.*\})")
 
