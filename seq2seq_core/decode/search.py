@@ -179,6 +179,12 @@ class _Stepper:
             logp[at_max, EOS] = eos
         return logp
 
+    def release(self) -> None:
+        """The search is over: its caches may hand their memory back (DecoderCache.release)."""
+        for cache in self.cache if isinstance(self.cache, list) else [self.cache]:
+            if hasattr(cache, "release"):
+                cache.release()
+
     def reorder(self, index: Tensor, keep: Tensor | None = None) -> None:
         """Row i continues row index[i]; with `keep`, only those sentences (ascending) remain."""
         if keep is not None and self.memory is not None:  # an ensemble's: one a model
@@ -305,6 +311,7 @@ def nbest(
                     seqs, scores = seqs[:, None], scores[:, None]
                 else:
                     seqs, scores = _beam_search(stepper, max_len, settings, n)
+                stepper.release()
                 found += _hypotheses(seqs, scores)
     finally:
         model.train(was_training)

@@ -34,21 +34,20 @@ def attention(
     (output, the weights [B, h, T, S] before dropout).
 
     PyTorch's fused scaled_dot_product_attention, except where the weights are asked for (the fused
-    kernel does not return them) and in bf16 on a CPU where the fused kernel is the slower one:
-    with a gradient wanted (its backward pass), and on a CPU without bf16 matrix units (AMX)
-    also without. There both products are in the input's dtype, the softmax fp32 by torch's
-    kernel (docs/performance.md). With AMX and no gradient (search, validation) the fused kernel
-    is the faster one, and it reads a search's key and value cache where it lies instead of
-    copying it for a batched product."""
-    slower_fused = (
-        q.dtype == torch.bfloat16
-        and q.device.type == "cpu"
-        and (
-            not cpu_has_bf16_matrix_units()
-            or torch.is_grad_enabled()
-            and (q.requires_grad or k.requires_grad or v.requires_grad)
-        )
-    )
+    kernel does not return them) and on a CPU where the fused kernel is the slower one. In fp32
+    that is attention without a causal mask or a gradient (search's steps, its encoder): the
+    fused kernel works through each row and head in turn, while here each product is one
+    batched matrix product over all of them, reading a search's key and value cache where it
+    lies (s2s.core.nn.model.DecoderCache). In bf16 it is attention with a gradient wanted (the
+    fused backward pass), and on a CPU without bf16 matrix units (AMX) also without; with AMX
+    and no gradient the fused kernel is the faster one. Here both products are in the input's
+    dtype, the softmax fp32 by torch's kernel (docs/performance.md)."""
+    grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
+    if q.dtype == torch.bfloat16:
+        slower_fused = grad or not cpu_has_bf16_matrix_units()
+    else:
+        slower_fused = not causal and not grad
+    slower_fused = slower_fused and q.device.type == "cpu"
     if not need_weights and not slower_fused:
         return F.scaled_dot_product_attention(
             q, k, v, attn_mask=mask, is_causal=causal, dropout_p=dropout
@@ -106,19 +105,19 @@ class MultiHeadAttention(nn.Module):
         return self.split_heads(self.w_k(x)), self.split_heads(self.w_v(x))
 
     def cached_keys_values(self, x: Tensor) -> Tensor:
-        """x's keys and values as one tensor [B, 2, h, S, max(d_k, d_v)] (the smaller one
-        padded)."""
+        """x's keys and values as one tensor [2, B, h, S, max(d_k, d_v)] (the smaller one
+        padded), each head's positions consecutive."""
         k, v = self.keys_values(x)
         if self.d_k != self.d_v:
             d = max(self.d_k, self.d_v)
             k, v = F.pad(k, (0, d - self.d_k)), F.pad(v, (0, d - self.d_v))
-        return torch.stack((k, v), 1)
+        return torch.stack((k, v))
 
     def split_cached(self, kv: Tensor) -> tuple[Tensor, Tensor]:
-        """kv [B, 2, h, S, d] (as `cached_keys_values` lays it out) -> views of keys and values."""
+        """kv [2, B, h, S, d] (as `cached_keys_values` lays it out) -> views of keys and values."""
         if self.d_k == self.d_v:
-            return kv[:, 0], kv[:, 1]
-        return kv[:, 0, ..., : self.d_k], kv[:, 1, ..., : self.d_v]
+            return kv[0], kv[1]
+        return kv[0, ..., : self.d_k], kv[1, ..., : self.d_v]
 
     def forward(
         self, x: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor] = None, causal: bool = False

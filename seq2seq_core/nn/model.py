@@ -16,6 +16,7 @@ encoder output and its attention keys/values stay one row per sentence, never co
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import dataclass
 from typing import Optional
 
@@ -165,38 +166,81 @@ class DecoderLayer(nn.Module):
         layer.
 
         kv None: x is the whole target prefix, masked causally. Otherwise x is one position
-        (`step`) and kv [B*g, capacity, 2, h, max(d_k, d_v)] this layer's self-attention cache:
-        this step's keys and values are written at `step` and the query attends to steps
+        (`step`) and kv [positions, 2, B*g, h, max(d_k, d_v)] this layer's self-attention
+        cache: this step's keys and values are written at `step` and the query attends to steps
         0..step."""
 
         def self_attention(y):
             k, v = self.self_attn.keys_values(y)
             if kv is None:
                 return self.self_attn(y, k, v, causal=True)
-            keys, values = self.self_attn.split_cached(kv.movedim(1, 3))
+            keys, values = self.self_attn.split_cached(kv[: step + 1].permute(1, 2, 3, 0, 4))
             keys[:, :, step : step + 1], values[:, :, step : step + 1] = k, v
-            return self.self_attn(y, keys[:, :, : step + 1], values[:, :, : step + 1])
+            return self.self_attn(y, keys, values)
 
         x = self.res1(x, self_attention)
         x = self.res2(x, lambda y: self.cross_attn(y, memory_kv[0], memory_kv[1], memory_mask))
         return self.res3(x, self.ffn)
 
 
+class SearchMemory(threading.local):
+    """Memory that a finished search's caches hand back for the next search in the same thread,
+    on a CPU (a GPU's allocator keeps freed memory itself).
+
+    A cache is tens to hundreds of megabytes, which the C library maps afresh for every
+    allocation and returns when it is freed, so each page of it would fault on its first write:
+    a step of 512 rows writes 128 new pages a layer, and on a virtual machine a fault costs
+    microseconds (docs/performance.md, "Search"). `KEEP` buffers at most are kept a thread,
+    the largest; they go with the thread."""
+
+    KEEP = 2
+
+    def __init__(self):
+        self.free: list[Tensor] = []
+
+    def take(self, shape: tuple, like: Tensor, headroom: int = 1) -> Tensor:
+        """An uninitialised tensor of `shape`, with like's dtype and device, in a kept buffer
+        where one is large enough (and made in inference mode if and only if this is); else in
+        a new buffer `headroom` times its size, so that later, longer searches fit in it (pages
+        never written take no memory, only addresses)."""
+        numel = math.prod(shape)
+        if like.device.type != "cpu":
+            return like.new_empty(shape)
+        inference = torch.is_inference_mode_enabled()
+        for i, flat in enumerate(self.free):
+            fits = flat.dtype == like.dtype and flat.numel() >= numel
+            if fits and flat.is_inference() == inference:
+                return self.free.pop(i)[:numel].view(shape)
+        return like.new_empty(numel * headroom)[:numel].view(shape)
+
+    def give(self, x: Optional[Tensor]) -> None:
+        """Keep x's memory (all of its storage) for a later `take`."""
+        if x is None or x.device.type != "cpu":
+            return
+        flat = x.new_empty(0).set_(x.untyped_storage())
+        self.free = sorted([*self.free, flat], key=Tensor.numel, reverse=True)[: self.KEEP]
+
+
+SEARCH_MEMORY = SearchMemory()
+
+
 @dataclass
 class DecoderCache:
-    """What incremental decoding keeps between steps; tensors only, one row per sentence or
-    hypothesis first, so that moving rows is one contiguous copy each.
+    """What incremental decoding keeps between steps; tensors only, laid out so that a step's
+    attention reads the keys and values of all rows as one batch of matrices (a view, never a
+    copy) from one block of memory.
 
-    memory_kv [B, N, 2, h, S, d]: encoder-decoder keys/values of the N layers, once per sentence,
+    memory_kv [N, 2, B, h, S, d]: encoder-decoder keys/values of the N layers, once per sentence,
     keys in the first d_k, values in the first d_v of d = max(d_k, d_v)
     (MultiHeadAttention.split_cached).
     memory_mask [B, 1, 1, S]: True at source positions that may be attended.
-    kv [B*g, capacity, N, 2, h, d]: self-attention keys/values of the steps done so far
-    (allocated at the first step with `capacity` positions, doubled when full), step-major
-    within a row: the steps done are the first bytes of the row, so that a reordering copies
-    one contiguous block a row and a step's write is one block a row; spare: a buffer of its
-    shape for a reordering that moves every row, made when one first does (reorder_cache).
-    step: number of steps done, hence the position of the next token."""
+    kv [positions, N, 2, B*g, h, d]: self-attention keys/values of the steps done so far,
+    position-major: the steps done are the buffer's first bytes, read in sequence by a step's
+    attention, and pages past them are never touched. Allocated at the first step for
+    `capacity` positions, in memory a finished search handed back where it fits (SearchMemory;
+    new memory has room for twice that), doubled when full; spare: a buffer of its shape for a
+    reordering that moves every row, made when one first does (reorder_cache).
+    capacity: the steps expected. step: the steps done, hence the position of the next token."""
 
     memory_kv: Tensor
     memory_mask: Tensor
@@ -204,6 +248,27 @@ class DecoderCache:
     kv: Optional[Tensor] = None
     spare: Optional[Tensor] = None
     step: int = 0
+
+    def room(self, rows: int) -> Tensor:
+        """The self-attention cache with room for this step's keys and values (allocated at the
+        first step for `rows` rows, doubled when full)."""
+        N, _, B, h, _, d = self.memory_kv.shape
+        if self.kv is None:
+            assert rows % B == 0, f"{rows} rows are not a whole number of hypotheses a sentence"
+            self.kv = SEARCH_MEMORY.take((self.capacity, N, 2, rows, h, d), self.memory_kv, 2)
+        elif self.step == self.kv.size(0):
+            grown = SEARCH_MEMORY.take((2 * self.step, *self.kv.shape[1:]), self.kv)
+            grown[: self.step] = self.kv
+            SEARCH_MEMORY.give(self.kv)
+            SEARCH_MEMORY.give(self.spare)
+            self.kv, self.spare = grown, None
+        return self.kv
+
+    def release(self) -> None:
+        """Hand the self-attention cache's memory back (SearchMemory): the search is over."""
+        SEARCH_MEMORY.give(self.kv)
+        SEARCH_MEMORY.give(self.spare)
+        self.kv = self.spare = None
 
 
 class Transformer(nn.Module):
@@ -415,7 +480,7 @@ class Transformer(nn.Module):
         """Compute the encoder-decoder keys and values of every layer once per sentence;
         `capacity`: the number of steps expected (more are possible, at the cost of a copy)."""
         memory_kv = torch.stack(
-            [layer.cross_attn.cached_keys_values(memory) for layer in self.decoder], 1
+            [layer.cross_attn.cached_keys_values(memory) for layer in self.decoder]
         )
         return DecoderCache(memory_kv, self.key_mask(src_pad), max(1, capacity))
 
@@ -424,21 +489,14 @@ class Transformer(nn.Module):
 
         Equal to decode(prefix)[:, -1]; rows b*g .. b*g+g-1 belong to sentence b of the cache."""
         n, step = tokens.size(0), cache.step
-        if cache.kv is None:
-            B, N, _, h, _, d = cache.memory_kv.shape
-            assert n % B == 0, f"{n} rows are not a whole number of hypotheses per sentence ({B})"
-            cache.kv = cache.memory_kv.new_empty(n, cache.capacity, N, 2, h, d)
-        elif step == cache.kv.size(1):
-            grown = cache.kv.new_empty(cache.kv.size(0), 2 * step, *cache.kv.shape[2:])
-            grown[:, :step] = cache.kv
-            cache.kv, cache.spare = grown, None
+        kv = cache.room(n)
         x = self.embed(self.tgt_embed, tokens[:, None], start=step)
         for i, layer in enumerate(self.decoder):
             x = layer(
                 x,
-                layer.cross_attn.split_cached(cache.memory_kv[:, i]),
+                layer.cross_attn.split_cached(cache.memory_kv[i]),
                 cache.memory_mask,
-                cache.kv[:n, :, i],
+                kv[:, i, :, :n],
                 step,
             )
         cache.step += 1
@@ -460,21 +518,22 @@ class Transformer(nn.Module):
         would gather the rows into a temporary and scatter them back, twice the memory traffic
         of a step that reads the whole cache anyway (a GPU takes the indexing: one kernel)."""
         if keep is not None:
-            cache.memory_kv = cache.memory_kv.index_select(0, keep)
+            cache.memory_kv = cache.memory_kv.index_select(2, keep)
             cache.memory_mask = cache.memory_mask.index_select(0, keep)
         if cache.kv is not None and cache.step > 0:
             n, t = index.size(0), cache.step
             moved = index.ne(torch.arange(n, device=index.device))
             src = index[dst := moved.nonzero().squeeze(1)]
+            done = cache.kv[:t]  # only the steps done
             if not moved[src[src.lt(n)]].any():
-                done = cache.kv[:, :t]  # only the steps done
                 if done.device.type == "cpu":
                     for row, source in zip(dst.tolist(), src.tolist()):
-                        done[row].copy_(done[source])
+                        done[:, :, :, row].copy_(done[:, :, :, source])
                 else:
-                    done[dst] = done[src]
+                    done[:, :, :, dst] = done[:, :, :, src]
                 return cache
-            cache.spare = torch.empty_like(cache.kv) if cache.spare is None else cache.spare
-            torch.index_select(cache.kv[:, :t], 0, index, out=cache.spare[:n, :t])
+            if cache.spare is None:
+                cache.spare = SEARCH_MEMORY.take(cache.kv.shape, cache.kv)
+            torch.index_select(done, 3, index, out=cache.spare[:t, :, :, :n])
             cache.kv, cache.spare = cache.spare, cache.kv
         return cache

@@ -33,9 +33,9 @@ def test_stable_slots_keep_parents_rows_and_copies_never_overlap(seed):
 
 def cache_of(n, t, seed=0):
     g = torch.Generator().manual_seed(seed)
-    kv = torch.randn(n, t + 4, 2, 2, 3, 5, generator=g)
+    kv = torch.randn(t + 4, 2, 2, n, 3, 5, generator=g)
     return DecoderCache(
-        memory_kv=torch.randn(n // 2, 2, 2, 3, 7, 5, generator=g),
+        memory_kv=torch.randn(2, 2, n // 2, 3, 7, 5, generator=g),
         memory_mask=torch.ones(n // 2, 1, 1, 7, dtype=torch.bool),
         kv=kv,
         step=t,
@@ -55,9 +55,9 @@ def test_reorder_cache_moves_rows_as_index_select_does(kind):
     else:  # a row is read by one copy and written by another: every row moves
         index = torch.tensor([1, 0, 3, 2, 5, 4, 7, 6])
     cache = cache_of(n, t)
-    expected = cache.kv[index, :t].clone()
+    expected = cache.kv[:t, :, :, index].clone()
     Transformer.reorder_cache(cache, index)
-    assert torch.equal(cache.kv[:n, :t], expected)
+    assert torch.equal(cache.kv[:t, :, :, :n], expected)
     assert (cache.spare is None) == (kind == "stable")
 
 
@@ -155,3 +155,37 @@ def test_top_k_off_the_cpu_is_one_torch_topk():
     assert top_k(x, 8) is x.topk.return_value
     x.topk.assert_called_once_with(8, dim=1)
     assert not x.amax.called and not x.view.called
+
+
+def test_a_finished_search_hands_its_cache_memory_to_the_next_in_the_thread():
+    """SearchMemory: the next search's cache is written into the memory the last one used (no
+    fresh pages to fault in), never into memory a live cache holds, and never into an inference
+    tensor outside inference mode (nor the reverse)."""
+    from s2s.core.nn.model import SEARCH_MEMORY, SearchMemory
+
+    model, src = transformer(), sources([3, 6, 2, 5], vocab=20)
+    settings = DecodeDefaults(beam=3, alpha=0.6, max_len_a=1.0, max_len_b=8)
+    first = search(model, src, settings)
+    kept = {x.data_ptr() for x in SEARCH_MEMORY.free}
+    assert kept and len(SEARCH_MEMORY.free) <= SearchMemory.KEEP
+    again = search(model, src, settings)
+    assert [h.tokens for h in again] == [h.tokens for h in first]
+    assert {x.data_ptr() for x in SEARCH_MEMORY.free} == kept  # taken and given back
+
+    memory = SearchMemory()
+    like = torch.zeros(1)
+    a = memory.take((4, 5), like)
+    memory.give(a)
+    b = memory.take((2, 3), like)  # fits in a's memory: a's, as a new view
+    assert b.data_ptr() == a.data_ptr() and b.shape == (2, 3)
+    c = memory.take((2, 3), like)  # b holds it: fresh memory
+    assert c.data_ptr() != b.data_ptr()
+    memory.give(b)
+    with torch.inference_mode():
+        d = memory.take((2, 3), like)
+        assert d.data_ptr() != b.data_ptr() and d.is_inference()
+        memory.give(d)
+    assert not memory.take((2, 3), like).is_inference()
+    memory.give(torch.zeros(100))
+    memory.give(torch.zeros(200))
+    assert [x.numel() for x in memory.free] == [200, 100]  # KEEP, the largest
