@@ -297,7 +297,10 @@ def versus_ctranslate2(
 ) -> dict:
     """s2s (fp32 and each of `precisions`) against its CTranslate2 export (fp32, int8), greedy and
     at the task's beam: sentences/s (medians of `repeats` rounds, the variants interleaved within
-    each round) and test BLEU."""
+    each round) and test BLEU. At the beam, s2s runs with the task's stopping rule and with
+    decode.stop=beam (`_stop_beam`), CTranslate2's own: it stops a sentence once beam_size
+    hypotheses have finished (its patience 1); each CTranslate2 row names the fastest s2s search
+    under either rule (`best_s2s`, `best_s2s_same_rule`)."""
     from s2s.core.decode.batched import Decoder
     import tempfile
 
@@ -325,7 +328,10 @@ def versus_ctranslate2(
             return [task.postprocess(task.decode_target(h), src) for h, src in zip(ids, sources)]
 
         variants = {}
-        for name, s in ((f"beam{settings.beam}", settings), ("greedy", greedy)):
+        searches = [(f"beam{settings.beam}", settings), ("greedy", greedy)]
+        if settings.stop != "beam":
+            searches.insert(1, (f"beam{settings.beam}_stop_beam", replace(settings, stop="beam")))
+        for name, s in searches:
             variants[f"s2s_{name}"] = lambda s=s: Decoder(
                 model, task, s, "cpu", max_sentences
             ).decode_sources(sources)
@@ -333,8 +339,9 @@ def versus_ctranslate2(
                 variants[f"s2s_{p}_{name}"] = lambda s=s, m=m: Decoder(
                     m, task, s, "cpu", max_sentences
                 ).decode_sources(sources)
-            for q in translators:
-                variants[f"ct2_{q}_{name}"] = lambda q=q, s=s: ct2(q, s)
+            if not name.endswith("_stop_beam"):  # CTranslate2 has its own rule
+                for q in translators:
+                    variants[f"ct2_{q}_{name}"] = lambda q=q, s=s: ct2(q, s)
         runs = {name: [] for name in variants}
         outputs = {}
         for _ in range(repeats):
@@ -365,6 +372,15 @@ def versus_ctranslate2(
             result[name]["best_s2s_vs_this"] = round(
                 result[best]["sentences_per_s"] / result[name]["sentences_per_s"], 3
             )
+            if name.endswith(f"_beam{settings.beam}") and settings.stop != "beam":
+                same = max(
+                    (r for r in result if r.startswith("s2s_") and r.endswith("_stop_beam")),
+                    key=lambda r: result[r]["sentences_per_s"],
+                )
+                result[name]["best_s2s_same_rule"] = same
+                result[name]["best_s2s_same_rule_vs_this"] = round(
+                    result[same]["sentences_per_s"] / result[name]["sentences_per_s"], 3
+                )
             result[name]["speedup_vs_s2s"] = round(
                 result[name]["sentences_per_s"] / result[ours]["sentences_per_s"], 2
             )
