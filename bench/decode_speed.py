@@ -362,6 +362,7 @@ def versus_ctranslate2(
             "sentences_per_s": round(len(sources) / wall, 2),
             "test_bleu": round(task.score(outputs[name], refs).value, 2),
         }
+    for name in variants:
         if name.startswith("ct2_"):
             ours = f"s2s_{name.split('_', 2)[2]}"
             best = max(

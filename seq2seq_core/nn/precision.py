@@ -25,10 +25,10 @@ run in TF32 (fp32 range, 10-bit mantissa inputs, fp32 sums): `resolve` turns it 
 Search (`decode.precision`), on a copy of the model made by `for_inference`:
 * auto (the default): bf16 on a GPU from Ampere on and on a CPU with AMX, else fp32
   (`resolve_search`); docs/performance.md gives bf16's BLEU and F1 against fp32's.
-* fp32: the model as trained.
+* fp32: the model as trained; on a CPU its linear layers multiply with oneDNN and pad their
+  rows to a multiple of `RowPaddedLinear.ROWS` (`RowPaddedLinear` says why).
 * bf16: weights and activations in bfloat16; the search's scores stay fp32 (it takes the
-  log-softmax of the logits in fp32). On CPU the linear layers pad their rows to a multiple of
-  `RowPaddedLinear.ROWS` (`RowPaddedLinear` says why).
+  log-softmax of the logits in fp32). On CPU the linear layers are `RowPaddedLinear` too.
 * int8: dynamic quantisation of every linear layer (torch.ao.quantization.quantize_dynamic:
   int8 weights, activations quantised per call from their range); embeddings, LayerNorm and
   attention stay fp32.
@@ -46,6 +46,7 @@ from functools import lru_cache
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..errors import ConfigError
@@ -182,44 +183,71 @@ def for_training(model: nn.Module, precision: str, device: torch.device):
     return model, contextlib.nullcontext
 
 
-class RowPaddedLinear(nn.Linear):
-    """nn.Linear whose input rows are padded with zeros to a multiple of ROWS, and the padding's
-    outputs dropped: for bf16 search on CPU.
+@lru_cache(maxsize=None)
+def onednn_linear() -> bool:
+    """Whether this torch has oneDNN's linear operator for dense CPU tensors (the one
+    torch.compile's CPU backend calls)."""
+    return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
 
-    There oneDNN computes each bf16 product with a kernel compiled for its exact shape, which
-    takes longer than the product itself, and keeps only the last
-    ONEDNN_PRIMITIVE_CACHE_CAPACITY of them (s2s.core.RUNTIME_ENV; the figures are in
-    docs/performance.md). A search's row count (its live hypotheses) changes at almost every
-    step as sentences finish, so nearly every product compiled anew; padded, a batch of 128
-    sentences at beam 4 has 16 row counts, whose kernels stay cached from one step and one
+
+class RowPaddedLinear(nn.Linear):
+    """nn.Linear for search on a CPU: without a gradient, its product is oneDNN's, its input
+    rows padded with zeros to a multiple of ROWS and the padding's outputs dropped. Each row's
+    output is the layer's own, in its dtype.
+
+    oneDNN: torch multiplies fp32 with MKL, whose kernels on some CPUs use half their vector
+    width (on the AMD EPYC of docs/performance.md, with AVX-512, oneDNN's fp32 products ran
+    2.2x MKL's at search's shapes); bf16 products are oneDNN's anyway. oneDNN computes each
+    product with a kernel compiled for its exact shape, which takes longer than the product
+    itself, and keeps only the last ONEDNN_PRIMITIVE_CACHE_CAPACITY of them
+    (s2s.core.RUNTIME_ENV). A search's row count (its live hypotheses) changes at almost every
+    step as sentences finish, so nearly every product would compile anew; padded, a batch of
+    128 sentences at beam 4 has 16 row counts, whose kernels stay cached from one step and one
     batch to the next. The padding rows cost little: a product of a few rows is bound by
-    reading the weights, not by the arithmetic. Each row's output is the unpadded layer's."""
+    reading the weights, not by the arithmetic."""
 
     ROWS = 32
 
     def forward(self, x: Tensor) -> Tensor:
+        if torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad):
+            return super().forward(x)
         rows = x.shape[:-1].numel()
         padded = -(-rows // self.ROWS) * self.ROWS
-        if padded == rows:
-            return super().forward(x)
-        flat = x.new_zeros(padded, x.size(-1))
-        flat[:rows] = x.reshape(rows, -1)
-        return super().forward(flat)[:rows].view(*x.shape[:-1], -1)
+        flat = x.reshape(rows, -1)
+        if padded != rows:
+            flat = x.new_zeros(padded, x.size(-1))
+            flat[:rows] = x.reshape(rows, -1)
+        if x.dtype == torch.float32 and onednn_linear():
+            y = torch.ops.mkldnn._linear_pointwise(flat, self.weight, self.bias, "none", [], "")
+        else:
+            y = F.linear(flat, self.weight, self.bias)
+        return y[:rows].view(*x.shape[:-1], -1)
+
+
+def row_padded(model: nn.Module) -> nn.Module:
+    """model with each nn.Linear a RowPaddedLinear (the same weights)."""
+    for m in model.modules():
+        if type(m) is nn.Linear:
+            m.__class__ = RowPaddedLinear
+    return model
 
 
 def for_inference(model: nn.Module, precision: str) -> nn.Module:
-    """The model to search with in a resolved decode precision: the model itself for fp32,
-    otherwise a converted copy (the trained model is left as it is), in eval mode."""
-    if precision == "fp32":
-        return model
+    """The model to search with in a resolved decode precision: a converted copy in eval mode
+    (the trained model is left as it is), or for fp32 on a GPU the model itself. A model this
+    made is converted again from its plain linear layers."""
     device = next(model.parameters()).device
+    if precision == "fp32" and device.type != "cpu":
+        return model
+    searched = copy.deepcopy(model).eval()
+    for m in searched.modules():
+        if type(m) is RowPaddedLinear:
+            m.__class__ = nn.Linear
+    if precision == "fp32":
+        return row_padded(searched)
     if precision == "bf16":
-        searched = copy.deepcopy(model).to(torch.bfloat16).eval()
-        if device.type == "cpu":
-            for m in searched.modules():
-                if type(m) is nn.Linear:
-                    m.__class__ = RowPaddedLinear  # the same weights, padded rows
-        return searched
+        searched = searched.to(torch.bfloat16)
+        return row_padded(searched) if device.type == "cpu" else searched
     if precision == "int8":
         if device.type != "cpu":
             raise ConfigError(
@@ -231,7 +259,5 @@ def for_inference(model: nn.Module, precision: str) -> nn.Module:
             warnings.catch_warnings()
         ):  # torch 2.10+ points to torchao for this; it still works, on fbgemm
             warnings.simplefilter("ignore")
-            return torch.ao.quantization.quantize_dynamic(
-                copy.deepcopy(model).eval(), {nn.Linear}, dtype=torch.qint8
-            )
+            return torch.ao.quantization.quantize_dynamic(searched, {nn.Linear}, dtype=torch.qint8)
     raise ValueError(f"unknown decode precision {precision!r}")

@@ -117,7 +117,31 @@ def test_search_copies_leave_the_model_alone_and_give_the_same_search_up_to_roun
     # the same exact search on the converted model: outputs of the same form, one per sentence
     hyps = search(searched, src, DecodeDefaults(beam=3, alpha=0.6, max_len_a=1.0, max_len_b=3))
     assert len(hyps) == len(src) and all(len(h.tokens) <= src.size(1) + 3 for h in hyps)
-    assert precision.for_inference(model, "fp32") is model
+
+
+def test_fp32_search_copy_multiplies_with_onednn_and_searches_as_the_model():
+    """On CPU the fp32 copy's linear layers are RowPaddedLinear (oneDNN's product, padded
+    rows): each output the plain layer's up to fp32 rounding, the same search; the trained
+    model keeps its own layers, and a copy converted again starts from plain ones (int8 then
+    quantises every linear layer)."""
+    model = _model().eval()
+    searched = precision.for_inference(model, "fp32")
+    assert searched is not model and precision.onednn_linear()
+    assert all(
+        type(m) is torch.nn.Linear for m in model.modules() if isinstance(m, torch.nn.Linear)
+    )
+    layer = searched.decoder[0].ffn[0]
+    assert type(layer) is precision.RowPaddedLinear
+    x = torch.randn(3, 5, layer.in_features)
+    with torch.no_grad():
+        got, ref = layer(x), torch.nn.functional.linear(x, layer.weight, layer.bias)
+    torch.testing.assert_close(got, ref, atol=1e-5, rtol=1e-5)
+    src, settings = _batch()[0], DecodeDefaults(beam=3, alpha=0.6, max_len_a=1.0, max_len_b=3)
+    mine, theirs = search(searched, src, settings), search(model, src, settings)
+    assert [h.tokens for h in mine] == [h.tokens for h in theirs]
+    assert [h.score for h in mine] == pytest.approx([h.score for h in theirs], abs=1e-5)
+    again = precision.for_inference(searched, "int8")
+    assert type(again.decoder[0].ffn[0]).__module__.startswith("torch.ao.nn.quantized")
 
 
 def test_bf16_search_pads_the_rows_of_its_linear_layers_without_changing_a_search():
