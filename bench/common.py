@@ -112,6 +112,31 @@ def mm_rate(
     return statistics.median(rates)
 
 
+def search_layer_rate(shape: tuple[int, int, int], repeats: int = 5, seconds: float = 1.0):
+    """Median FLOP/s of an fp32 linear layer as search runs it on a CPU
+    (s2s.core.nn.precision.RowPaddedLinear: oneDNN's product, without a gradient) on [m, k]
+    inputs, k -> n features, for `shape` = (m, k, n); None where this s2s has no such layer
+    (a commit before it)."""
+    try:
+        from s2s.core.nn.precision import RowPaddedLinear, onednn_linear
+    except ImportError:
+        return None
+    if not onednn_linear():
+        return None
+    m, k, n = shape
+    layer, x = RowPaddedLinear(k, n, bias=False), torch.randn(m, k)
+    rates = []
+    with torch.inference_mode():
+        layer(x)
+        for _ in range(repeats):
+            count, t0 = 0, time.perf_counter()
+            while time.perf_counter() - t0 < seconds / repeats:
+                layer(x)
+                count += 1
+            rates.append(2 * m * k * n * count / (time.perf_counter() - t0))
+    return statistics.median(rates)
+
+
 def flop_formula() -> str:
     """What the results' FLOPs count, for their JSON: s2s.core.nn.model.Transformer.flops's docstring
     on one line, its formula's lines as "expression (what it counts)" separated by semicolons."""

@@ -177,6 +177,8 @@ PARTS = (
             "aten::addmm",
             "aten::bmm",
             "aten::linear",
+            "_linear_pointwise",  # oneDNN's (s2s.core.nn.precision.RowPaddedLinear)
+            "linear_dynamic",  # int8 (torch.ao dynamic quantisation)
         ),
     ),
     ("optimizer", ("multi_tensor", "adam", "foreach")),

@@ -1,8 +1,9 @@
 """Where a CPU search spends its time (issue 45): beam search of a trained run in each precision,
 as `s2s generate` searches (the model `decode.precision` gives, sentences sorted by length, 128
 at a time, one thread), its rate against the torch.mm rates of this CPU at a search step's
-shape, and its operators' own time under torch.profiler gathered into the parts of a search
-(matrix products, attention, softmax, copies and casts, the beam's bookkeeping, ...).
+shape (and an fp32 search layer's own: oneDNN's product, not torch.mm's MKL), and its
+operators' own time under torch.profiler gathered into the parts of a search (matrix products,
+attention, softmax, copies and casts, the beam's bookkeeping, ...).
 
     python -m bench.search_profile --run RUN_DIR [--precisions fp32 bf16] [--sentences 512]
     python -m bench.search_profile --run RUN_DIR --tree REV --name search_profile_REV
@@ -28,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 
-from bench.common import MULTI30K, mm_rate, write  # noqa: E402
+from bench.common import MULTI30K, mm_rate, search_layer_rate, write  # noqa: E402
 from bench.decode_speed import rates  # noqa: E402
 from bench.gpu_step import by_part  # noqa: E402
 
@@ -57,7 +58,9 @@ def profiled(model, task, sources, settings) -> tuple[dict, list]:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--run", required=True, help="a trained multi30k_en_de run directory")
-    p.add_argument("--precisions", nargs="+", default=["fp32", "bf16"], choices=["fp32", "bf16"])
+    p.add_argument(
+        "--precisions", nargs="+", default=["fp32", "bf16"], choices=["fp32", "bf16", "int8"]
+    )
     p.add_argument("--sentences", type=int, default=512)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--tree", metavar="REV", help="profile commit REV's s2s instead of this tree's")
@@ -83,6 +86,9 @@ def main() -> None:
         str(d).split(".")[-1]: round(mm_rate(dtype=d, shape=SHAPE) / 1e9, 1)
         for d in (torch.float32, torch.bfloat16)
     }
+    layer = search_layer_rate(SHAPE)  # oneDNN's fp32 product, which fp32 search takes
+    if layer is not None:
+        mm["float32_search_layer"] = round(layer / 1e9, 1)
     for found in runs.values():
         found["of_mm_rate"] = {k: round(found["model_gflops_per_s"] / v, 3) for k, v in mm.items()}
     result = {
@@ -104,29 +110,20 @@ def main() -> None:
 def in_tree(rev: str) -> None:
     """This script's command run again with commit `rev`'s s2s package first on sys.path."""
     import subprocess
-    import tempfile
 
-    from bench.decode_speed import REPO, worktree
+    from bench.common import REPO, commit_tree
 
-    with tempfile.TemporaryDirectory(prefix="s2s-tree-") as tmp:
-        path = worktree(rev, Path(tmp))
-        try:
-            code = (
-                f"import sys; sys.path.insert(0, {str(path)!r}); "
-                "from bench.search_profile import main; main()"
-            )
-            subprocess.run(
-                [sys.executable, "-c", code, *sys.argv[1:]],
-                cwd=REPO,
-                env={**os.environ, TREE: rev},
-                check=True,
-            )
-        finally:
-            subprocess.run(
-                ["git", "worktree", "remove", "--force", str(Path(tmp) / "tree")],
-                cwd=REPO,
-                capture_output=True,
-            )
+    with commit_tree(rev) as path:
+        code = (
+            f"import sys; sys.path.insert(0, {str(path)!r}); "
+            "from bench.search_profile import main; main()"
+        )
+        subprocess.run(
+            [sys.executable, "-c", code, *sys.argv[1:]],
+            cwd=REPO,
+            env={**os.environ, TREE: rev},
+            check=True,
+        )
 
 
 if __name__ == "__main__":
