@@ -173,11 +173,11 @@ class Decoder:
 
         A batch holds at most `decode.max_sentences` sentences and at most one search's rows
         (`sentences_per_search`). On a CPU with n > 1 intra-op threads, n batches are searched at
-        once, each on one thread: a step's operations are small (a few hundred rows), and
-        splitting each of them over threads pays a synchronisation per operation that
-        independent batches do not. On a GPU batches go one after the other. Sampling seeds each
-        batch's generator from the seed and the batch's number, so the same lines with the same
-        settings draw the same outputs.
+        once, each on one thread, those of the longest sentences first: a step's operations are
+        small (a few hundred rows), and splitting each of them over threads pays a
+        synchronisation per operation that independent batches do not. On a GPU batches go one
+        after the other. Sampling seeds each batch's generator from the seed and the batch's
+        number, so the same lines with the same settings draw the same outputs.
         """
         if not sources:
             return []
@@ -238,9 +238,12 @@ class Decoder:
         try:
             if workers > 1:
                 torch.set_num_threads(1)
+            # longest first, when threads share them: the last batch to start is then a short
+            # one, and no thread waits long for the others at the end
+            numbers = list(range(len(batches)))[:: -1 if workers > 1 else 1]
             with ThreadPoolExecutor(workers) as pool:
-                done = pool.map(search_batch, range(len(batches)), batches)
-                for batch, found in zip(batches, done):
+                done = pool.map(search_batch, numbers, [batches[k] for k in numbers])
+                for batch, found in zip((batches[k] for k in numbers), done):
                     for i, hs in zip(batch, found):
                         out[i] = hs
                     if progress is not None:
