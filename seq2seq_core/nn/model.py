@@ -189,8 +189,8 @@ class SearchMemory(threading.local):
 
     A cache is tens to hundreds of megabytes, which the C library maps afresh for every
     allocation and returns when it is freed, so each page of it would fault on its first write:
-    a step of 512 rows writes 128 new pages a layer, and on a virtual machine a fault costs
-    microseconds (docs/performance.md, "Search"). `KEEP` buffers at most are kept a thread,
+    a step of 512 rows of d_model 256 writes 256 new pages a layer (its keys and values), and on
+    a virtual machine a fault costs microseconds (docs/performance.md, "Search"). `KEEP` buffers at most are kept a thread,
     the largest; they go with the thread."""
 
     KEEP = 2
@@ -514,9 +514,9 @@ class Transformer(nn.Module):
         order; index then lists g rows for each kept sentence, in the same order. Only the rows
         that change are copied, in place, when no copy reads a row another writes (as beam
         search arranges: s2s.core.decode.search._stable_slots); otherwise all, via the spare
-        buffer. On a CPU each moved row is one copy of its steps done, row to row: indexing
-        would gather the rows into a temporary and scatter them back, twice the memory traffic
-        of a step that reads the whole cache anyway (a GPU takes the indexing: one kernel)."""
+        buffer. On a CPU each moved row is one (strided) copy of its steps done, row to row:
+        indexing would gather the rows into a temporary and scatter them back, twice the memory
+        traffic (a GPU takes the indexing: one kernel)."""
         if keep is not None:
             cache.memory_kv = cache.memory_kv.index_select(2, keep)
             cache.memory_mask = cache.memory_mask.index_select(0, keep)

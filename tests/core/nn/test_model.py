@@ -201,7 +201,7 @@ def test_bf16_cpu_attention_matches_the_fused_kernel(causal):
 def test_bf16_search_attention_takes_the_fused_kernel_only_on_matrix_units(monkeypatch, amx):
     """Without a gradient, bf16 attention on a CPU takes torch's fused kernel where the CPU has
     AMX and writes equation 1 out on one without (where the fused kernel is the slower one);
-    fp32 always takes the fused kernel. Both give the same output to bf16 precision."""
+    causal fp32 takes the fused kernel. Both give the same output to bf16 precision."""
     import torch.nn.functional as F
     from s2s.core.nn import attention as module
 
@@ -219,6 +219,32 @@ def test_bf16_search_attention_takes_the_fused_kernel_only_on_matrix_units(monke
         out = module.attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), None, True, 0.0)
     assert len(calls) == (2 if amx else 1)
     assert out.dtype == torch.bfloat16 and (out.float() - ref).abs().max() < 0.05
+
+
+def test_fp32_search_attention_on_a_cpu_is_equation_1_in_batched_products(monkeypatch):
+    """fp32 attention on a CPU without a causal mask and without a gradient (search's steps and
+    its encoder) writes equation 1 out as batched products, over a key mask too; causal or
+    with a gradient it takes the fused kernel. The outputs agree to fp32 rounding."""
+    import torch.nn.functional as F
+    from s2s.core.nn import attention as module
+
+    calls = []
+    fused = F.scaled_dot_product_attention
+    monkeypatch.setattr(
+        module.F, "scaled_dot_product_attention", lambda *a, **k: calls.append(1) or fused(*a, **k)
+    )
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 5, 8) for _ in range(3))
+    mask = torch.ones(2, 1, 1, 5, dtype=torch.bool)
+    mask[1, ..., 3:] = False
+    with torch.no_grad():
+        out = module.attention(q, k, v, mask, False, 0.0)
+        assert not calls
+        module.attention(q, k, v, None, True, 0.0)
+        assert len(calls) == 1
+    module.attention(q.requires_grad_(), k, v, mask, False, 0.0)
+    assert len(calls) == 2
+    torch.testing.assert_close(out, fused(q.detach(), k, v, attn_mask=mask), atol=1e-6, rtol=1e-5)
 
 
 def test_initialisation_bounds():
