@@ -90,6 +90,20 @@ def machine() -> dict:
     }
 
 
+def rate(product, flop: float, repeats: int = 5, seconds: float = 1.0) -> float:
+    """Median FLOP/s of calling `product()` (`flop` FLOPs a call) for `seconds` in `repeats`
+    stretches, after one call."""
+    product()
+    rates = []
+    for _ in range(repeats):
+        count, t0 = 0, time.perf_counter()
+        while time.perf_counter() - t0 < seconds / repeats:
+            product()
+            count += 1
+        rates.append(flop * count / (time.perf_counter() - t0))
+    return statistics.median(rates)
+
+
 def mm_rate(
     n: int = 1024,
     repeats: int = 5,
@@ -101,15 +115,7 @@ def mm_rate(
     [m, k] x [k, n] ones for `shape` = (m, k, n) (2mkn a product)."""
     m, k, n = shape or (n, n, n)
     a, b = torch.randn(m, k).to(dtype), torch.randn(k, n).to(dtype)
-    torch.mm(a, b)
-    rates = []
-    for _ in range(repeats):
-        count, t0 = 0, time.perf_counter()
-        while time.perf_counter() - t0 < seconds / repeats:
-            torch.mm(a, b)
-            count += 1
-        rates.append(2 * m * k * n * count / (time.perf_counter() - t0))
-    return statistics.median(rates)
+    return rate(lambda: torch.mm(a, b), 2 * m * k * n, repeats, seconds)
 
 
 def search_layer_rate(shape: tuple[int, int, int], repeats: int = 5, seconds: float = 1.0):
@@ -125,16 +131,8 @@ def search_layer_rate(shape: tuple[int, int, int], repeats: int = 5, seconds: fl
         return None
     m, k, n = shape
     layer, x = RowPaddedLinear(k, n, bias=False), torch.randn(m, k)
-    rates = []
     with torch.inference_mode():
-        layer(x)
-        for _ in range(repeats):
-            count, t0 = 0, time.perf_counter()
-            while time.perf_counter() - t0 < seconds / repeats:
-                layer(x)
-                count += 1
-            rates.append(2 * m * k * n * count / (time.perf_counter() - t0))
-    return statistics.median(rates)
+        return rate(lambda: layer(x), 2 * m * k * n, repeats, seconds)
 
 
 def flop_formula() -> str:

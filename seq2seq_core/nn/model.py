@@ -190,8 +190,8 @@ class SearchMemory(threading.local):
     A cache is tens to hundreds of megabytes, which the C library maps afresh for every
     allocation and returns when it is freed, so each page of it would fault on its first write:
     a step of 512 rows of d_model 256 writes 256 new pages a layer (its keys and values), and on
-    a virtual machine a fault costs microseconds (docs/performance.md, "Search"). `KEEP` buffers at most are kept a thread,
-    the largest; they go with the thread."""
+    a virtual machine a fault costs microseconds (docs/performance.md, "Search"). A thread keeps
+    at most `KEEP` buffers, the largest; they go with the thread."""
 
     KEEP = 2
 

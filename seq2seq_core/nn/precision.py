@@ -195,9 +195,9 @@ class RowPaddedLinear(nn.Linear):
     rows padded with zeros to a multiple of ROWS and the padding's outputs dropped. Each row's
     output is the layer's own, in its dtype.
 
-    oneDNN: torch multiplies fp32 with MKL, whose kernels on some CPUs use half their vector
-    width (on the AMD EPYC of docs/performance.md, with AVX-512, oneDNN's fp32 products ran
-    2.2x MKL's at search's shapes); bf16 products are oneDNN's anyway. oneDNN computes each
+    oneDNN: torch multiplies fp32 with MKL, whose kernels on some CPUs do not use their whole
+    vector width (AMD's with AVX-512: docs/performance.md, "Search"), while oneDNN's do; bf16
+    products are oneDNN's anyway. oneDNN computes each
     product with a kernel compiled for its exact shape, which takes longer than the product
     itself, and keeps only the last ONEDNN_PRIMITIVE_CACHE_CAPACITY of them
     (s2s.core.RUNTIME_ENV). A search's row count (its live hypotheses) changes at almost every
@@ -214,9 +214,8 @@ class RowPaddedLinear(nn.Linear):
         rows = x.shape[:-1].numel()
         padded = -(-rows // self.ROWS) * self.ROWS
         flat = x.reshape(rows, -1)
-        if padded != rows:
-            flat = x.new_zeros(padded, x.size(-1))
-            flat[:rows] = x.reshape(rows, -1)
+        if padded != rows:  # the rows, then zeros (only the padding is filled)
+            flat = torch.cat([flat, flat.new_zeros(padded - rows, flat.size(1))])
         if x.dtype == torch.float32 and onednn_linear():
             y = torch.ops.mkldnn._linear_pointwise(flat, self.weight, self.bias, "none", [], "")
         else:
