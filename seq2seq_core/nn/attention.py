@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .precision import cpu_has_bf16_matrix_units
+from .precision import cpu_has_bf16_matrix_units, cpu_last_level_cache
 
 
 def attention(
@@ -63,6 +63,33 @@ def attention(
     weights = torch.softmax(scores, -1)
     out = torch.matmul(F.dropout(weights, dropout) if dropout > 0.0 else weights, v)
     return (out, weights) if need_weights else out
+
+
+def attention_in_order(q: Tensor, k: Tensor, v: Tensor, positions: int = 8) -> Tensor:
+    """Equation 1 for one query a row, q [R, d_k], over keys k [T, R, d_k] and values v [T, R,
+    d_v] laid out position by position (a search's cache, s2s.core.nn.model.DecoderCache):
+    [R, d_v].
+
+    The same sums as `attention`, in another order: the cache is read in its own order,
+    `positions` positions at a time (each a block of all R rows), multiplied elementwise and
+    summed, where batched products make one small product a row and head, each reading
+    d_k * 4 bytes at every position, the next position a whole block further on. Once the cache
+    no longer fits in the CPU's cache, that pattern reads memory far slower than in order does
+    (docs/performance.md, "Search"); inside the cache the batched products are faster."""
+    T, R, _ = k.shape
+    scores = q.new_empty(T, R)
+    block = q.new_empty(min(positions, T), R, max(k.size(-1), v.size(-1)))
+    for p in range(0, T, positions):
+        keys = k[p : p + positions]
+        part = torch.mul(keys, q, out=block[: keys.size(0), :, : k.size(-1)])
+        torch.sum(part, -1, out=scores[p : p + positions])
+    weights = torch.softmax(scores.mul_(q.size(-1) ** -0.5), 0)
+    out = q.new_zeros(R, v.size(-1))
+    for p in range(0, T, positions):
+        values = v[p : p + positions]
+        part = torch.mul(values, weights[p : p + positions, :, None], out=block[: values.size(0)])
+        out += part.sum(0)
+    return out
 
 
 class MultiHeadAttention(nn.Module):
@@ -118,6 +145,35 @@ class MultiHeadAttention(nn.Module):
         if self.d_k == self.d_v:
             return kv[0], kv[1]
         return kv[0, ..., : self.d_k], kv[1, ..., : self.d_v]
+
+    def step(self, x: Tensor, kv: Tensor, step: int) -> Tensor:
+        """Self-attention of one search step: x [n, 1, d_model] at position `step`, kv
+        [positions, 2, n, h, max(d_k, d_v)] the layer's cache (s2s.core.nn.model.DecoderCache).
+        This step's keys and values are written at `step`; the queries attend to steps 0..step.
+
+        On a CPU in fp32 without a gradient, once the keys and values attended (the steps done,
+        all rows) are more than the CPU's largest cache holds, they are read in order
+        (`attention_in_order`); otherwise by `attention`'s batched products."""
+        k, v = self.keys_values(x)
+        keys, values = self.split_cached(kv[: step + 1].permute(1, 2, 3, 0, 4))
+        keys[:, :, step : step + 1], values[:, :, step : step + 1] = k, v
+        read = kv[: step + 1].numel() * kv.element_size()
+        in_order = (
+            x.device.type == "cpu"
+            and x.dtype == torch.float32
+            and self.recorded is None
+            and self.d_k == self.d_v
+            and read > cpu_last_level_cache()
+            and not (torch.is_grad_enabled() and x.requires_grad)
+        )
+        if not in_order:
+            return self(x, keys, values)
+        n = x.size(0)
+        q = self.w_q(x).view(n * self.h, self.d_k)
+        out = attention_in_order(
+            q, kv[: step + 1, 0].flatten(1, 2), kv[: step + 1, 1].flatten(1, 2)
+        )
+        return self.w_o(out.view(n, 1, -1))
 
     def forward(
         self, x: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor] = None, causal: bool = False

@@ -171,12 +171,9 @@ class DecoderLayer(nn.Module):
         0..step."""
 
         def self_attention(y):
-            k, v = self.self_attn.keys_values(y)
             if kv is None:
-                return self.self_attn(y, k, v, causal=True)
-            keys, values = self.self_attn.split_cached(kv[: step + 1].permute(1, 2, 3, 0, 4))
-            keys[:, :, step : step + 1], values[:, :, step : step + 1] = k, v
-            return self.self_attn(y, keys, values)
+                return self.self_attn(y, *self.self_attn.keys_values(y), causal=True)
+            return self.self_attn.step(y, kv, step)
 
         x = self.res1(x, self_attention)
         x = self.res2(x, lambda y: self.cross_attn(y, memory_kv[0], memory_kv[1], memory_mask))

@@ -80,6 +80,23 @@ def cpu_has_bf16_matrix_units() -> bool:
     return "amx_bf16" in cpu_flags()
 
 
+@lru_cache(maxsize=None)
+def cpu_last_level_cache() -> int:
+    """The bytes of this CPU's largest cache (Linux sysfs, cpu0's highest level), 32 MiB where
+    unreadable."""
+    sizes = {}
+    for index in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
+        try:
+            level = int((index / "level").read_text())
+            size = (index / "size").read_text().strip()
+        except (OSError, ValueError):
+            continue
+        scale = {"K": 2**10, "M": 2**20, "G": 2**30}.get(size[-1:], 1)
+        if size.rstrip("KMG").isdigit():
+            sizes[level] = int(size.rstrip("KMG")) * scale
+    return sizes[max(sizes)] if sizes else 32 * 2**20
+
+
 AMPERE, VOLTA = (8, 0), (7, 0)  # compute capabilities: native bf16 and TF32; fp16 tensor cores
 
 

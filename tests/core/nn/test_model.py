@@ -109,9 +109,16 @@ def test_all_pad_row_gives_no_nan():
     ],
     ids=["post_norm", "pre_norm", "d_k<d_v", "d_k>d_v", "wide_heads", "learned_positions"],
 )
-def test_decode_step_equals_full_decode(kw):
+@pytest.mark.parametrize("in_order", [False, True], ids=["products", "cache_in_order"])
+def test_decode_step_equals_full_decode(kw, in_order, monkeypatch):
     """20 steps (past the cache's first capacity), with beam-like reordering half way; heads of
-    d_k, d_v other than d_model / h (the cache pads the narrower) and learned positions too."""
+    d_k, d_v other than d_model / h (the cache pads the narrower) and learned positions too;
+    with the self-attention cache read in order from the first step (as once it outgrows the
+    CPU's cache: a last-level cache of 0 bytes here)."""
+    from s2s.core.nn import attention as module
+
+    if in_order:
+        monkeypatch.setattr(module, "cpu_last_level_cache", lambda: 0)
     model = tiny(**kw)
     B, g, T, t0 = 2, 3, 20, 9
     src = sentences([5, 8])
@@ -245,6 +252,23 @@ def test_fp32_search_attention_on_a_cpu_is_equation_1_in_batched_products(monkey
     module.attention(q.requires_grad_(), k, v, mask, False, 0.0)
     assert len(calls) == 2
     torch.testing.assert_close(out, fused(q.detach(), k, v, attn_mask=mask), atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("T", [1, 8, 13])
+def test_attention_in_order_is_equation_1(T):
+    """One query a row over position-major keys and values, read a few positions at a time
+    (a last block shorter than the others too), equals equation 1's batched products."""
+    from s2s.core.nn.attention import attention, attention_in_order
+
+    torch.manual_seed(0)
+    R, d = 6, 16
+    q, k, v = torch.randn(R, d), torch.randn(T, R, d), torch.randn(T, R, d)
+    ref = attention(
+        q[:, None, None], k.permute(1, 0, 2)[:, None], v.permute(1, 0, 2)[:, None], None, False, 0.0
+    )
+    for positions in (1, 3, 8):
+        out = attention_in_order(q, k, v, positions)
+        torch.testing.assert_close(out, ref.view(R, d), atol=1e-6, rtol=1e-5)
 
 
 def test_initialisation_bounds():
