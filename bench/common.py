@@ -135,6 +135,14 @@ def search_layer_rate(shape: tuple[int, int, int], repeats: int = 5, seconds: fl
         return rate(lambda: layer(x), 2 * m * k * n, repeats, seconds)
 
 
+def read_rate(mib: int = 512, repeats: int = 5, seconds: float = 1.0) -> float:
+    """Median bytes/s of summing an fp32 tensor of `mib` MiB (larger than any CPU cache: a read
+    from memory) with the current thread count: what a pass over a search's key and value cache
+    can read at most."""
+    x = torch.ones(mib * 2**20 // 4)
+    return rate(lambda: x.sum(), x.numel() * 4, repeats, seconds)
+
+
 def flop_formula() -> str:
     """What the results' FLOPs count, for their JSON: s2s.core.nn.model.Transformer.flops's docstring
     on one line, its formula's lines as "expression (what it counts)" separated by semicolons."""
