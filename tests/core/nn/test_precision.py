@@ -279,3 +279,23 @@ def test_int8_search_off_the_cpu_is_one_config_error_naming_the_device():
 
     with pytest.raises(ConfigError, match="int8 runs on CPU only.*meta.*decode.precision=bf16"):
         precision.for_inference(torch.nn.Linear(4, 4, device="meta"), "int8")
+
+
+def test_the_last_level_cache_is_the_highest_level_sysfs_lists():
+    """The cache size the search's attention compares its reads with: cpu0's highest cache
+    level in sysfs where Linux lists one (a size like "32768K"), 32 MiB otherwise."""
+    from pathlib import Path
+
+    listed = {}
+    for index in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
+        try:
+            listed[int((index / "level").read_text())] = (index / "size").read_text().strip()
+        except (OSError, ValueError):
+            continue
+    size = precision.cpu_last_level_cache()
+    if not listed:
+        assert size == 32 * 2**20
+    else:
+        text = listed[max(listed)]
+        units = {"K": 2**10, "M": 2**20, "G": 2**30}
+        assert size == int(text.rstrip("KMG")) * units.get(text[-1], 1)
