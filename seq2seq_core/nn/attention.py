@@ -65,20 +65,28 @@ def attention(
     return (out, weights) if need_weights else out
 
 
-def attention_in_order(q: Tensor, k: Tensor, v: Tensor, positions: int = 8) -> Tensor:
+#: a step's self-attention reads its cache in order past this many positions, where the cache is
+#: larger than the CPU's largest cache (MultiHeadAttention.step)
+IN_ORDER_AFTER = 32
+
+
+def attention_in_order(q: Tensor, k: Tensor, v: Tensor, positions: Optional[int] = None) -> Tensor:
     """Equation 1 for one query a row, q [R, d_k], over keys k [T, R, d_k] and values v [T, R,
     d_v] laid out position by position (a search's cache, s2s.core.nn.model.DecoderCache):
     [R, d_v].
 
     The same sums as `attention`, in another order: the cache is read in its own order,
-    `positions` positions at a time (each a block of all R rows), multiplied elementwise and
-    summed, where batched products make one small product a row and head, each reading
-    d_k * 4 bytes at every position, the next position a whole block further on. Once the cache
-    no longer fits in the CPU's cache, that pattern reads memory far slower than in order does
-    (docs/performance.md, "Search"); inside the cache the batched products are faster."""
+    `positions` positions at a time (by default a block of about 4 MiB), multiplied elementwise
+    and summed, where batched products make one small product a row and head, each reading
+    d_k * 4 bytes at every position, the next position a whole block further on. Over a cache
+    larger than the CPU's and more than IN_ORDER_AFTER positions that walk reads memory slower
+    than in order does; over fewer positions the batched products are the faster
+    (docs/performance.md, "Search")."""
     T, R, _ = k.shape
+    d = max(k.size(-1), v.size(-1))
+    positions = positions or max(1, 4 * 2**20 // (R * d * k.element_size()))
     scores = q.new_empty(T, R)
-    block = q.new_empty(min(positions, T), R, max(k.size(-1), v.size(-1)))
+    block = q.new_empty(min(positions, T), R, d)
     for p in range(0, T, positions):
         keys = k[p : p + positions]
         part = torch.mul(keys, q, out=block[: keys.size(0), :, : k.size(-1)])
@@ -152,8 +160,9 @@ class MultiHeadAttention(nn.Module):
         This step's keys and values are written at `step`; the queries attend to steps 0..step.
 
         On a CPU in fp32 without a gradient, once the keys and values attended (the steps done,
-        all rows) are more than the CPU's largest cache holds, they are read in order
-        (`attention_in_order`); otherwise by `attention`'s batched products."""
+        all rows) are more than the CPU's largest cache holds and more than IN_ORDER_AFTER
+        positions, they are read in order (`attention_in_order`); otherwise by `attention`'s
+        batched products."""
         k, v = self.keys_values(x)
         keys, values = self.split_cached(kv[: step + 1].permute(1, 2, 3, 0, 4))
         keys[:, :, step : step + 1], values[:, :, step : step + 1] = k, v
@@ -163,6 +172,7 @@ class MultiHeadAttention(nn.Module):
             and x.dtype == torch.float32
             and self.recorded is None
             and self.d_k == self.d_v
+            and step + 1 > IN_ORDER_AFTER
             and read > cpu_last_level_cache()
             and not (torch.is_grad_enabled() and x.requires_grad)
         )

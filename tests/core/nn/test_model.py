@@ -113,12 +113,13 @@ def test_all_pad_row_gives_no_nan():
 def test_decode_step_equals_full_decode(kw, in_order, monkeypatch):
     """20 steps (past the cache's first capacity), with beam-like reordering half way; heads of
     d_k, d_v other than d_model / h (the cache pads the narrower) and learned positions too;
-    with the self-attention cache read in order from the first step (as once it outgrows the
-    CPU's cache: a last-level cache of 0 bytes here)."""
+    with the self-attention cache read in order from the first step (as once it is long and
+    outgrows the CPU's cache: here a last-level cache of 0 bytes, from 0 positions on)."""
     from s2s.core.nn import attention as module
 
     if in_order:
         monkeypatch.setattr(module, "cpu_last_level_cache", lambda: 0)
+        monkeypatch.setattr(module, "IN_ORDER_AFTER", 0)
     model = tiny(**kw)
     B, g, T, t0 = 2, 3, 20, 9
     src = sentences([5, 8])
@@ -266,7 +267,7 @@ def test_attention_in_order_is_equation_1(T):
     ref = attention(
         q[:, None, None], k.permute(1, 0, 2)[:, None], v.permute(1, 0, 2)[:, None], None, False, 0.0
     )
-    for positions in (1, 3, 8):
+    for positions in (1, 3, 8, None):  # None: blocks of about 4 MiB
         out = attention_in_order(q, k, v, positions)
         torch.testing.assert_close(out, ref.view(R, d), atol=1e-6, rtol=1e-5)
 
