@@ -95,7 +95,8 @@ def attention_in_order(q: Tensor, k: Tensor, v: Tensor, positions: Optional[int]
     out = q.new_zeros(R, v.size(-1))
     for p in range(0, T, positions):
         values = v[p : p + positions]
-        part = torch.mul(values, weights[p : p + positions, :, None], out=block[: values.size(0)])
+        into = block[: values.size(0), :, : v.size(-1)]
+        part = torch.mul(values, weights[p : p + positions, :, None], out=into)
         out += part.sum(0)
     return out
 

@@ -255,21 +255,22 @@ def test_fp32_search_attention_on_a_cpu_is_equation_1_in_batched_products(monkey
     torch.testing.assert_close(out, fused(q.detach(), k, v, attn_mask=mask), atol=1e-6, rtol=1e-5)
 
 
+@pytest.mark.parametrize("d_v", [16, 8, 24])
 @pytest.mark.parametrize("T", [1, 8, 13])
-def test_attention_in_order_is_equation_1(T):
+def test_attention_in_order_is_equation_1(T, d_v):
     """One query a row over position-major keys and values, read a few positions at a time
     (a last block shorter than the others too), equals equation 1's batched products."""
     from s2s.core.nn.attention import attention, attention_in_order
 
     torch.manual_seed(0)
-    R, d = 6, 16
-    q, k, v = torch.randn(R, d), torch.randn(T, R, d), torch.randn(T, R, d)
+    R, d = 6, 16  # values as wide as keys, narrower or wider (Table 3, rows A and B)
+    q, k, v = torch.randn(R, d), torch.randn(T, R, d), torch.randn(T, R, d_v)
     ref = attention(
         q[:, None, None], k.permute(1, 0, 2)[:, None], v.permute(1, 0, 2)[:, None], None, False, 0.0
     )
     for positions in (1, 3, 8, None):  # None: blocks of about 4 MiB
         out = attention_in_order(q, k, v, positions)
-        torch.testing.assert_close(out, ref.view(R, d), atol=1e-6, rtol=1e-5)
+        torch.testing.assert_close(out, ref.view(R, d_v), atol=1e-6, rtol=1e-5)
 
 
 def test_initialisation_bounds():
