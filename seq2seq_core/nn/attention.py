@@ -167,14 +167,13 @@ class MultiHeadAttention(nn.Module):
         k, v = self.keys_values(x)
         keys, values = self.split_cached(kv[: step + 1].permute(1, 2, 3, 0, 4))
         keys[:, :, step : step + 1], values[:, :, step : step + 1] = k, v
-        read = kv[: step + 1].numel() * kv.element_size()
         in_order = (
             x.device.type == "cpu"
             and x.dtype == torch.float32
             and self.recorded is None
             and self.d_k == self.d_v
             and step + 1 > IN_ORDER_AFTER
-            and read > cpu_last_level_cache()
+            and kv[: step + 1].numel() * kv.element_size() > cpu_last_level_cache()
             and not (torch.is_grad_enabled() and x.requires_grad)
         )
         if not in_order:

@@ -81,11 +81,12 @@ def cpu_has_bf16_matrix_units() -> bool:
 
 
 @lru_cache(maxsize=None)
-def cpu_last_level_cache() -> int:
-    """The bytes of this CPU's largest cache (Linux sysfs, cpu0's highest level), 32 MiB where
-    unreadable."""
+def cpu_last_level_cache(caches: Path = Path("/sys/devices/system/cpu/cpu0/cache")) -> int:
+    """The bytes of this CPU's largest cache: the highest level that Linux lists in `caches`
+    (sysfs, cpu0's; each indexN holds its `level` and a `size` such as "32768K"), 32 MiB where
+    none is readable."""
     sizes = {}
-    for index in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
+    for index in caches.glob("index*"):
         try:
             level = int((index / "level").read_text())
             size = (index / "size").read_text().strip()

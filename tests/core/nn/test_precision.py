@@ -281,21 +281,22 @@ def test_int8_search_off_the_cpu_is_one_config_error_naming_the_device():
         precision.for_inference(torch.nn.Linear(4, 4, device="meta"), "int8")
 
 
-def test_the_last_level_cache_is_the_highest_level_sysfs_lists():
-    """The cache size the search's attention compares its reads with: cpu0's highest cache
-    level in sysfs where Linux lists one (a size like "32768K"), 32 MiB otherwise."""
-    from pathlib import Path
+def test_the_last_level_cache_is_the_highest_level_sysfs_lists(tmp_path):
+    """The cache size the search's attention compares its reads with: the highest level of a
+    sysfs cache listing (sizes in K or M; an unreadable entry skipped), 32 MiB where there is
+    no listing."""
 
-    listed = {}
-    for index in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
-        try:
-            listed[int((index / "level").read_text())] = (index / "size").read_text().strip()
-        except (OSError, ValueError):
-            continue
-    size = precision.cpu_last_level_cache()
-    if not listed:
-        assert size == 32 * 2**20
-    else:
-        text = listed[max(listed)]
-        units = {"K": 2**10, "M": 2**20, "G": 2**30}
-        assert size == int(text.rstrip("KMG")) * units.get(text[-1], 1)
+    def listing(name, *caches):
+        for i, (level, size) in enumerate(caches):
+            (tmp_path / name / f"index{i}").mkdir(parents=True)
+            (tmp_path / name / f"index{i}" / "level").write_text(f"{level}\n")
+            (tmp_path / name / f"index{i}" / "size").write_text(f"{size}\n")
+        (tmp_path / name / "index9").mkdir()  # neither level nor size: skipped
+        return tmp_path / name
+
+    amd = listing("amd", (1, "48K"), (3, "32M"), (2, "1024K"))
+    intel = listing("intel", (1, "48K"), (2, "2048K"), (3, "98304K"))
+    assert precision.cpu_last_level_cache(amd) == 32 * 2**20
+    assert precision.cpu_last_level_cache(intel) == 96 * 2**20
+    assert precision.cpu_last_level_cache(tmp_path / "absent") == 32 * 2**20
+    assert precision.cpu_last_level_cache() >= 2**20  # this machine's
