@@ -6,8 +6,10 @@ from __future__ import annotations
 import threading
 
 import torch
+import torch.nn.functional as F
 
 from ..vocab import PAD
+from .precision import padded_rows
 
 
 class _ProjectedLabelSmoothedLoss(torch.autograd.Function):
@@ -162,6 +164,10 @@ def label_smoothed_loss(
     h = h.to(dtype)  # a no-op but under autocast
     grad = torch.is_grad_enabled()
     target = target.reshape(-1)
+    if kind == "cpu" and dtype != torch.float32:  # oneDNN's products: cached shapes
+        padded = padded_rows(h.size(0))
+        h = F.pad(h, (0, 0, 0, padded - h.size(0)))
+        target = F.pad(target, (0, padded - target.size(0)), value=PAD)
     keep = target.ne(PAD).float()
     rows = chunk_rows(h.size(0), weight.size(0), h.device)
     return _ProjectedLabelSmoothedLoss.apply(

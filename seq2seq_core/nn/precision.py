@@ -195,6 +195,8 @@ class LowPrecision(nn.Module):
 def for_training(model: nn.Module, precision: str, device: torch.device):
     """(the module to call, a context factory to call it in) for a resolved training precision."""
     if precision == "bf16":
+        if device.type == "cpu":
+            row_padded(model)
         return LowPrecision(model, torch.bfloat16), contextlib.nullcontext
     if precision == "fp16":
         return model, lambda: torch.autocast(device_type=device.type, dtype=torch.float16)
@@ -208,32 +210,44 @@ def onednn_linear() -> bool:
     return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
 
 
+def padded_rows(rows: int) -> int:
+    """rows rounded up to a multiple of RowPaddedLinear.ROWS, or of 1/16 of the power of two at
+    or below it where that is more (1,024 to 2,047 rows: 64; 2,048 to 4,095: 128): at most 1/16
+    more rows, 16 row counts a doubling."""
+    step = max(RowPaddedLinear.ROWS, 2 ** (rows.bit_length() - 5))
+    return -(-rows // step) * step
+
+
 class RowPaddedLinear(nn.Linear):
-    """nn.Linear for search on a CPU: without a gradient, its product is oneDNN's, its input
-    rows padded with zeros to a multiple of ROWS and the padding's outputs dropped. Each row's
-    output is the layer's own, in its dtype.
+    """nn.Linear whose product on a CPU is oneDNN's, its input rows padded with zeros
+    (`padded_rows`) and the padding's outputs dropped: in search without a gradient (fp32 and
+    bf16), and in bf16 training. Each row's output is the layer's own, in its dtype.
 
     oneDNN: torch multiplies fp32 with MKL, whose kernels on some CPUs do not use their whole
     vector width (AMD's with AVX-512: docs/performance.md, "Search"), while oneDNN's do; bf16
-    products are oneDNN's anyway. oneDNN computes each
-    product with a kernel compiled for its exact shape, which takes longer than the product
-    itself, and keeps only the last ONEDNN_PRIMITIVE_CACHE_CAPACITY of them
-    (s2s.core.RUNTIME_ENV). A search's row count (its live hypotheses) changes at almost every
-    step as sentences finish, so nearly every product would compile anew; padded, a batch of
-    128 sentences at beam 4 has 16 row counts, whose kernels stay cached from one step and one
-    batch to the next. The padding rows cost little: a product of a few rows is bound by
-    reading the weights, not by the arithmetic."""
+    products are oneDNN's anyway. oneDNN computes each product with a kernel compiled for its
+    exact shape, which takes longer than the product itself, and keeps only the last
+    ONEDNN_PRIMITIVE_CACHE_CAPACITY of them (s2s.core.RUNTIME_ENV). A search's row count (its
+    live hypotheses) changes at almost every step as sentences finish, and a training batch's
+    token count at every update, so nearly every product would compile anew; padded, a batch of
+    128 sentences at beam 4 has 16 row counts, and training batches of 1,024 to 4,095 tokens 33,
+    whose kernels stay cached from one step or update to the next. In training the padding
+    reaches the backward pass: the output's gradient is padded with zeros too (the slice's
+    backward), so the weight's gradient, a product over the rows, has a padded shape as well
+    and its zero rows add nothing. The padding rows cost little: a product of a few rows is
+    bound by reading the weights, and at most 1/16 more rows add at most 1/16 more work."""
 
     ROWS = 32
 
     def forward(self, x: Tensor) -> Tensor:
-        if torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad):
+        grad = torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad)
+        if x.device.type != "cpu" or (grad and x.dtype == torch.float32):
             return super().forward(x)
         rows = x.shape[:-1].numel()
-        padded = -(-rows // self.ROWS) * self.ROWS
+        padded = padded_rows(rows)
         flat = x.reshape(rows, -1)
-        if padded != rows:  # the rows, then zeros (only the padding is filled)
-            flat = torch.cat([flat, flat.new_zeros(padded - rows, flat.size(1))])
+        if padded != rows:  # the rows, then zeros
+            flat = F.pad(flat, (0, 0, 0, padded - rows))
         if x.dtype == torch.float32 and onednn_linear():
             y = torch.ops.mkldnn._linear_pointwise(flat, self.weight, self.bias, "none", [], "")
         else:

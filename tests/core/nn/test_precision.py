@@ -164,6 +164,43 @@ def test_bf16_search_pads_the_rows_of_its_linear_layers_without_changing_a_searc
     assert search(searched, src, settings) == search(plain, src, settings)
 
 
+def test_padded_rows_add_at_most_a_sixteenth_and_few_row_counts():
+    rows = (1, 32, 33, 1000, 1024, 1025, 2048, 2049)
+    padded = (32, 32, 64, 1024, 1024, 1088, 2048, 2176)
+    assert tuple(precision.padded_rows(n) for n in rows) == padded
+    counts = {precision.padded_rows(n) for n in range(1024, 4096)}
+    assert len(counts) == 33  # 1,024 and 16 a doubling
+    assert all(n <= precision.padded_rows(n) <= n + max(32, n // 16) for n in range(1, 9000))
+
+
+def test_bf16_training_pads_the_rows_of_every_product_forward_and_backward():
+    """bf16 training on a CPU makes the linear layers RowPaddedLinear: the forward product, the
+    input's gradient and the weight's gradient (a product over the rows) all meet a padded row
+    count, and each output and gradient is the unpadded layer's."""
+    model = _model()
+    precision.for_training(model, "bf16", torch.device("cpu"))
+    layer = model.decoder[0].ffn[0]
+    assert type(layer) is precision.RowPaddedLinear
+    w = layer.weight.detach().bfloat16().requires_grad_()
+    b = layer.bias.detach().bfloat16().requires_grad_()
+    layer.weight, layer.bias = torch.nn.Parameter(w), torch.nn.Parameter(b)
+    x = torch.randn(5, 7, layer.in_features).bfloat16().requires_grad_()  # 35 rows: 64
+    g = torch.randn(5, 7, layer.out_features).bfloat16()
+    with torch.profiler.profile(record_shapes=True) as prof:
+        layer(x).backward(g)
+    products = [e for e in prof.events() if e.name in ("aten::addmm", "aten::mm")]
+    assert len(products) == 3
+    assert all(64 in [d for shape in e.input_shapes for d in shape] for e in products)
+    got = (layer(x), *torch.autograd.grad(layer(x), (x, layer.weight, layer.bias), g))
+    x2 = x.detach().requires_grad_()
+    w2, b2 = w.detach().requires_grad_(), b.detach().requires_grad_()
+    y = torch.nn.functional.linear(x2, w2, b2)
+    ref = (y, *torch.autograd.grad(y, (x2, w2, b2), g))
+    for a, r in zip(got, ref):
+        assert a.shape == r.shape and a.dtype == r.dtype
+        torch.testing.assert_close(a.float(), r.float(), atol=0.05, rtol=0.02)
+
+
 def test_bf16_hands_the_tied_projection_its_loss_gradient_in_fp32():
     """The tied pre-softmax projection is the embedding's fp32 table, which bf16 training leaves
     as it is: the loss casts it itself and returns its gradient, scaled as the trainer scales the
