@@ -234,6 +234,23 @@ def commit_tree(rev: str):
             )
 
 
+#: set in the process that runs a benchmark on another commit's tree (`in_tree`)
+TREE = "S2S_BENCH_TREE"
+
+
+def in_tree(rev: str, module: str) -> None:
+    """The benchmark `module`'s command (this process's arguments) run again with commit `rev`'s
+    s2s package first on sys.path; `module`'s main() checks TREE to run there itself."""
+    with commit_tree(rev) as path:
+        code = f"import sys; sys.path.insert(0, {str(path)!r}); from {module} import main; main()"
+        subprocess.run(
+            [sys.executable, "-c", code, *sys.argv[1:]],
+            cwd=REPO,
+            env={**os.environ, TREE: rev},
+            check=True,
+        )
+
+
 def s2s_command(tree: Path | None = None) -> list[str]:
     """The `s2s` command line as a process: this checkout's, or (`tree`, from `commit_tree`) a
     commit's."""

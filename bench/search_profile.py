@@ -38,12 +38,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 
-from bench.common import MULTI30K, mm_rate, read_rate, search_layer_rate, write  # noqa: E402
+from bench.common import (  # noqa: E402
+    MULTI30K,
+    TREE,
+    in_tree,
+    mm_rate,
+    read_rate,
+    search_layer_rate,
+    write,
+)
 from bench.decode_speed import parsing_job, rates  # noqa: E402
 from bench.gpu_step import by_part  # noqa: E402
 
-#: set in the process that profiles another commit's tree (`--tree`)
-TREE = "S2S_BENCH_TREE"
 SHAPE = (512, 256, 1024)  # a beam-4 step of 128 sentences through multi30k_en_de's FFN
 
 
@@ -157,7 +163,7 @@ def main() -> None:
     if not (args.run or args.parsing_run):
         p.error("give --run, --parsing-run or both")
     if args.tree and os.environ.get(TREE) != args.tree:
-        return in_tree(args.tree)
+        return in_tree(args.tree, "bench.search_profile")
     from s2s.core.inference import load_run
 
     torch.set_num_threads(1)
@@ -210,25 +216,6 @@ def main() -> None:
     )
     print("mm GFLOP/s:", mm, "read GB/s:", read)
     print(f"wrote {write(args.name, result)}")
-
-
-def in_tree(rev: str) -> None:
-    """This script's command run again with commit `rev`'s s2s package first on sys.path."""
-    import subprocess
-
-    from bench.common import REPO, commit_tree
-
-    with commit_tree(rev) as path:
-        code = (
-            f"import sys; sys.path.insert(0, {str(path)!r}); "
-            "from bench.search_profile import main; main()"
-        )
-        subprocess.run(
-            [sys.executable, "-c", code, *sys.argv[1:]],
-            cwd=REPO,
-            env={**os.environ, TREE: rev},
-            check=True,
-        )
 
 
 if __name__ == "__main__":

@@ -5,11 +5,14 @@ the optimiser, ...), beside the torch.mm rates of this CPU in fp32 and bf16 at t
 shapes, measured in the same run.
 
     python -m bench.train_profile [--preset multi30k_en_de] [--precisions bf16 fp32] [--steps 8]
+                                  [--tree REV]   # commit REV's s2s (a git worktree)
 
 Per precision: the update's wall time unprofiled (median of `--steps`) and its model FLOPs
 (`s2s.core.nn.model.Transformer.flops`) as a rate, against the mm rates; then 3 updates under
 the profiler, the operators' own CPU time by part (ms an update; the profiler adds its own
-overhead, so the parts are for proportions). The CPU's model and flags (AMX, AVX-512 BF16) are
+overhead, so the parts are for proportions); then `--steps` updates under oneDNN's trace of
+the products it compiles (a kernel for each new shape: bf16 products are oneDNN's), counted
+and timed by oneDNN an update. The CPU's model and flags (AMX, AVX-512 BF16) are
 in the JSON: machines of this kind differ. Writes bench/results/train_profile.json.
 """
 
@@ -18,6 +21,9 @@ from __future__ import annotations
 import s2s.core  # noqa: F401  before torch: the CPU runtime defaults (s2s.core.RUNTIME_ENV)
 
 import argparse
+import contextlib
+import ctypes
+import os
 import statistics
 import sys
 import tempfile
@@ -28,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 
-from bench.common import corpus_overrides, machine, mm_rate, write  # noqa: E402
+from bench.common import TREE, corpus_overrides, in_tree, machine, mm_rate, write  # noqa: E402
 from bench.gpu_step import by_part  # noqa: E402
 
 
@@ -47,6 +53,40 @@ def trainer_for(preset: str, precision: str, tmp: str, threads: int):
         "run.quiet=true",
     ]
     return Trainer(load_config(preset, overrides, registry=registry), registry, quiet=True)
+
+
+@contextlib.contextmanager
+def onednn_trace(path: Path):
+    """Within: oneDNN's trace of the primitives it creates, written to `path` (oneDNN prints to
+    the process's standard output, so file descriptor 1 is pointed there meanwhile)."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        with open(path, "w") as f:
+            os.dup2(f.fileno(), 1)
+            with torch.backends.mkldnn.verbose(torch.backends.mkldnn.VERBOSE_ON_CREATION):
+                yield
+            ctypes.CDLL(None).fflush(None)  # C's buffered output, before the file closes
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+def compiles(trainer, steps: int) -> dict:
+    """oneDNN's kernel compilations in `steps` updates (a primitive created on a cache miss):
+    how many an update and the milliseconds oneDNN reports for them."""
+    stream = trainer.streams[0]
+    with tempfile.TemporaryDirectory() as tmp:
+        trace = Path(tmp) / "onednn.txt"
+        with onednn_trace(trace):
+            for _ in range(steps):
+                trainer.step([stream.next()])
+        misses = [line for line in trace.read_text().splitlines() if "create:cache_miss" in line]
+    ms = sum(float(line.rsplit(",", 1)[1]) for line in misses)
+    return {
+        "compiles_per_step": round(len(misses) / steps, 1),
+        "compile_ms_per_step": round(ms / steps, 1),
+    }
 
 
 def profile(trainer, steps: int, profiled: int = 3) -> dict:
@@ -71,6 +111,7 @@ def profile(trainer, steps: int, profiled: int = 3) -> dict:
     top = [(us / 1000, name, n) for us, name, n in top]
     busy = sum(parts.values())
     return {
+        **compiles(trainer, steps),
         "step_s": round(step, 4),
         "tgt_tokens_per_step": tokens // steps,
         "model_gflop_per_step": round(flops / steps / 1e9, 2),
@@ -90,8 +131,11 @@ def main() -> None:
     p.add_argument("--precisions", nargs="+", default=["bf16", "fp32"], choices=["bf16", "fp32"])
     p.add_argument("--steps", type=int, default=8)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--tree", metavar="REV", help="profile commit REV's s2s instead of this tree's")
     p.add_argument("--name", default="train_profile")
     args = p.parse_args()
+    if args.tree and os.environ.get(TREE) != args.tree:
+        return in_tree(args.tree, "bench.train_profile")
     torch.set_num_threads(args.threads)
     runs = {}
     with tempfile.TemporaryDirectory(prefix="s2s-train-profile-") as tmp:
@@ -122,6 +166,7 @@ def main() -> None:
         "command": " ".join(["python -m bench.train_profile", *sys.argv[1:]]),
         "machine": machine(),
         "preset": args.preset,
+        "tree": args.tree or "this",
         "mm_gflop_s": rates,
         "mm_shapes": {k: list(v) for k, v in shapes.items()},
         "runs": runs,

@@ -11,9 +11,10 @@ command, the tests and the benchmarks import s2s first:
   wait a whole scheduler time slice (measured: training 3.4x, beam search 12x slower on a busy
   2-core machine). A short spin keeps the benefit when the machine is idle.
 * ONEDNN_PRIMITIVE_CACHE_CAPACITY=64: oneDNN keeps up to 1,024 compiled primitives, one per
-  shape of a bf16 product, and nearly every training batch has a token count of its own, so the
-  cache only grows with bf16 training's memory. 64 still holds the shapes that recur within a
-  search.
+  shape of a bf16 product, each holding buffers in proportion to its rows, so a full cache
+  grows bf16 training's memory by hundreds of megabytes. 64 still holds the shapes that recur
+  within a search and most of a training update's, whose row counts are padded to few
+  (s2s.core.nn.precision.RowPaddedLinear).
 * LRU_CACHE_CAPACITY=1: torch's bridge to oneDNN (ideep) keeps a cache of its own in front of
   oneDNN's, 1,024 entries by default, again one per bf16 product shape. Its entries are small
   but long-lived blocks allocated in the middle of each update, and they pin the heap: glibc
