@@ -12,7 +12,7 @@ Training (`run.precision`):
   weight a chunk of rows at a time and reduces each chunk in fp32 (a weight tied to the embedding
   is cast inside the loss, and its gradient summed and returned in fp32). On CPU bf16 attention is
   equation 1 written out in bf16 products (s2s.core.nn.model.attention), and dropout draws its mask
-  in bf16.
+  in bf16. On CPU the linear layers and the loss pad their rows as search's do (`RowPaddedLinear`).
 * fp16: autocast to float16 with dynamic loss scaling (fp16's narrow range needs both).
 * auto: bf16 where the device computes bf16 natively (a CPU with avx512_bf16 or amx_bf16, a GPU
   from Ampere on: compute capability 8.0), fp16 on a Volta or Turing GPU (7.x: fp16 tensor
@@ -26,7 +26,7 @@ Search (`decode.precision`), on a copy of the model made by `for_inference`:
 * auto (the default): bf16 on a GPU from Ampere on and on a CPU with AMX, else fp32
   (`resolve_search`); docs/performance.md gives bf16's BLEU and F1 against fp32's.
 * fp32: the model as trained; on a CPU its linear layers multiply with oneDNN and pad their
-  rows to a multiple of `RowPaddedLinear.ROWS` (`RowPaddedLinear` says why).
+  rows (`padded_rows`; `RowPaddedLinear` says why).
 * bf16: weights and activations in bfloat16; the search's scores stay fp32 (it takes the
   log-softmax of the logits in fp32). On CPU the linear layers are `RowPaddedLinear` too.
 * int8: dynamic quantisation of every linear layer (torch.ao.quantization.quantize_dynamic:
