@@ -191,7 +191,8 @@ def test_bf16_training_pads_the_rows_of_every_product_forward_and_backward():
     products = [e for e in prof.events() if e.name in ("aten::addmm", "aten::mm")]
     assert len(products) == 3
     assert all(64 in [d for shape in e.input_shapes for d in shape] for e in products)
-    got = (layer(x), *torch.autograd.grad(layer(x), (x, layer.weight, layer.bias), g))
+    out = layer(x)
+    got = (out, *torch.autograd.grad(out, (x, layer.weight, layer.bias), g))
     x2 = x.detach().requires_grad_()
     w2, b2 = w.detach().requires_grad_(), b.detach().requires_grad_()
     y = torch.nn.functional.linear(x2, w2, b2)
