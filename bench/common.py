@@ -170,6 +170,20 @@ def runtime_env() -> dict:
     return {**env, "malloc_set_by_s2s": MALLOC_SET}
 
 
+def child_json(module: str, args, env: dict | None = None) -> dict:
+    """Run `python -m module *args` from the checkout, in a process of its own (with `env` added
+    to the environment), and return the JSON object its last line of output prints."""
+    out = subprocess.run(
+        [sys.executable, "-m", module, *map(str, args)],
+        cwd=REPO,
+        check=True,
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {}), "PYTHONPATH": str(REPO)},
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 def peak_rss_mib() -> float:
     """This process's peak resident set size (Linux reports KiB)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

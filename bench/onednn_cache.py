@@ -27,7 +27,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -35,10 +34,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import REPO, peak_rss_mib, table, write  # noqa: E402
+from bench.common import child_json, peak_rss_mib, table, write  # noqa: E402
 
 WARMUP = 10
 CAPACITY = "ONEDNN_PRIMITIVE_CACHE_CAPACITY"
+MODULE = "bench.onednn_cache"
 
 
 def child(preset: str, precision: str, updates: int, threads: int) -> dict:
@@ -80,18 +80,6 @@ def probe(rows: int, k: int, n: int, threads: int) -> dict:
     }
 
 
-def spawn(args, env: dict) -> dict:
-    out = subprocess.run(
-        [sys.executable, "-m", "bench.onednn_cache", *args],
-        cwd=REPO,
-        env={**os.environ, **env},
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--preset", default="multi30k_en_de")
@@ -116,10 +104,10 @@ def main() -> None:
     runs: dict[str, list[dict]] = {}
     for r in range(args.rounds):
         for capacity in args.capacities:
-            found = spawn(["--child", "bf16", str(args.updates)], {CAPACITY: str(capacity)})
+            found = child_json(MODULE, ["--child", "bf16", args.updates], {CAPACITY: str(capacity)})
             runs.setdefault(f"bf16 capacity {capacity}", []).append(found)
             print(f"round {r + 1} bf16 capacity {capacity}: {found}", flush=True)
-        found = spawn(["--child", "fp32", str(args.updates)], {})
+        found = child_json(MODULE, ["--child", "fp32", args.updates])
         runs.setdefault("fp32", []).append(found)
         print(f"round {r + 1} fp32: {found}", flush=True)
     summary = [
@@ -134,7 +122,7 @@ def main() -> None:
     ]
     print(table(summary))
     primitives = {  # a process each: memory one shape freed would hide the next one's
-        f"2560x{k}x{n}": spawn(["--probe", "2560", str(k), str(n)], {CAPACITY: "1024"})
+        f"2560x{k}x{n}": child_json(MODULE, ["--probe", 2560, k, n], {CAPACITY: "1024"})
         for k, n in ((256, 1024), (1024, 256), (256, 256))
     }
     print("MiB a cached primitive:", primitives)

@@ -18,15 +18,12 @@ import s2s.core  # noqa: E402,F401  before torch: the CPU runtime defaults (s2s.
 import argparse
 import itertools
 import json
-import os
 import shutil
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-from bench.common import MULTI30K, runtime_env, table, write
+from bench.common import MULTI30K, child_json, runtime_env, table, write
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -90,15 +87,7 @@ def child(data_dir: str, cache_dir: str) -> None:
 
 
 def run_child(data_dir: Path, cache_dir: Path) -> dict:
-    out = subprocess.run(
-        [sys.executable, "-m", "bench.prepare_speed", "--child", str(data_dir), str(cache_dir)],
-        cwd=REPO,
-        check=True,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-    )
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return child_json("bench.prepare_speed", ["--child", data_dir, cache_dir])
 
 
 def main(argv=None) -> dict:

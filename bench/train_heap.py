@@ -24,15 +24,12 @@ import s2s.core  # noqa: E402,F401  before torch: the CPU runtime defaults (s2s.
 import argparse
 import ctypes
 import json
-import os
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-from bench.common import MULTI30K, runtime_env, table, write
+from bench.common import MULTI30K, child_json, runtime_env, table, write
 
 REPO = Path(__file__).resolve().parent.parent
 VARIANTS = {
@@ -134,29 +131,16 @@ def child(precision: str, updates: int, every: int, run_dir: str, overrides: lis
 def run_child(name: str, args) -> dict:
     precision, env = VARIANTS[name]
     with tempfile.TemporaryDirectory(prefix="s2s-heap-") as tmp:
-        out = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "bench.train_heap",
-                "--child",
-                precision,
-                str(args.updates),
-                str(args.every),
-                tmp,
-                *args.set,
-            ],
-            cwd=REPO,
-            check=True,
-            capture_output=True,
-            text=True,
-            env={**os.environ, **env, "PYTHONPATH": str(REPO)},
+        found = child_json(
+            "bench.train_heap",
+            ["--child", precision, args.updates, args.every, tmp, *args.set],
+            env,
         )
     return {
         "variant": name,
         "precision": precision,
         "env": env,
-        **json.loads(out.stdout.strip().splitlines()[-1]),
+        **found,
     }
 
 

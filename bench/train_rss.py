@@ -18,14 +18,11 @@ import s2s.core  # noqa: E402,F401  before torch: the CPU runtime defaults (s2s.
 
 import argparse
 import json
-import os
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-from bench.common import runtime_env, table, write
+from bench.common import child_json, runtime_env, table, write
 from bench.prepare_speed import make_corpus
 from bench.prepare_speed import run_child as run_prepare
 
@@ -82,15 +79,7 @@ def child(data_dir: str, cache_dir: str, run_dir: str, updates: int, threads: in
 
 
 def run_child(*args) -> dict:
-    out = subprocess.run(
-        [sys.executable, "-m", "bench.train_rss", "--child", *map(str, args)],
-        cwd=REPO,
-        check=True,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-    )
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return child_json("bench.train_rss", ["--child", *args])
 
 
 def main(argv=None) -> dict:
