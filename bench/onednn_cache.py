@@ -63,7 +63,8 @@ def child(preset: str, precision: str, updates: int, threads: int) -> dict:
 
 def probe(rows: int, k: int, n: int, threads: int) -> dict:
     """MiB of RSS each cached bf16 product primitive [rows, k] x [k, n] adds, over 16 row
-    counts from `rows` on (32 apart, as padded_rows makes them), beside its output's MiB."""
+    counts from `rows` on (32 apart: 16 shapes, 16 primitives), beside the output's MiB at
+    about the middle row count."""
     import torch
 
     torch.set_num_threads(threads)

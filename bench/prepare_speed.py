@@ -25,8 +25,6 @@ from pathlib import Path
 
 from bench.common import MULTI30K, child_json, runtime_env, table, write
 
-REPO = Path(__file__).resolve().parent.parent
-
 
 def make_corpus(directory: Path, pairs: int) -> None:
     """train.{en,de}: Multi30k's training pairs cycled to `pairs` lines; val and test as shipped."""

@@ -27,11 +27,9 @@ import json
 import statistics
 import tempfile
 import time
-from pathlib import Path
 
 from bench.common import MULTI30K, child_json, runtime_env, table, write
 
-REPO = Path(__file__).resolve().parent.parent
 VARIANTS = {
     "defaults": ("bf16", {}),
     "ideep_cache_1024": ("bf16", {"LRU_CACHE_CAPACITY": "1024"}),

@@ -26,8 +26,6 @@ from bench.common import child_json, runtime_env, table, write
 from bench.prepare_speed import make_corpus
 from bench.prepare_speed import run_child as run_prepare
 
-REPO = Path(__file__).resolve().parent.parent
-
 
 def child(data_dir: str, cache_dir: str, run_dir: str, updates: int, threads: int) -> None:
     """Build the trainer on the prepared corpus and take `updates` updates; print RSS as JSON."""
