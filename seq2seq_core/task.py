@@ -43,7 +43,12 @@ class DecodeDefaults:
 
     stop: when beam search leaves a sentence. "bound" (exact): once no live hypothesis can
     beat the best finished one, the paper's "terminate early when possible". "beam": once
-    `beam` hypotheses have ended, as fairseq does; can return a worse hypothesis, saves steps.
+    `beam` hypotheses have ended among the `beam` best extensions of a step, as fairseq does;
+    can return a worse hypothesis, saves steps. "transformers": as Hugging Face transformers'
+    `generate` (early_stopping=False): `beam` finished kept, ended when the best live
+    hypothesis, scored at its current length, cannot beat the worst of them.
+    length_penalty: "gnmt", lp(Y) = ((5 + |Y|) / 6)^alpha (Wu et al. 2016), or "power",
+    lp(Y) = |Y|^alpha (fairseq, Marian, transformers).
     """
 
     beam: int = 4
@@ -51,6 +56,7 @@ class DecodeDefaults:
     max_len_a: float = 1.0
     max_len_b: int = 50
     stop: str = "bound"
+    length_penalty: str = "gnmt"
 
 
 @dataclass

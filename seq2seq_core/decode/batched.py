@@ -24,7 +24,7 @@ from ..task import DecodeDefaults, Task
 from ..vocab import BOS, EOS, PAD, UNK
 from .constraints import Prefix, joined
 from .terminology import Terms
-from .search import Wanted, length_penalty, nbest, sentences_per_batch, sentences_per_search
+from .search import Wanted, nbest, penalty, sentences_per_batch, sentences_per_search
 
 log = logging.getLogger("s2s")
 
@@ -259,10 +259,10 @@ class Decoder:
     ) -> list[TargetScore]:
         """The model's log-probability of each given target (ids in the model's space, without BOS
         and EOS) after its source line: every token's, EOS included, their sum, and the sum over
-        the search's length penalty lp(|Y|) with the settings' alpha (|Y| counting EOS), the
+        the search's length penalty lp(|Y|) with the settings' alpha and form (|Y| counting EOS), the
         figure beam search ranks by. The plain model's (or ensemble's) distribution: no
         constraint, no temperature. Sentences go in batches of at most 64."""
-        model, task, alpha, device = self.model, self.task, self.settings.alpha, self.device
+        model, task, lp, device = self.model, self.task, penalty(self.settings), self.device
         found: list[TargetScore] = []
         ids = task.encode_source(list(sources))
         was_training = model.training
@@ -283,7 +283,7 @@ class Decoder:
                 for row, seq in enumerate(seqs):
                     each = picked[row, : len(seq) + 1].tolist()
                     total = sum(each)
-                    normalised = total / length_penalty(len(each), alpha)
+                    normalised = total / lp(len(each))
                     found.append(TargetScore(each, total, normalised))
         finally:
             model.train(was_training)

@@ -75,9 +75,18 @@ class Wanted:
         return self.n if self.sampling is not None else beam
 
 
-def length_penalty(length, alpha: float):
-    """lp(Y) = ((5 + |Y|) / 6)^alpha, for a number or a tensor of lengths."""
+def length_penalty(length, alpha: float, form: str = "gnmt"):
+    """lp(Y) for a number or a tensor of lengths |Y|: ((5 + |Y|) / 6)^alpha (form "gnmt", Wu et
+    al. 2016), or |Y|^alpha ("power": fairseq's lenpen, Marian's normalisation, transformers'
+    length_penalty)."""
+    if form == "power":
+        return length**alpha
     return ((5.0 + length) / 6.0) ** alpha
+
+
+def penalty(settings: DecodeDefaults):
+    """The length penalty of `settings` (its alpha and form) as a function of |Y|."""
+    return lambda length: length_penalty(length, settings.alpha, settings.length_penalty)
 
 
 def top_k(x: Tensor, k: int, chunks: int = 64) -> tuple[Tensor, Tensor]:
@@ -208,6 +217,8 @@ def _accepts(fn, name: str) -> bool:
         return False
 
 
+STOPS = ("bound", "beam", "transformers")  # beam search's stopping rules (DecodeDefaults.stop)
+
 SENTENCES = {
     "cpu": 128
 }  # decode.max_sentences=0: sentences decoded together, by device type (others: 1,024)
@@ -271,8 +282,8 @@ def nbest(
     run at the machine's rate. A GPU searches the whole batch at once.
     """
     beam, n, sampling = settings.beam, wanted.n, wanted.sampling
-    if settings.stop not in ("bound", "beam"):
-        raise ValueError(f"stop must be 'bound' or 'beam', not {settings.stop!r}")
+    if settings.stop not in STOPS:
+        raise ValueError(f"stop must be one of {', '.join(STOPS)}, not {settings.stop!r}")
     if sampling is None and not 1 <= n <= beam:
         raise ValueError(f"n must be between 1 and the beam ({beam}), not {n}")
     width = wanted.rows(beam)
@@ -305,9 +316,9 @@ def nbest(
                     None if constraint is None else (constraint, rows),
                 )
                 if sampling is not None:
-                    seqs, scores = _sample(stepper, max_len, settings.alpha, wanted, generator)
+                    seqs, scores = _sample(stepper, max_len, penalty(settings), wanted, generator)
                 elif beam == 1:
-                    seqs, scores = _greedy(stepper, max_len, settings.alpha)
+                    seqs, scores = _greedy(stepper, max_len, penalty(settings))
                     seqs, scores = seqs[:, None], scores[:, None]
                 else:
                     seqs, scores = _beam_search(stepper, max_len, settings, n)
@@ -333,7 +344,7 @@ def _hypotheses(seqs: Tensor, scores: Tensor) -> list[list[Hypothesis]]:
     return found
 
 
-def _greedy(step: _Stepper, max_len: Tensor, alpha: float) -> tuple[Tensor, Tensor]:
+def _greedy(step: _Stepper, max_len: Tensor, lp) -> tuple[Tensor, Tensor]:
     """Take the most probable token at each step; a sentence leaves the batch at its EOS."""
     B, device = max_len.size(0), max_len.device
     seqs = torch.full((B, int(max_len.max()) + 2), PAD, dtype=torch.long, device=device)
@@ -370,11 +381,11 @@ def _greedy(step: _Stepper, max_len: Tensor, alpha: float) -> tuple[Tensor, Tens
                 step.reorder(keep, keep)
                 continue
         tokens = torch.cat([tokens, next_tok[:, None]], dim=1)
-    return seqs, logp_sum / length_penalty(length.float(), alpha)
+    return seqs, logp_sum / lp(length.float())
 
 
 def _sample(
-    step: _Stepper, max_len: Tensor, alpha: float, wanted: Wanted, generator
+    step: _Stepper, max_len: Tensor, lp, wanted: Wanted, generator
 ) -> tuple[Tensor, Tensor]:
     """n outputs drawn for each of B sentences (b*n rows, sentence-major) [B, n, L], best score
     first, and their scores [B, n]: the sum of the log-probabilities the search sees (the model's,
@@ -421,7 +432,7 @@ def _sample(
                 tokens[index],
             )
             step.reorder(index, keep)
-    scores = (logp_sum / length_penalty(length.float(), alpha)).view(B, n)
+    scores = (logp_sum / lp(length.float())).view(B, n)
     scores, order = scores.sort(dim=1, descending=True, stable=True)
     seqs = seqs.view(B, n, -1).gather(1, order[..., None].expand(B, n, seqs.size(1)))
     return seqs, scores
@@ -501,19 +512,26 @@ def _beam_search(
     that is s / lp(max_len + 1). A done sentence leaves the batch (its rows stop being computed);
     at max_len every live hypothesis is forced to end, so all are done then. The live
     hypotheses of a sentence keep their rows where they can (`_stable_slots`): their order in
-    the beam is not their rank.
+    the beam is not their rank. The other stopping rules (`settings.stop`, DecodeDefaults) are
+    fairseq's and transformers': an ended extension is a finished hypothesis only among the k
+    best of the step, and a sentence is also done once k have ended ("beam"), or only once k
+    are finished and the best live one, scored at its current length, cannot beat the worst
+    of them ("transformers").
     """
-    k, alpha, stop = settings.beam, settings.alpha, settings.stop
+    k, stop, lp = settings.beam, settings.stop, penalty(settings)
+    # the finished hypotheses kept: n, or the beam's k for transformers' rule, which compares
+    # the best live one with the worst of k finished
+    m = max(n, k) if stop == "transformers" else n
     B, device = max_len.size(0), max_len.device
-    best_score = torch.full((B, n), -torch.inf, device=device)
-    best_seq = torch.full((B, n, int(max_len.max()) + 2), PAD, dtype=torch.long, device=device)
+    best_score = torch.full((B, m), -torch.inf, device=device)
+    best_seq = torch.full((B, m, int(max_len.max()) + 2), PAD, dtype=torch.long, device=device)
     alive = torch.arange(B, device=device)  # the sentences of the batch, original numbers
     done = torch.zeros(B, dtype=torch.bool, device=device)  # stays all False when the batch shrinks
     rows = torch.arange(B, device=device)[:, None] * k  # first row of each sentence
     tokens = torch.full((B * k, 1), BOS, dtype=torch.long, device=device)
     scores = torch.full((B, k), -torch.inf, device=device)
     scores[:, 0] = 0.0  # one live hypothesis at the start, so the beam holds no duplicates
-    ml, lp_max = max_len, length_penalty(max_len.float() + 1, alpha)
+    ml, lp_max = max_len, lp(max_len.float() + 1)
     ended = torch.zeros(B, dtype=torch.long, device=device)
     ml_rows = None
     for t in range(int(max_len.max()) + 1):
@@ -528,18 +546,22 @@ def _beam_search(
         cand_tok = cand_idx % V
         ends = cand_tok.eq(EOS)
 
-        # the finished candidates of this step, |Y| = t + 1, join the n best finished so far
-        fin = torch.where(ends & ~done[:, None], cand_score, -torch.inf)
-        pool = torch.cat([best_score[alive], fin / length_penalty(t + 1, alpha)], dim=1)
+        # the finished candidates of this step, |Y| = t + 1, join the m best finished so far
+        # (fairseq's and transformers' rules: only those among the k best extensions)
+        finishing = ends & ~done[:, None]
+        if stop != "bound":
+            finishing[:, k:] = False
+        fin = torch.where(finishing, cand_score, -torch.inf)
+        pool = torch.cat([best_score[alive], fin / lp(t + 1)], dim=1)
         top, pick = pool.sort(dim=1, descending=True, stable=True)
-        top, pick = top[:, :n], pick[:, :n]
-        fresh = cand_row.gather(1, (pick - n).clamp(min=0))  # [b, n]: the rows of new ones
-        eos = torch.full((b, n, 1), EOS, dtype=torch.long, device=device)
+        top, pick = top[:, :m], pick[:, :m]
+        fresh = cand_row.gather(1, (pick - m).clamp(min=0))  # [b, m]: the rows of new ones
+        eos = torch.full((b, m, 1), EOS, dtype=torch.long, device=device)
         kept = best_seq[alive, :, : t + 2]
         best_seq[alive, :, : t + 2] = torch.where(
-            pick.ge(n)[..., None],
+            pick.ge(m)[..., None],
             torch.cat([tokens[fresh], eos], dim=2),
-            kept.gather(1, pick.clamp(max=n - 1)[..., None].expand_as(kept)),
+            kept.gather(1, pick.clamp(max=m - 1)[..., None].expand_as(kept)),
         )
         best_score[alive] = top
 
@@ -555,7 +577,10 @@ def _beam_search(
             [tokens[index], cand_tok.gather(1, live_pos.gather(1, at)).view(-1, 1)], dim=1
         )
 
-        bound = scores.amax(1) / lp_max.clamp(min=length_penalty(t + 2, alpha))
+        if stop == "transformers":  # the best live one scored at its length, t + 1 tokens
+            bound = scores.amax(1) / lp(t + 1)
+        else:
+            bound = scores.amax(1) / lp_max.clamp(min=lp(t + 2))
         now_done = done | best_score[alive, -1].ge(bound) | ml.le(t)
         if stop == "beam":
             ended = ended + ends[:, :k].sum(1)
@@ -580,4 +605,4 @@ def _beam_search(
         else:
             done = now_done
             step.reorder(index)
-    return best_seq, best_score
+    return best_seq[:, :n], best_score[:, :n]

@@ -33,9 +33,15 @@ class _ProjectedLabelSmoothedLoss(torch.autograd.Function):
     dtype differs from its inputs' would allocate a temporary [rows, V] tensor of its own."""
 
     @staticmethod
-    def forward(ctx, h, weight, target, keep, eps, rows, need_h, need_w):
+    def forward(ctx, h, weight, bias, target, keep, eps, rows, need_h, need_w):
         N, V = h.size(0), weight.size(0)
         ctx.w_dtype = weight.dtype
+        # columns whose bias is -inf are tokens the model never writes (`never_written`): no
+        # probability, no share of the smoothing, no gradient
+        never = never_written(bias)
+        classes = V - (0 if never is None else never.numel())
+        need_b = bias is not None and ctx.needs_input_grad[2]
+        grad_b = torch.zeros(V, dtype=torch.float32, device=h.device) if need_b else None
         with torch.autocast(h.device.type, enabled=False):  # the dtypes are chosen by the caller
             w = weight.to(h.dtype)  # the product's dtype; the gradient goes back in weight's
             z = workspace(0, rows * V, h.dtype, h.device).view(rows, V)
@@ -64,8 +70,14 @@ class _ProjectedLabelSmoothedLoss(torch.autograd.Function):
                 torch.mm(h[i : i + n], w.t(), out=z[:n])
                 if f is not z:
                     f.copy_(z[:n])  # in fp32 from any dtype: one conversion, no temporary
+                if bias is not None:
+                    f.add_(bias)
                 f.sub_(f.amax(1, keepdim=True))  # z - m
-                z_y, z_mean = f.gather(1, t).squeeze(1), f.mean(1)
+                if never is not None:  # -inf there: left out of the mean (and of z_y at PAD)
+                    f.index_fill_(1, never, 0.0)
+                z_y, z_mean = f.gather(1, t).squeeze(1), f.sum(1) / classes
+                if never is not None:
+                    f.index_fill_(1, never, -torch.inf)
                 s = f.exp_().sum(1)
                 log_s = s.log()
                 token_nll = (log_s - z_y) * k
@@ -75,7 +87,11 @@ class _ProjectedLabelSmoothedLoss(torch.autograd.Function):
                     need_h or need_w
                 ):  # G = k * ((exp(z - m) - (1 - eps) s [at the reference]) / s - eps / V)
                     f.scatter_add_(1, t, ((eps - 1.0) * s)[:, None])
-                    G = f.mul_((k / s)[:, None]).add_((-eps / V) * k[:, None])
+                    G = f.mul_((k / s)[:, None]).add_((-eps / classes) * k[:, None])
+                    if never is not None:
+                        G.index_fill_(1, never, 0.0)
+                    if grad_b is not None:
+                        grad_b += G.sum(0)
                     if f is not z:
                         G = z[:n].copy_(f)  # back to the product's dtype
                     if need_h:
@@ -91,18 +107,28 @@ class _ProjectedLabelSmoothedLoss(torch.autograd.Function):
                             grad_w.copy_(part)
                         else:
                             grad_w.add_(part)
-        ctx.save_for_backward(grad_h, grad_w)
+        ctx.save_for_backward(grad_h, grad_w, grad_b)
         ctx.mark_non_differentiable(nll)
         return loss, nll
 
     @staticmethod
     def backward(ctx, grad_loss, _grad_nll):
-        grad_h, grad_w = ctx.saved_tensors
+        grad_h, grad_w, grad_b = ctx.saved_tensors
         gh = grad_h * grad_loss if ctx.needs_input_grad[0] else None
         gw = (
             (grad_w * grad_loss).to(ctx.w_dtype) if ctx.needs_input_grad[1] else None
         )  # scaled in fp32
-        return gh, gw, None, None, None, None, None, None
+        gb = grad_b * grad_loss if ctx.needs_input_grad[2] and grad_b is not None else None
+        return gh, gw, gb, None, None, None, None, None, None
+
+
+def never_written(bias: torch.Tensor | None) -> torch.Tensor | None:
+    """The ids whose output bias is -inf (a row an imported vocabulary adds, such as PAD for
+    OPUS-MT's: s2s.core.inference.imports), or None where there are none."""
+    if bias is None:
+        return None
+    never = torch.isneginf(bias.detach()).nonzero().squeeze(1)
+    return never if never.numel() else None
 
 
 _KEPT = threading.local()  # each thread's buffers, so that two callers never share one
@@ -146,14 +172,20 @@ def chunk_rows(n: int, vocab: int, device: torch.device, memory: int | None = No
 
 
 def label_smoothed_loss(
-    hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, eps: float
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    target: torch.Tensor,
+    eps: float,
+    bias: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Summed label-smoothed cross-entropy and summed NLL over the non-pad target tokens of the
-    logits hidden @ weight^T (hidden [..., d], weight [V, d], target [...]), in fp32 whatever
-    the inputs' dtype; the logits are computed chunk by chunk (_ProjectedLabelSmoothedLoss).
+    logits hidden @ weight^T + bias (hidden [..., d], weight [V, d], bias [V] or None, target
+    [...]), in fp32 whatever the inputs' dtype; the logits are computed chunk by chunk
+    (_ProjectedLabelSmoothedLoss), the bias added in fp32.
 
     The smoothed target puts 1 - eps on the reference and spreads eps uniformly over all K
-    classes (Szegedy et al. 2016): loss = (1 - eps) * NLL + eps * mean_k(-log p_k). PAD
+    classes (Szegedy et al. 2016): loss = (1 - eps) * NLL + eps * mean_k(-log p_k); classes
+    whose bias is -inf (`never_written`) are not among the K. PAD
     positions are masked out. Under autocast (fp16 training) the projection multiplies in the
     autocast dtype, as a linear layer would: the final LayerNorm's fp32 output and the fp32
     weight are cast down, so the product runs on the half-precision units.
@@ -170,9 +202,12 @@ def label_smoothed_loss(
         target = F.pad(target, (0, padded - target.size(0)), value=PAD)
     keep = target.ne(PAD).float()
     rows = chunk_rows(h.size(0), weight.size(0), h.device)
+    if bias is not None:
+        bias = bias.float()
     return _ProjectedLabelSmoothedLoss.apply(
         h,
         weight,
+        bias,
         target,
         keep,
         float(eps),

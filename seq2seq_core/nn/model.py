@@ -32,15 +32,14 @@ from .loss import label_smoothed_loss
 
 def sinusoids(n_positions: int, d_model: int) -> Tensor:
     """PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(pos /
-    10000^(2i/d_model))."""
-    pos = torch.arange(n_positions, dtype=torch.float32)[:, None]
-    inv_freq = torch.exp(
-        torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / d_model)
-    )
-    pe = torch.zeros(n_positions, d_model)
-    pe[:, 0::2] = torch.sin(pos * inv_freq)
-    pe[:, 1::2] = torch.cos(pos * inv_freq)
-    return pe
+    10000^(2i/d_model)), computed in float64 and rounded to float32 (as Marian and fairseq's
+    models were trained with: an import decodes with their table to the last bit)."""
+    pos = np.arange(n_positions, dtype=np.float64)[:, None]
+    angle = pos / np.power(10000.0, np.arange(0, d_model, 2, dtype=np.float64) / d_model)
+    pe = np.zeros((n_positions, d_model), dtype=np.float32)
+    pe[:, 0::2] = np.sin(angle)
+    pe[:, 1::2] = np.cos(angle)
+    return torch.from_numpy(pe)
 
 
 class LayerNorm(nn.LayerNorm):
@@ -116,11 +115,17 @@ class Residual(nn.Module):
         return self.norm(self.drop.add(x, f(x)))
 
 
-class FeedForward(nn.Sequential):
-    """FFN(x) = max(0, x W_1 + b_1) W_2 + b_2, applied at each position."""
+ACTIVATIONS = {"relu": nn.ReLU, "swish": nn.SiLU}  # swish(x) = x sigmoid(x): OPUS-MT's
 
-    def __init__(self, d_model: int, d_ff: int):
-        super().__init__(nn.Linear(d_model, d_ff), nn.ReLU(), nn.Linear(d_ff, d_model))
+
+class FeedForward(nn.Sequential):
+    """FFN(x) = max(0, x W_1 + b_1) W_2 + b_2, applied at each position (or swish for max(0, .)
+    with model.activation=swish)."""
+
+    def __init__(self, d_model: int, d_ff: int, activation: str = "relu"):
+        super().__init__(
+            nn.Linear(d_model, d_ff), ACTIVATIONS[activation](), nn.Linear(d_ff, d_model)
+        )
 
 
 def attention_of(cfg) -> MultiHeadAttention:
@@ -139,7 +144,7 @@ class EncoderLayer(nn.Module):
     def __init__(self, cfg):
         super().__init__()
         self.self_attn = attention_of(cfg)
-        self.ffn = FeedForward(cfg.d_model, cfg.d_ff)
+        self.ffn = FeedForward(cfg.d_model, cfg.d_ff, getattr(cfg, "activation", "relu"))
         self.res1, self.res2 = (Residual(cfg.d_model, cfg.dropout, cfg.pre_norm) for _ in range(2))
 
     def forward(self, x: Tensor, mask: Tensor) -> Tensor:
@@ -154,7 +159,7 @@ class DecoderLayer(nn.Module):
     def __init__(self, cfg):
         super().__init__()
         self.self_attn, self.cross_attn = attention_of(cfg), attention_of(cfg)
-        self.ffn = FeedForward(cfg.d_model, cfg.d_ff)
+        self.ffn = FeedForward(cfg.d_model, cfg.d_ff, getattr(cfg, "activation", "relu"))
         self.res1, self.res2, self.res3 = (
             Residual(cfg.d_model, cfg.dropout, cfg.pre_norm) for _ in range(3)
         )
@@ -303,7 +308,10 @@ class Transformer(nn.Module):
         # pre-norm leaves the residual stream unnormalised: each stack ends with a LayerNorm
         self.enc_norm = LayerNorm(cfg.d_model) if cfg.pre_norm else nn.Identity()
         self.dec_norm = LayerNorm(cfg.d_model) if cfg.pre_norm else nn.Identity()
-        self.out = nn.Linear(cfg.d_model, tgt_vocab_size, bias=False)
+        # a bias only with model.output_bias (OPUS-MT's final logits bias)
+        self.out = nn.Linear(
+            cfg.d_model, tgt_vocab_size, bias=bool(getattr(cfg, "output_bias", False))
+        )
         self.tied_output = shared_vocab if cfg.tie_output is None else cfg.tie_output
         if self.tied_output:
             self.out.weight = self.tgt_embed.weight  # the pre-softmax projection is the embedding
@@ -452,7 +460,7 @@ class Transformer(nn.Module):
         # tied, the projection is the embedding's table, which LowPrecision leaves in fp32 (the
         # module `out` holds its cast): the loss casts it itself and returns its gradient in fp32
         weight = self.tgt_embed.weight if self.tied_output else self.out.weight
-        return label_smoothed_loss(states, weight, tgt_out, label_smoothing)
+        return label_smoothed_loss(states, weight, tgt_out, label_smoothing, self.out.bias)
 
     def _with_attention(self, *args):
         kinds = AttentionWeights()

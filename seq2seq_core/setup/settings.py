@@ -47,6 +47,11 @@ class ModelConfig:
     positions: str = setting(
         "sinusoid", one_of("sinusoid", "learned")
     )  # section 3.5, or learned (Table 3, E)
+    # the feed-forward network's activation: the paper's ReLU, or swish (x sigmoid(x), OPUS-MT's)
+    activation: str = setting("relu", one_of("relu", "swish"))
+    # a bias on the pre-softmax projection (OPUS-MT's final logits bias); -inf marks an id the
+    # model never writes (an imported vocabulary's extra row)
+    output_bias: bool = False
 
     @staticmethod
     def check_relations(m, where: str) -> None:
@@ -108,6 +113,17 @@ class Stop(str, Enum):
 
     bound = "bound"
     beam = "beam"
+    transformers = "transformers"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class LengthPenalty(str, Enum):
+    """The length penalty's form (s2s.core.decode.search.length_penalty)."""
+
+    gnmt = "gnmt"
+    power = "power"
 
     def __str__(self) -> str:
         return self.value
@@ -134,9 +150,12 @@ class DecodeConfig:
     alpha: Optional[float] = setting(None, at_least(0))
     max_len_a: Optional[float] = setting(None, at_least(0))
     max_len_b: Optional[int] = setting(None, at_least(0))
-    stop: Optional[Stop] = (
-        None  # when beam search leaves a sentence: bound (exact) or beam (fairseq's)
-    )
+    # when beam search leaves a sentence: bound (exact), beam (fairseq's) or transformers (the
+    # `generate` of Hugging Face transformers, early_stopping=False)
+    stop: Optional[Stop] = None
+    # the length penalty's form: gnmt ((5 + |Y|) / 6)^alpha, or power |Y|^alpha (fairseq's
+    # lenpen, Marian's normalisation, transformers' length_penalty)
+    length_penalty: Optional[LengthPenalty] = None
     max_sentences: int = setting(
         0, at_least(0, "0 = by device: 128 on a CPU, 1,024 on a GPU")
     )  # sentences decoded together

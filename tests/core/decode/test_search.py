@@ -96,6 +96,9 @@ def test_length_penalty():
     assert length_penalty(1, 0.6) == 1.0
     assert length_penalty(7, 0.6) == pytest.approx(2**0.6)
     assert length_penalty(13, 1.0) == pytest.approx(3.0)
+    # fairseq's lenpen, Marian's normalisation, transformers' length_penalty: |Y|^alpha
+    assert length_penalty(13, 1.0, "power") == 13.0
+    assert length_penalty(4, 0.5, "power") == pytest.approx(2.0)
     assert length_penalty(40, 0.0) == 1.0
     assert length_penalty(torch.tensor([1.0, 7.0]), 0.6).tolist() == pytest.approx([1.0, 2**0.6])
 
