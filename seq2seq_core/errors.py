@@ -35,6 +35,10 @@ class ExportError(S2SError, ValueError):
     """A model that a format cannot express, or an export folder that cannot be written."""
 
 
+class ImportModelError(S2SError, ValueError):
+    """A model `s2s import` cannot read or express; the message names the file and key."""
+
+
 class UsageError(S2SError):
     """A command line that cannot work (a missing input, an unwritable output, a bad option)."""
 

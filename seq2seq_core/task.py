@@ -227,8 +227,11 @@ class Task:
 
     @property
     def shared_vocab(self) -> bool:
-        """True when source and target use one vocabulary (then all embeddings are tied)."""
-        return self._vocab("src") is self._vocab("tgt")
+        """True when source and target use one vocabulary (then all embeddings are tied): one
+        object, or two whose `id_space` is the same (OPUS-MT's source and target sentencepiece
+        models over one vocab.json: s2s.core.data.pieces)."""
+        src, tgt = self._vocab("src"), self._vocab("tgt")
+        return src is tgt or getattr(src, "id_space", None) == getattr(tgt, "id_space", 0)
 
     def shareable(self, side: str) -> Shareable | None:
         """What this task's `side` ("src" / "tgt") vocabulary is, for sharing it with other

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
 from s2s.core.checks import one_of, setting
+from s2s.core.data import pieces
 from s2s.core.data.subwords import MODELS, Subwords, smallest_vocab
 from s2s.core.errors import ConfigError, DataError
 from s2s.core.task import DecodeDefaults, Score, Task, TaskConfig
@@ -49,8 +50,13 @@ class TranslationConfig(TaskConfig):
     hub_name: str = "wmt14"
     hub_config: str = ""
     local_dir: str = ""
-    # vocabulary
-    tokenizer: str = setting("bpe", one_of(*MODELS))
+    # vocabulary: trained (bpe, wordpiece), or a pretrained model's (sentencepiece: written by
+    # `s2s import`, never trained; docs/pretrained.md)
+    tokenizer: str = setting("bpe", one_of(*MODELS, pieces.KIND))
+    # tokenizer=sentencepiece: the run directory (of `s2s import`) whose vocabulary files this
+    # task reads instead of training one; an import names itself, and a run with
+    # run.init_from=IMPORT takes it from there
+    vocab_from: str = setting("", path=True)
     vocab_size: int = 37_000  # at least the specials and the bytes: 260 (bpe), 516 (wordpiece)
     shared_vocab: bool = True
     drop_empty: bool = True  # drop (and count) pairs with an empty side
@@ -76,7 +82,7 @@ class TranslationConfig(TaskConfig):
                         f"{where}.{key}={lang!r}: Multi30k is fetched in {', '.join(LANGS)} "
                         f"(or set {where}.data_dir to a copy holding .{lang} files)"
                     )
-        smallest = smallest_vocab(section.tokenizer)
+        smallest = 0 if section.tokenizer == pieces.KIND else smallest_vocab(section.tokenizer)
         if section.vocab_size < smallest:
             raise ConfigError(
                 f"{where}.vocab_size={section.vocab_size}: must be >= {smallest} with "
@@ -97,6 +103,8 @@ class TranslationTask(Task):
 
     def __init__(self, cfg):
         super().__init__(cfg)
+        if cfg.tokenizer == pieces.KIND:  # a pretrained model's vocabulary, side by side
+            self.Vocab, self.vocab_files = pieces.Pieces, ("pieces.src.json", "pieces.tgt.json")
         if cfg.src_lang == cfg.tgt_lang:
             raise ConfigError(f"task.src_lang and task.tgt_lang are both {cfg.src_lang!r}")
         if cfg.source == "text":  # a split without a prefix is one the corpus lacks
@@ -190,6 +198,14 @@ class TranslationTask(Task):
         )
 
     def build_vocab(self, pairs: Iterator[tuple[str, str]]) -> None:
+        if self.cfg.tokenizer == pieces.KIND:  # a pretrained model's: read, never trained
+            if not self.cfg.vocab_from:
+                raise DataError(
+                    "task.tokenizer=sentencepiece is a pretrained model's vocabulary: train "
+                    "with run.init_from=RUN_DIR, an `s2s import` (docs/pretrained.md)"
+                )
+            self.load_vocab(Path(self.cfg.vocab_from))
+            return
         train = lambda batches: Subwords.train(batches, self.cfg.vocab_size, self.cfg.tokenizer)  # noqa: E731
         if (
             self.joint

@@ -15,6 +15,7 @@ from typing import Sequence
 from omegaconf import DictConfig, OmegaConf
 
 from ..errors import ConfigError, DataError, TrainingError
+from ..setup.settings import Stop
 from ..task import Constraint, DecodeDefaults, Task
 from . import joint
 from .idspace import N_SPECIAL, IdMap, MappedConstraint, join
@@ -145,10 +146,11 @@ def build_members(cfg, registry) -> list[Member]:
             joint.assign(members)
     for m in members:
         decoding = decode_settings(m.task, cfg.decode)
-        if decoding.beam < 1 or str(decoding.stop) not in ("bound", "beam"):
+        stops = [str(s) for s in Stop]
+        if decoding.beam < 1 or str(decoding.stop) not in stops:
             raise ConfigError(
                 f"task {m.name!r}: decoding {decoding} is not usable "
-                "(beam >= 1, stop bound | beam); set decode.beam / decode.stop"
+                f"(beam >= 1, stop {' | '.join(stops)}); set decode.beam / decode.stop"
             )
     return members
 

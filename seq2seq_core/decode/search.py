@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from ..setup.settings import Stop
 from ..task import DecodeDefaults
 from ..vocab import BOS, EOS, PAD
 
@@ -131,9 +132,12 @@ class _Stepper:
         capacity: int,
         incremental: bool,
         constrained: tuple | None = None,
+        truncate: bool = False,
     ):
         """`encoded`: the encoder's (memory, src_pad); `capacity`: the most steps; `constrained`:
-        a constraint and its state, one row per sentence."""
+        a constraint and its state, one row per sentence; `truncate`: a row at its maximum length
+        takes any token and ends there (transformers' `generate`), not only </s>."""
+        self.truncate = truncate
         self.model, (self.memory, src_pad) = model, encoded
         self.src_pad = src_pad
         self.constraint, self.state = constrained or (None, None)
@@ -172,7 +176,7 @@ class _Stepper:
         logp.index_fill_(1, self.banned, -torch.inf)
         if max_len is not self._max_len:  # the lengths the rows end at, read once per batch of rows
             self._max_len, self._ends_at = max_len, set(max_len.tolist())
-        at_max = max_len.eq(t) if t in self._ends_at else None
+        at_max = max_len.eq(t) if t in self._ends_at and not self.truncate else None
         if at_max is not None:
             eos = logp[at_max, EOS]  # the model's, even where a constraint would not allow it
         if self.constraint is not None:
@@ -217,7 +221,7 @@ def _accepts(fn, name: str) -> bool:
         return False
 
 
-STOPS = ("bound", "beam", "transformers")  # beam search's stopping rules (DecodeDefaults.stop)
+STOPS = tuple(str(s) for s in Stop)  # beam search's stopping rules (DecodeDefaults.stop)
 
 SENTENCES = {
     "cpu": 128
@@ -314,6 +318,7 @@ def nbest(
                     int(max_len.max()) + 1,
                     wanted.incremental,
                     None if constraint is None else (constraint, rows),
+                    truncate=settings.stop == "transformers",
                 )
                 if sampling is not None:
                     seqs, scores = _sample(stepper, max_len, penalty(settings), wanted, generator)
@@ -338,7 +343,7 @@ def _hypotheses(seqs: Tensor, scores: Tensor) -> list[list[Hypothesis]]:
         for seq, score in zip(row_seqs, row_scores):
             if score == -torch.inf and hyps:
                 continue
-            out = seq[1:]  # drop BOS; keep what precedes the first EOS
+            out = [x for x in seq[1:] if x != PAD]  # drop BOS; keep what precedes the first EOS
             hyps.append(Hypothesis(out[: out.index(EOS)] if EOS in out else out, score))
         found.append(hyps)
     return found
@@ -362,7 +367,7 @@ def _greedy(step: _Stepper, max_len: Tensor, lp) -> tuple[Tensor, Tensor]:
     for t in range(int(max_len.max()) + 1):
         logp, next_tok = (v.squeeze(1) for v in top_k(step(tokens, ml, t), 1))
         acc += logp
-        ends = next_tok.eq(EOS) & live
+        ends = (next_tok.eq(EOS) | ml.le(t)) & live  # at the maximum length: EOS, or truncated
         if not step.can_shrink:
             next_tok = torch.where(live, next_tok, EOS)
         seqs[alive[live], t + 1] = next_tok[live]
@@ -411,7 +416,7 @@ def _sample(
         got = logp.gather(1, next_tok[:, None]).squeeze(1)
         acc += torch.where(live, got, 0.0)
         next_tok = torch.where(live, next_tok, EOS)
-        ends = next_tok.eq(EOS) & live
+        ends = (next_tok.eq(EOS) | ml_rows.le(t)) & live  # at the maximum length: EOS, or cut
         rows = (alive[:, None] * n + within).view(-1)
         seqs[rows[live], t + 1] = next_tok[live]
         logp_sum[rows[ends]], length[rows[ends]] = acc[ends], t + 1
@@ -544,7 +549,7 @@ def _beam_search(
         cand_score, cand_idx = top_k(logp.add_(scores.view(-1, 1)).view(b, k * V), 2 * k)  # [b, 2k]
         cand_row = rows + torch.div(cand_idx, V, rounding_mode="floor")
         cand_tok = cand_idx % V
-        ends = cand_tok.eq(EOS)
+        ends = cand_tok.eq(EOS) | ml.le(t)[:, None]  # at the maximum length: EOS, or truncated
 
         # the finished candidates of this step, |Y| = t + 1, join the m best finished so far
         # (fairseq's and transformers' rules: only those among the k best extensions)
@@ -556,11 +561,11 @@ def _beam_search(
         top, pick = pool.sort(dim=1, descending=True, stable=True)
         top, pick = top[:, :m], pick[:, :m]
         fresh = cand_row.gather(1, (pick - m).clamp(min=0))  # [b, m]: the rows of new ones
-        eos = torch.full((b, m, 1), EOS, dtype=torch.long, device=device)
+        last = cand_tok.gather(1, (pick - m).clamp(min=0))[..., None]  # EOS, or truncated
         kept = best_seq[alive, :, : t + 2]
         best_seq[alive, :, : t + 2] = torch.where(
             pick.ge(m)[..., None],
-            torch.cat([tokens[fresh], eos], dim=2),
+            torch.cat([tokens[fresh], last], dim=2),
             kept.gather(1, pick.clamp(max=m - 1)[..., None].expand_as(kept)),
         )
         best_score[alive] = top

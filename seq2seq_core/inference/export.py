@@ -47,6 +47,7 @@ from ..errors import ExportError
 from ..files import remove_stale_temporaries
 from ..nn.model import Transformer
 from ..setup.settings import ModelConfig
+from ..data.pieces import Pieces
 from ..vocab import BOS, EOS, PAD, SPECIALS, UNK
 
 FORMATS = ("ctranslate2", "huggingface", "safetensors")
@@ -262,7 +263,21 @@ def to_ctranslate2(model: Transformer, task, out: Path, quantization: str | None
             "have one "
             "width for queries, keys and values): export it with --to safetensors"
         )
-    layers, relu = len(model.encoder), common_spec.Activation.RELU
+    if isinstance(task.src_vocab, Pieces):
+        raise ExportError(
+            "an imported OPUS-MT vocabulary (task.tokenizer=sentencepiece) has no CTranslate2 "
+            "form here: export it with --to huggingface and convert that with CTranslate2's "
+            "ct2-transformers-converter, which reads Marian models"
+        )
+    activation = model.encoder[0].ffn[1]
+    layers, relu = (
+        len(model.encoder),
+        (
+            common_spec.Activation.SWISH
+            if isinstance(activation, torch.nn.SiLU)
+            else common_spec.Activation.RELU
+        ),
+    )
     if attn.d_k * attn.h == model.d_model:
         spec = transformer_spec.TransformerSpec.from_config(
             layers, attn.h, pre_norm=pre_norm, activation=relu
@@ -309,6 +324,8 @@ def to_ctranslate2(model: Transformer, task, out: Path, quantization: str | None
         spec.decoder.projection.weight = spec.decoder.embeddings.weight  # tied: stored once
     else:  # a separate target vocabulary has its own projection (model.tie_output)
         spec.decoder.projection.weight = _numpy(model.out.weight)
+    if model.out.bias is not None:  # model.output_bias
+        spec.decoder.projection.bias = _numpy(model.out.bias)
     src, tgt = tokenizers_of(task)
     spec.register_source_vocabulary(tokens_of(src))
     spec.register_target_vocabulary(tokens_of(tgt))
@@ -381,9 +398,22 @@ def to_huggingface(model: Transformer, cfg, task, out: Path) -> None:
             )
     shared = bool(task.shared_vocab)
     tied = model.out.weight is model.tgt_embed.weight
+    # an import's vocabulary (s2s.core.data.pieces) goes back in its model's own numbering and
+    # conventions: "<pad>" (s2s's BOS) starts the decoder, s2s's PAD row is left out
+    marian = isinstance(task.src_vocab, Pieces)
+    src_order, tgt_order = (
+        (_source_order(task.src_vocab), _source_order(task.tgt_vocab))
+        if marian
+        else (list(range(task.src_vocab_size)), list(range(task.tgt_vocab_size)))
+    )
+    pad, bos, eos = (
+        (task.tgt_vocab.source_ids[BOS],) * 2 + (task.tgt_vocab.source_ids[EOS],)
+        if marian
+        else (PAD, BOS, EOS)
+    )
     hf_cfg = MarianConfig(
-        vocab_size=task.src_vocab_size,
-        decoder_vocab_size=task.tgt_vocab_size,
+        vocab_size=len(src_order),
+        decoder_vocab_size=len(tgt_order),
         share_encoder_decoder_embeddings=shared,
         tie_word_embeddings=tied,
         d_model=m.d_model,
@@ -394,19 +424,19 @@ def to_huggingface(model: Transformer, cfg, task, out: Path) -> None:
         encoder_attention_heads=m.heads,
         decoder_attention_heads=m.heads,
         max_position_embeddings=m.max_positions,
-        activation_function="relu",
+        activation_function=m.activation,
         scale_embedding=True,
         dropout=m.dropout,
         attention_dropout=m.attention_dropout,
         activation_dropout=0.0,
-        pad_token_id=PAD,
-        bos_token_id=BOS,
-        eos_token_id=EOS,
-        decoder_start_token_id=BOS,
+        pad_token_id=pad,
+        bos_token_id=bos,
+        eos_token_id=eos,
+        decoder_start_token_id=bos,
         forced_eos_token_id=None,
     )
     hf = MarianMTModel(hf_cfg).eval()
-    state = marian_state_dict(model)
+    state = marian_state_dict(model, src_order, tgt_order)
     missing, unexpected = hf.load_state_dict(state, strict=False)
     # not given: the tied output projection and the position tables, which Marian computes itself
     left = [
@@ -419,16 +449,19 @@ def to_huggingface(model: Transformer, cfg, task, out: Path) -> None:
     if left or unexpected:
         raise ExportError(f"MarianMT weights do not match: missing {left}, unexpected {unexpected}")
     hf.generation_config = GenerationConfig(
-        decoder_start_token_id=BOS,
-        bos_token_id=BOS,
-        eos_token_id=EOS,
-        pad_token_id=PAD,
+        decoder_start_token_id=bos,
+        bos_token_id=bos,
+        eos_token_id=eos,
+        pad_token_id=pad,
         num_beams=1,
         do_sample=False,
-        suppress_tokens=[PAD, BOS],
+        suppress_tokens=sorted({pad, bos}),
         max_length=m.max_positions,
     )
     hf.save_pretrained(str(out))
+    if marian:
+        marian_tokenizer(task, out)
+        return
     src, tgt = tokenizers_of(task)
     hf_tokenizer(src, source=True).save_pretrained(str(out))
     if not shared:
@@ -441,9 +474,48 @@ def permutation(d_model: int) -> torch.Tensor:
     return torch.cat([torch.arange(0, d_model, 2), torch.arange(1, d_model, 2)])
 
 
-def marian_state_dict(model: Transformer) -> dict:
-    """Our weights under MarianMTModel's names, with the d_model dimensions permuted."""
+def _source_order(vocab: Pieces) -> list[int]:
+    """s2s's id of each id of the imported model's own vocabulary, in its order (PAD left out)."""
+    order = [0] * (len(vocab) - 1)
+    for ours, theirs in enumerate(vocab.source_ids):
+        if theirs >= 0:
+            order[theirs] = ours
+    return order
+
+
+def marian_tokenizer(task, out: Path) -> None:
+    """MarianTokenizer's files for an import's vocabularies: source.spm, target.spm, vocab.json
+    in the model's own numbering (and target_vocab.json where the two sides differ)."""
+    src, tgt = task.src_vocab, task.tgt_vocab
+    names = {BOS: "<pad>", EOS: "</s>", UNK: "<unk>"}
+
+    def numbering(vocab):
+        return {names.get(i, t): vocab.source_ids[i] for i, t in enumerate(vocab.itos) if i != PAD}
+
+    (out / "source.spm").write_bytes(src.model_proto)
+    (out / "target.spm").write_bytes(tgt.model_proto)
+    separate = src.id_space != tgt.id_space
+    vocab = json.dumps(numbering(src), ensure_ascii=False)
+    (out / "vocab.json").write_text(vocab, encoding="utf-8")
+    if separate:
+        target = json.dumps(numbering(tgt), ensure_ascii=False)
+        (out / "target_vocab.json").write_text(target, encoding="utf-8")
+    config = {
+        "tokenizer_class": "MarianTokenizer",
+        "source_lang": task.cfg.src_lang,
+        "target_lang": task.cfg.tgt_lang,
+        "separate_vocabs": separate,
+    }
+    (out / "tokenizer_config.json").write_text(json.dumps(config, indent=1), encoding="utf-8")
+
+
+def marian_state_dict(model: Transformer, src_order=None, tgt_order=None) -> dict:
+    """Our weights under MarianMTModel's names, with the d_model dimensions permuted and the
+    vocabulary rows in the order `src_order` / `tgt_order` (s2s's id of each of the export's
+    ids; None: s2s's own)."""
     perm = permutation(model.d_model)
+    src_rows = slice(None) if src_order is None else torch.tensor(src_order)
+    tgt_rows = slice(None) if tgt_order is None else torch.tensor(tgt_order)
     state = {}
 
     def inp(name, lin):  # reads the residual stream: permute the input columns
@@ -465,8 +537,8 @@ def marian_state_dict(model: Transformer) -> dict:
             inp(f"{name}.{theirs}", ours)
         outp(f"{name}.out_proj", attn.w_o)
 
-    state["model.encoder.embed_tokens.weight"] = model.src_embed.weight[:, perm].clone()
-    state["model.decoder.embed_tokens.weight"] = model.tgt_embed.weight[:, perm].clone()
+    state["model.encoder.embed_tokens.weight"] = model.src_embed.weight[src_rows][:, perm].clone()
+    state["model.decoder.embed_tokens.weight"] = model.tgt_embed.weight[tgt_rows][:, perm].clone()
     if model.src_embed is model.tgt_embed:  # one matrix, Marian's `shared`
         state["model.shared.weight"] = state["model.encoder.embed_tokens.weight"]
     for i, layer in enumerate(model.encoder):
@@ -488,8 +560,12 @@ def marian_state_dict(model: Transformer) -> dict:
     if (
         model.out.weight is not model.tgt_embed.weight
     ):  # untied (model.tie_output): Marian's lm_head
-        state["lm_head.weight"] = model.out.weight[:, perm].clone()
-    state["final_logits_bias"] = torch.zeros(1, model.tgt_embed.num_embeddings)
+        state["lm_head.weight"] = model.out.weight[tgt_rows][:, perm].clone()
+    bias = model.out.bias
+    rows = model.tgt_embed.num_embeddings if tgt_order is None else len(tgt_order)
+    state["final_logits_bias"] = (
+        torch.zeros(1, rows) if bias is None else bias.detach()[tgt_rows].clone()[None]
+    )
     return state
 
 

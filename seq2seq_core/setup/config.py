@@ -251,12 +251,15 @@ def load_config(
         data = OmegaConf.to_container(raw, resolve=False)
     for item in overrides:
         add_override(data, item)
+    _from_import(data)
 
     schema = OmegaConf.structured(Config)
     top = [k for k in schema.keys()]
     for key, value in data.items():
         if key not in top:
             raise ConfigError(f"unknown config section '{key}'{_nearest(key, top)}")
+        if key == "origin":  # s2s import's record of where the weights came from, as written
+            continue
         if key not in ("task", "tasks"):
             if not isinstance(value, dict):
                 raise ConfigError(f"config section '{key}' must be a mapping, got {plain(value)!r}")
@@ -297,6 +300,33 @@ def load_config(
         merged, [*sections, ("", Config, merged)]
     )  # relations between sections last
     return merged
+
+
+def _from_import(data: dict) -> None:
+    """A run that starts from an `s2s import` (run.init_from names a run directory, or a
+    checkpoint in one, whose config records an `origin`) takes the import's model, decode and
+    data settings, and its task's where the task is the same, wherever the preset and the
+    command line set none: the shape, vocabulary, lengths and decoding its weights come with
+    (docs/pretrained.md). A setting given that contradicts the weights' shape is refused by the
+    transfer's check (s2s.core.training.transfer), in one line naming it."""
+    source = (data.get("run") or {}).get("init_from")
+    if not source or data.get("tasks"):
+        return
+    path = Path(str(source)).expanduser()
+    found = [d for d in (path, path.parent, path.parent.parent) if (d / "config.yaml").is_file()]
+    if not found:
+        return  # the transfer's check names what is missing
+    try:
+        saved = OmegaConf.to_container(OmegaConf.load(found[0] / "config.yaml"))
+    except Exception:  # noqa: BLE001 -- the transfer's check reads it again and says why
+        return
+    if not isinstance(saved, dict) or not saved.get("origin") or saved.get("tasks"):
+        return
+    for section in ("model", "decode", "data"):
+        data[section] = {**(saved.get(section) or {}), **(data.get(section) or {})}
+    task, theirs = data.get("task") or {}, saved.get("task") or {}
+    if str(task.get("name", theirs.get("name"))) == theirs.get("name"):
+        data["task"] = {**theirs, **task}
 
 
 def single_task(cfg: DictConfig, what: str) -> DictConfig:

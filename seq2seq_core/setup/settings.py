@@ -316,6 +316,9 @@ class Config:
     data: DataConfig = field(default_factory=DataConfig)
     decode: DecodeConfig = field(default_factory=DecodeConfig)
     run: RunConfig = field(default_factory=RunConfig)
+    # where an imported run's weights came from (`s2s import`: the format, the source, its
+    # revision, each file read and its SHA-256); None for a run s2s trained
+    origin: Any = None
 
     @staticmethod
     def check_relations(cfg, where: str) -> None:

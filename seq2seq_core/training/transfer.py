@@ -35,9 +35,14 @@ from .rundir import run_dir_of
 log = logging.getLogger("s2s")
 
 #: the parameters indexed by vocabulary rows, and the side each belongs to
-VOCAB_ROWS = {"src_embed.weight": "src", "tgt_embed.weight": "tgt", "out.weight": "tgt"}
+VOCAB_ROWS = {
+    "src_embed.weight": "src",
+    "tgt_embed.weight": "tgt",
+    "out.weight": "tgt",
+    "out.bias": "tgt",
+}
 #: the model settings that decide a parameter's shape (pre_norm: the final LayerNorms, and what
-#: every one normalises)
+#: every one normalises; activation: what the feed-forward weights were trained through)
 SHAPE_KEYS = (
     "layers",
     "d_model",
@@ -49,6 +54,8 @@ SHAPE_KEYS = (
     "max_positions",
     "tie_output",
     "pre_norm",
+    "output_bias",
+    "activation",
 )
 
 

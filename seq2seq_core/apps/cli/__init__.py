@@ -14,6 +14,7 @@ from . import (
     average,
     export,
     generate,
+    imports,
     label,
     plot,
     prepare,
@@ -27,8 +28,8 @@ from . import (
 
 #: what `s2s --help` says above the commands
 DESCRIPTION = (
-    "The `s2s` command: tasks, prepare, train, generate, label, score, average, export, plot, "
-    "sweep, attention, serve, quickstart."
+    "The `s2s` command: tasks, prepare, train, generate, label, score, average, export, import, "
+    "plot, sweep, attention, serve, quickstart."
 )
 
 
@@ -76,6 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
     score.add(subparsers, common)
     average.add(subparsers, common)
     export.add(subparsers, common)
+    imports.add(subparsers, common)
     plot.add(subparsers, common)
     sweep.add(subparsers, common)
     attention.add(subparsers, common)

@@ -1,0 +1,424 @@
+"""Importers: a model the field trained elsewhere as an s2s run directory.
+
+`s2s import SOURCE --output RUN_DIR` reads an OPUS-MT model (Hugging Face's `MarianMTModel`
+layout: config.json, model.safetensors or pytorch_model.bin, MarianTokenizer's source.spm,
+target.spm and vocab.json, or target_vocab.json beside it for separate vocabularies), from a
+folder or, where the hub is reachable, by its hub name through huggingface_hub's own download
+and cache. It writes what `s2s train` would have: config.yaml, the vocabulary files and one
+checkpoint, so that generate, serve, score, export, attention, label and `run.init_from` take
+it as any other run. The config's `origin` records the source, its revision and every file
+read with its SHA-256.
+
+What maps (docs/pretrained.md): OPUS-MT is the paper's Transformer, post-norm, with swish in
+the feed-forward networks (model.activation=swish), a final logits bias (model.output_bias),
+sinusoids laid out as [sin | cos] halves (the weights' d_model dimensions are permuted into
+s2s's interleaved layout, the inverse of `s2s export --to huggingface`'s permutation: exact,
+as layer norms, attention and the tied projection are equivariant under it), and its "<pad>"
+as the decoder's start token (s2s's BOS row). s2s's PAD is an extra row whose bias is -inf:
+never written, outside every softmax. It decodes as transformers' `generate` does:
+decode.length_penalty=power with generate's length_penalty as alpha, decode.stop=transformers,
+its num_beams, and at most max_length - 2 tokens before </s>.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from omegaconf import OmegaConf
+
+from ..data.pieces import Pieces
+from ..errors import ImportModelError
+from ..files import remove_stale_temporaries, sha256
+from ..nn.model import Transformer
+from ..setup.config import load_config
+from ..training import checkpoint
+from ..vocab import PAD
+from .export import permutation
+
+log = logging.getLogger("s2s")
+
+#: model_type values of config.json that s2s reads, and what others are
+SUPPORTED = ("marian",)
+OTHERS = {
+    "t5": "T5 (relative position buckets, no sinusoids)",
+    "mt5": "mT5 (relative position buckets, no sinusoids)",
+    "bart": "BART (learned positions offset by 2, GELU, layer-normed embeddings)",
+    "mbart": "mBART (pre-norm with learned positions)",
+    "m2m_100": "M2M100 / NLLB (pre-norm, sinusoids offset by the padding index)",
+    "nllb-moe": "NLLB-MoE (mixture of experts)",
+    "fsmt": "FSMT (fairseq's WMT19 models in transformers' layout)",
+    "pegasus": "Pegasus",
+}
+ACTIVATIONS = {"swish": "swish", "silu": "swish", "relu": "relu"}
+WEIGHTS = ("model.safetensors", "pytorch_model.bin")
+
+
+@dataclass(frozen=True)
+class ImportJob:
+    """One `s2s import`: the source (a folder or a hub name), the run directory to write, the
+    languages (None: from the tokenizer's config or the model's name), the hub revision."""
+
+    source: str
+    output: str
+    src_lang: str | None = None
+    tgt_lang: str | None = None
+    revision: str | None = None
+
+
+def import_model(job: ImportJob, registry) -> Path:
+    """Write the run directory `job.output` for the model at `job.source`; returns it."""
+    out = Path(job.output)
+    if out.exists() or out.is_symlink():
+        raise ImportModelError(f"--output {out} exists: import into a new run directory")
+    folder, revision = _resolve(job)
+    model_cfg = _read_json(folder / "config.json")
+    kind = model_cfg.get("model_type")
+    if kind not in SUPPORTED:
+        what = OTHERS.get(kind, f"model_type {kind!r}")
+        raise ImportModelError(
+            f"{folder / 'config.json'}: {what} is not supported; s2s imports OPUS-MT "
+            "(MarianMTModel, model_type 'marian')"
+        )
+    src_vocab, tgt_vocab, vocab_files = _marian_vocabularies(folder)
+    src_lang, tgt_lang = _languages(job, folder)
+    cfg_dict = _marian_config(model_cfg, folder, src_vocab, tgt_vocab, src_lang, tgt_lang)
+    weights_file, weights = _read_weights(folder)
+    files = [folder / "config.json", weights_file, *vocab_files]
+    cfg_dict["run"]["dir"] = str(out)
+    cfg_dict["task"]["vocab_from"] = str(out.resolve())  # where fine-tuning reads it
+    cfg = load_config(None, _as_overrides(cfg_dict), registry=registry)
+    cfg.origin = {
+        "format": "marian",
+        "source": job.source,
+        "revision": revision or "",
+        "files": {f.name: sha256(f) for f in files},
+    }
+    shared = src_vocab.id_space == tgt_vocab.id_space
+    model = Transformer(cfg.model, len(src_vocab), len(tgt_vocab), shared)
+    state = _marian_state(model, weights, model_cfg, src_vocab, tgt_vocab, weights_file)
+    try:
+        model.load_state_dict(state)
+    except RuntimeError as e:
+        raise ImportModelError(
+            f"{weights_file}: the weights do not fit {folder / 'config.json'} "
+            f"({(str(e).splitlines() or [''])[0]})"
+        ) from None
+    _write_run(out, cfg, model, src_vocab, tgt_vocab)
+    return out
+
+
+# -- the source -------------------------------------------------------------------------------
+def _resolve(job: ImportJob) -> tuple[Path, str | None]:
+    """The local folder of the source and its revision (a hub snapshot's commit)."""
+    folder = Path(job.source)
+    if folder.is_dir():
+        return folder, job.revision
+    if folder.exists():
+        raise ImportModelError(f"{folder} is a file: import takes a model's folder or a hub name")
+    if job.source.count("/") != 1 or job.source.startswith((".", "/")):
+        raise ImportModelError(f"{job.source} is neither a folder nor a hub name (OWNER/NAME)")
+    try:
+        from huggingface_hub import snapshot_download
+    except ImportError:
+        raise ImportModelError(
+            f"{job.source}: a hub name needs the huggingface_hub package "
+            "(pip install 's2s[export]'), or download the model's folder and import that"
+        ) from None
+    try:
+        path = snapshot_download(job.source, revision=job.revision)
+    except Exception as e:  # noqa: BLE001 -- the hub client's many network and lookup errors
+        raise ImportModelError(
+            f"{job.source}: not found in the local cache nor on the hub ({type(e).__name__}: "
+            f"{(str(e).splitlines() or [''])[0]})"
+        ) from None
+    return Path(path), Path(path).name
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ImportModelError(f"{path} is missing: not a Hugging Face model folder") from None
+    except (OSError, ValueError) as e:
+        raise ImportModelError(f"{path}: not readable JSON ({e})") from None
+    if not isinstance(value, dict):
+        raise ImportModelError(f"{path}: not a JSON object")
+    return value
+
+
+def _languages(job: ImportJob, folder: Path) -> tuple[str, str]:
+    """--src-lang / --tgt-lang, else tokenizer_config.json's, else the name opus-mt-SRC-TGT."""
+    tok = folder / "tokenizer_config.json"
+    tok_cfg = _read_json(tok) if tok.is_file() else {}
+    src, tgt = (
+        job.src_lang or tok_cfg.get("source_lang"),
+        job.tgt_lang or tok_cfg.get("target_lang"),
+    )
+    name = Path(job.source.rstrip("/")).name.split("opus-mt-")[-1].split("-")
+    if (not src or not tgt) and len(name) == 2:
+        src, tgt = src or name[0], tgt or name[1]
+    if not src or not tgt:
+        raise ImportModelError(
+            f"{folder}: the languages are not recorded (tokenizer_config.json's source_lang, "
+            "target_lang): give --src-lang and --tgt-lang"
+        )
+    return src, tgt
+
+
+def _marian_vocabularies(folder: Path) -> tuple[Pieces, Pieces, list[Path]]:
+    """The source and target `Pieces` of MarianTokenizer's files, and the files read."""
+    tok = folder / "tokenizer_config.json"
+    separate = bool((_read_json(tok) if tok.is_file() else {}).get("separate_vocabs"))
+    names = ["source.spm", "target.spm", "vocab.json"] + (["target_vocab.json"] if separate else [])
+    paths = [folder / n for n in names]
+    for p in paths:
+        if not p.is_file():
+            raise ImportModelError(
+                f"{p} is missing: MarianTokenizer's files are {', '.join(names)}"
+            )
+    vocabs = [_read_json(folder / "vocab.json")]
+    vocabs.append(_read_json(folder / "target_vocab.json") if separate else vocabs[0])
+    sides = []
+    for spm, vocab, vocab_name in zip(paths[:2], vocabs, names[2:] + names[2:]):
+        try:
+            sides.append(Pieces.of_marian(spm.read_bytes(), vocab))
+        except Exception as e:  # noqa: BLE001 -- sentencepiece's errors on a damaged model
+            raise ImportModelError(
+                f"{spm} or {folder / vocab_name}: not a tokenizer s2s can read "
+                f"({(str(e).splitlines() or [''])[0]})"
+            ) from None
+    return sides[0], sides[1], paths + ([tok] if tok.is_file() else [])
+
+
+def _read_weights(folder: Path) -> tuple[Path, dict]:
+    for name in WEIGHTS:
+        path = folder / name
+        if not path.is_file():
+            continue
+        try:
+            if name.endswith(".safetensors"):
+                from safetensors.torch import load_file
+
+                return path, load_file(str(path))
+            return path, torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as e:  # noqa: BLE001 -- truncated or damaged files raise many kinds
+            raise ImportModelError(
+                f"{path} is unreadable (truncated or damaged?): {type(e).__name__}: "
+                f"{(str(e).splitlines() or [''])[0]}"
+            ) from None
+    raise ImportModelError(f"{folder} holds no weights ({' or '.join(WEIGHTS)})")
+
+
+# -- OPUS-MT's settings and weights -------------------------------------------------------------
+def _marian_config(model_cfg, folder, src_vocab, tgt_vocab, src_lang, tgt_lang) -> dict:
+    """The run's config as a dict: the translation task over the imported vocabulary, the model
+    section of config.json, decoding as generation_config.json says."""
+    where = folder / "config.json"
+
+    def need(key, default=None):
+        value = model_cfg.get(key, default)
+        if value is None:
+            raise ImportModelError(f"{where}: {key!r} is missing")
+        return value
+
+    for a, b in (("encoder_layers", "decoder_layers"), ("encoder_ffn_dim", "decoder_ffn_dim")):
+        if need(a) != need(b):
+            raise ImportModelError(
+                f"{where}: {a}={need(a)} but {b}={need(b)}: s2s's stacks are alike"
+            )
+    if need("encoder_attention_heads") != need("decoder_attention_heads"):
+        raise ImportModelError(f"{where}: the encoder's and the decoder's heads differ")
+    activation = ACTIVATIONS.get(str(need("activation_function")))
+    if activation is None:
+        raise ImportModelError(
+            f"{where}: activation_function={model_cfg['activation_function']!r} is not "
+            f"supported (one of {', '.join(ACTIVATIONS)})"
+        )
+    if not model_cfg.get("scale_embedding", False):
+        raise ImportModelError(
+            f"{where}: scale_embedding=false is not supported (s2s scales by sqrt d)"
+        )
+    if need("decoder_start_token_id") != need("pad_token_id"):
+        raise ImportModelError(
+            f"{where}: decoder_start_token_id={model_cfg['decoder_start_token_id']} is not "
+            f"pad_token_id={model_cfg['pad_token_id']}, OPUS-MT's start token"
+        )
+    rows = {"vocab_size": len(src_vocab) - 1, "decoder_vocab_size": len(tgt_vocab) - 1}
+    for key, n in rows.items():
+        if int(model_cfg.get(key) or need("vocab_size")) != n:
+            raise ImportModelError(
+                f"{where}: {key}={model_cfg.get(key) or model_cfg['vocab_size']} but the "
+                f"tokenizer's vocabulary holds {n} tokens"
+            )
+    gen_path = folder / "generation_config.json"
+    gen = _read_json(gen_path) if gen_path.is_file() else {}
+    max_length = int(gen.get("max_length", model_cfg.get("max_length") or 512))
+    max_positions = int(need("max_position_embeddings"))
+    return {
+        "task": {
+            "name": "translation",
+            "source": "text",
+            "src_lang": src_lang,
+            "tgt_lang": tgt_lang,
+            "tokenizer": "sentencepiece",
+            "vocab_size": len(tgt_vocab),
+            "shared_vocab": src_vocab.id_space == tgt_vocab.id_space,
+        },
+        "model": {
+            "layers": int(need("encoder_layers")),
+            "d_model": int(need("d_model")),
+            "d_ff": int(need("encoder_ffn_dim")),
+            "heads": int(need("encoder_attention_heads")),
+            "dropout": float(model_cfg.get("dropout", 0.1)),
+            "attention_dropout": float(model_cfg.get("attention_dropout", 0.0)),
+            "max_positions": max_positions,
+            "activation": activation,
+            "output_bias": True,
+            "tie_output": bool(model_cfg.get("tie_word_embeddings", True)),
+        },
+        "decode": {
+            "beam": int(gen.get("num_beams", model_cfg.get("num_beams") or 1)),
+            "alpha": float(gen.get("length_penalty", 1.0)),
+            "length_penalty": "power",
+            "stop": "transformers",
+            "max_len_a": 0.0,
+            "max_len_b": max(0, min(max_length, max_positions) - 2),
+        },
+        "data": {"max_len": min(256, max_positions)},
+        "run": {},
+    }
+
+
+def _marian_state(model, weights, model_cfg, src_vocab, tgt_vocab, path) -> dict:
+    """MarianMTModel's weights under s2s's names: rows in s2s's id order, the d_model
+    dimensions in s2s's interleaved order (`permutation`'s inverse)."""
+    inv = torch.argsort(permutation(model.d_model))
+    w = {k.removeprefix("model."): v for k, v in weights.items()}
+    taken = set()
+
+    def get(name):
+        for key in (name, f"model.{name}"):
+            if key in weights or key.removeprefix("model.") in w:
+                taken.add(key.removeprefix("model."))
+                return w[key.removeprefix("model.")].float()
+        raise ImportModelError(f"{path}: {name!r} is missing")
+
+    def rows(table, vocab):  # [V_source, d] -> [V_s2s, d]: PAD's row zero
+        index = torch.tensor([max(i, 0) for i in vocab.source_ids])
+        out = table[index].clone()
+        out[PAD] = 0.0
+        return out
+
+    state = {}
+
+    def inp(ours, theirs):
+        state[f"{ours}.weight"] = get(f"{theirs}.weight")[:, inv]
+        state[f"{ours}.bias"] = get(f"{theirs}.bias")
+
+    def outp(ours, theirs):
+        state[f"{ours}.weight"] = get(f"{theirs}.weight")[inv]
+        state[f"{ours}.bias"] = get(f"{theirs}.bias")[inv]
+
+    def norm(ours, theirs):
+        state[f"{ours}.weight"] = get(f"{theirs}.weight")[inv]
+        state[f"{ours}.bias"] = get(f"{theirs}.bias")[inv]
+
+    def attention(ours, theirs):
+        for a, b in (("w_q", "q_proj"), ("w_k", "k_proj"), ("w_v", "v_proj")):
+            inp(f"{ours}.{a}", f"{theirs}.{b}")
+        outp(f"{ours}.w_o", f"{theirs}.out_proj")
+
+    shared = "shared.weight" in w
+    src_table = get("shared.weight" if shared else "encoder.embed_tokens.weight")
+    tgt_table = src_table if shared else get("decoder.embed_tokens.weight")
+    state["src_embed.weight"] = rows(src_table, src_vocab)[:, inv]
+    state["tgt_embed.weight"] = rows(tgt_table, tgt_vocab)[:, inv]
+    for i in range(len(model.encoder)):
+        p, q = f"encoder.{i}", f"encoder.layers.{i}"
+        attention(f"{p}.self_attn", f"{q}.self_attn")
+        norm(f"{p}.res1.norm", f"{q}.self_attn_layer_norm")
+        inp(f"{p}.ffn.0", f"{q}.fc1")
+        outp(f"{p}.ffn.2", f"{q}.fc2")
+        norm(f"{p}.res2.norm", f"{q}.final_layer_norm")
+    for i in range(len(model.decoder)):
+        p, q = f"decoder.{i}", f"decoder.layers.{i}"
+        attention(f"{p}.self_attn", f"{q}.self_attn")
+        norm(f"{p}.res1.norm", f"{q}.self_attn_layer_norm")
+        attention(f"{p}.cross_attn", f"{q}.encoder_attn")
+        norm(f"{p}.res2.norm", f"{q}.encoder_attn_layer_norm")
+        inp(f"{p}.ffn.0", f"{q}.fc1")
+        outp(f"{p}.ffn.2", f"{q}.fc2")
+        norm(f"{p}.res3.norm", f"{q}.final_layer_norm")
+    if model.out.weight is model.tgt_embed.weight:
+        state["out.weight"] = state["tgt_embed.weight"]
+    else:
+        head = weights.get("lm_head.weight")
+        if head is None:
+            raise ImportModelError(
+                f"{path}: 'lm_head.weight' is missing (tie_word_embeddings=false)"
+            )
+        state["out.weight"] = rows(head.float(), tgt_vocab)[:, inv]
+    bias = weights.get("final_logits_bias", w.get("final_logits_bias"))
+    bias = torch.zeros(1, len(tgt_vocab) - 1) if bias is None else bias.float()
+    index = torch.tensor([max(i, 0) for i in tgt_vocab.source_ids])
+    state["out.bias"] = bias.reshape(-1)[index].clone()
+    state["out.bias"][PAD] = -torch.inf  # never written: outside every softmax
+    skipped = {k for k in w if k.endswith("embed_positions.weight")} | {"final_logits_bias"}
+    left = sorted(
+        set(w)
+        - taken
+        - skipped
+        - {"encoder.embed_tokens.weight", "decoder.embed_tokens.weight", "lm_head.weight"}
+    )
+    if left:
+        raise ImportModelError(f"{path}: {left[0]!r} has no place in the Transformer s2s imports")
+    return state
+
+
+# -- the run directory --------------------------------------------------------------------------
+def _as_overrides(cfg: dict) -> list[str]:
+    """A config dict as the `key=value` overrides that load_config types and checks."""
+    out = []
+
+    def walk(prefix, value):
+        if isinstance(value, dict):
+            for k, v in value.items():
+                walk(f"{prefix}.{k}" if prefix else k, v)
+        else:
+            out.append(f"{prefix}={str(value).lower() if isinstance(value, bool) else value}")
+
+    walk("", cfg)
+    return out
+
+
+def _write_run(out: Path, cfg, model, src_vocab, tgt_vocab) -> None:
+    """config.yaml, the vocabulary files and checkpoints/checkpoint_00000000.pt, written into
+    `.NAME.tmpPID` beside `out` and renamed at the end: a failed import leaves nothing."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_temporaries(out.parent)
+    tmp = out.with_name(f".{out.name}.tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        names = ("pieces.src.json", "pieces.tgt.json")
+        src_vocab.save(tmp / names[0])
+        tgt_vocab.save(tmp / names[1])
+        files = {n: sha256(tmp / n) for n in names}
+        (tmp / "config.yaml").write_text(OmegaConf.to_yaml(cfg), encoding="utf-8")
+        state = {
+            "model": model.state_dict(),
+            "update": 0,
+            "tokenizer": {"files": files},
+            "config": OmegaConf.to_container(cfg, enum_to_str=True),
+            "tasks": [cfg.task.name],
+        }
+        checkpoint.save(state, tmp, 0, keep_last=1)
+        os.replace(tmp, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
