@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
 from s2s.core.checks import one_of, setting
-from s2s.core.data import pieces
+from s2s.core.data import moses_bpe, pieces
 from s2s.core.data.subwords import MODELS, Subwords, smallest_vocab
 from s2s.core.errors import ConfigError, DataError
 from s2s.core.task import DecodeDefaults, Score, Task, TaskConfig
@@ -27,6 +27,13 @@ from . import metrics, moses
 from .languages import LANGUAGE, UNSEGMENTED
 
 log = logging.getLogger(__name__)
+
+#: vocabularies that come with a pretrained model (`s2s import`): read, never trained; each
+#: kind's class and its two files in a run directory
+IMPORTED = {
+    pieces.KIND: (pieces.Pieces, pieces.FILES),
+    moses_bpe.KIND: (moses_bpe.MosesBPE, moses_bpe.FILES),
+}
 
 SOURCES = ("text", "wmt14", "multi30k")
 _BATCH = 1000
@@ -50,10 +57,10 @@ class TranslationConfig(TaskConfig):
     hub_name: str = "wmt14"
     hub_config: str = ""
     local_dir: str = ""
-    # vocabulary: trained (bpe, wordpiece), or a pretrained model's (sentencepiece: written by
-    # `s2s import`, never trained; docs/pretrained.md)
-    tokenizer: str = setting("bpe", one_of(*MODELS, pieces.KIND))
-    # tokenizer=sentencepiece: the run directory (of `s2s import`) whose vocabulary files this
+    # vocabulary: trained (bpe, wordpiece), or a pretrained model's (sentencepiece: OPUS-MT's;
+    # moses_bpe: fairseq's; written by `s2s import`, never trained; docs/pretrained.md)
+    tokenizer: str = setting("bpe", one_of(*MODELS, *IMPORTED))
+    # an imported tokenizer: the run directory (of `s2s import`) whose vocabulary files this
     # task reads instead of training one; an import names itself, and a run with
     # run.init_from=IMPORT takes it from there
     vocab_from: str = setting("", path=True)
@@ -82,7 +89,7 @@ class TranslationConfig(TaskConfig):
                         f"{where}.{key}={lang!r}: Multi30k is fetched in {', '.join(LANGS)} "
                         f"(or set {where}.data_dir to a copy holding .{lang} files)"
                     )
-        smallest = 0 if section.tokenizer == pieces.KIND else smallest_vocab(section.tokenizer)
+        smallest = 0 if section.tokenizer in IMPORTED else smallest_vocab(section.tokenizer)
         if section.vocab_size < smallest:
             raise ConfigError(
                 f"{where}.vocab_size={section.vocab_size}: must be >= {smallest} with "
@@ -103,8 +110,8 @@ class TranslationTask(Task):
 
     def __init__(self, cfg):
         super().__init__(cfg)
-        if cfg.tokenizer == pieces.KIND:  # a pretrained model's vocabulary, side by side
-            self.Vocab, self.vocab_files = pieces.Pieces, ("pieces.src.json", "pieces.tgt.json")
+        if cfg.tokenizer in IMPORTED:  # a pretrained model's vocabulary, side by side
+            self.Vocab, self.vocab_files = IMPORTED[cfg.tokenizer]
         if cfg.src_lang == cfg.tgt_lang:
             raise ConfigError(f"task.src_lang and task.tgt_lang are both {cfg.src_lang!r}")
         if cfg.source == "text":  # a split without a prefix is one the corpus lacks
@@ -198,10 +205,10 @@ class TranslationTask(Task):
         )
 
     def build_vocab(self, pairs: Iterator[tuple[str, str]]) -> None:
-        if self.cfg.tokenizer == pieces.KIND:  # a pretrained model's: read, never trained
+        if self.cfg.tokenizer in IMPORTED:  # a pretrained model's: read, never trained
             if not self.cfg.vocab_from:
                 raise DataError(
-                    "task.tokenizer=sentencepiece is a pretrained model's vocabulary: train "
+                    f"task.tokenizer={self.cfg.tokenizer} is a pretrained model's vocabulary: train "
                     "with run.init_from=RUN_DIR, an `s2s import` (docs/pretrained.md)"
                 )
             self.load_vocab(Path(self.cfg.vocab_from))

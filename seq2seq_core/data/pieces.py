@@ -28,6 +28,7 @@ from ..files import atomic_write_text
 from ..vocab import EOS, PAD, SPECIALS, UNK
 
 KIND = "sentencepiece"
+FILES = ("pieces.src.json", "pieces.tgt.json")  # a run directory's source and target sides
 
 
 class Pieces:
