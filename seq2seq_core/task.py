@@ -48,7 +48,8 @@ class DecodeDefaults:
     `generate` (early_stopping=False): `beam` finished kept, ended when the best live
     hypothesis, scored at its current length, cannot beat the worst of them.
     length_penalty: "gnmt", lp(Y) = ((5 + |Y|) / 6)^alpha (Wu et al. 2016), or "power",
-    lp(Y) = |Y|^alpha (fairseq, Marian, transformers).
+    lp(Y) = |Y|^alpha (fairseq, Marian, transformers). min_len: the fewest tokens an output
+    has before </s> (fairseq's --min-len is 1).
     """
 
     beam: int = 4
@@ -57,6 +58,7 @@ class DecodeDefaults:
     max_len_b: int = 50
     stop: str = "bound"
     length_penalty: str = "gnmt"
+    min_len: int = 0
 
 
 @dataclass

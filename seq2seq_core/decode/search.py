@@ -133,11 +133,13 @@ class _Stepper:
         incremental: bool,
         constrained: tuple | None = None,
         truncate: bool = False,
+        min_len: int = 0,
     ):
         """`encoded`: the encoder's (memory, src_pad); `capacity`: the most steps; `constrained`:
         a constraint and its state, one row per sentence; `truncate`: a row at its maximum length
-        takes any token and ends there (transformers' `generate`), not only </s>."""
-        self.truncate = truncate
+        takes any token and ends there (transformers' `generate`), not only </s>; `min_len`: </s>
+        is not taken before that many tokens (fairseq's --min-len)."""
+        self.truncate, self.min_len = truncate, min_len
         self.model, (self.memory, src_pad) = model, encoded
         self.src_pad = src_pad
         self.constraint, self.state = constrained or (None, None)
@@ -179,6 +181,8 @@ class _Stepper:
         at_max = max_len.eq(t) if t in self._ends_at and not self.truncate else None
         if at_max is not None:
             eos = logp[at_max, EOS]  # the model's, even where a constraint would not allow it
+        if t < self.min_len:
+            logp[:, EOS] = -torch.inf
         if self.constraint is not None:
             if t == 0:  # one state per sentence, repeated for its rows
                 self.state = tuple(
@@ -319,6 +323,7 @@ def nbest(
                     wanted.incremental,
                     None if constraint is None else (constraint, rows),
                     truncate=settings.stop == "transformers",
+                    min_len=settings.min_len,
                 )
                 if sampling is not None:
                     seqs, scores = _sample(stepper, max_len, penalty(settings), wanted, generator)

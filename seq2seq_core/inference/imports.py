@@ -590,12 +590,13 @@ def _fairseq_config(args: dict, path: Path, src_vocab, tgt_vocab, src_lang, tgt_
             "output_bias": True,  # zero but s2s's BOS row: -inf
             "tie_output": bool(share_all or args.get("share_decoder_input_output_embed")),
         },
-        # fairseq-generate's defaults: beam 5, lenpen 1, at most 200 tokens, its stopping rule
+        # fairseq-generate's defaults: beam 5, lenpen 1, 1 to 200 tokens, its stopping rule
         "decode": {
             "beam": 5,
             "alpha": 1.0,
             "length_penalty": "power",
             "stop": "beam",
+            "min_len": 1,
             "max_len_a": 0.0,
             "max_len_b": min(200, max_positions - 1),
         },

@@ -150,6 +150,8 @@ class DecodeConfig:
     alpha: Optional[float] = setting(None, at_least(0))
     max_len_a: Optional[float] = setting(None, at_least(0))
     max_len_b: Optional[int] = setting(None, at_least(0))
+    # the fewest tokens an output has before </s> (fairseq's --min-len, 1 there)
+    min_len: Optional[int] = setting(None, at_least(0))
     # when beam search leaves a sentence: bound (exact), beam (fairseq's) or transformers (the
     # `generate` of Hugging Face transformers, early_stopping=False)
     stop: Optional[Stop] = None

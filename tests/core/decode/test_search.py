@@ -311,3 +311,25 @@ def test_a_constraint_limits_every_hypothesis_to_what_it_allows(name, beam, incr
         outs = [list(c) for c in itertools.combinations(range(4, vocab), want)]
         scores = [lp / length_penalty(want + 1, 0.6) for lp in log_probs(model, row, outs)]
         assert hyps[3].score == pytest.approx(max(scores), abs=1e-4)
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_min_len_keeps_eos_out_of_the_first_steps(beam):
+    """decode.min_len=N: no output ends before N tokens (fairseq's --min-len); without it this
+    model ends some outputs at once."""
+    model = ToyModel(ends_at=-3.0)  # EOS likely from the start
+    src = torch.tensor([[s, EOS] for s in range(4, 8)])
+    free = search(model, src, DecodeDefaults(beam=beam, max_len_a=0, max_len_b=10))
+    assert min(len(h.tokens) for h in free) == 0
+    settings = DecodeDefaults(beam=beam, max_len_a=0, max_len_b=10, min_len=2)
+    assert min(len(h.tokens) for h in search(model, src, settings)) >= 2
+
+
+def test_transformers_rule_ends_at_the_maximum_length_with_any_token():
+    """decode.stop=transformers: a hypothesis that reaches the maximum length keeps its last
+    token (transformers' `generate`); the other rules end it with </s>."""
+    model = ToyModel(ends_at=100.0)  # EOS unlikely: every output runs to the maximum length
+    src = torch.tensor([[s, EOS] for s in range(4, 8)])
+    for stop, length in (("bound", 5), ("transformers", 6)):
+        settings = DecodeDefaults(beam=2, max_len_a=0, max_len_b=5, stop=stop)
+        assert {len(h.tokens) for h in search(model, src, settings)} == {length}, stop
