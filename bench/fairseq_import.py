@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -79,6 +80,7 @@ def interactive(bin_dir: Path, folder: Path, data: Path, source: Path, beam: int
          "--source-lang", "en", "--target-lang", "de", "--tokenizer", "moses", "--bpe",
          "subword_nmt", "--bpe-codes", folder / "bpecodes", "--beam", beam, "--lenpen", 1.0,
          "--buffer-size", 100, "--batch-size", 50, "--cpu", "--input", source],
+        env={**os.environ, "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"},  # fairseq's own pickles
     )  # fmt: skip
     found = {}
     for line in done.stdout.splitlines():
@@ -125,7 +127,7 @@ def main() -> None:
             shutil.copy(data / name, folder / name)
         shutil.copy(bpe / "bpecodes", folder / "bpecodes")
         imported = tmp / "run"
-        s2s("import", folder, "--output", imported)
+        s2s("import", folder, "--output", imported, "--src-lang", "en", "--tgt-lang", "de")
         test_src = MULTI30K / "test_2016_flickr.en"
         refs = MULTI30K / "test_2016_flickr.de"
         theirs = interactive(fs, folder, data, test_src, 5)

@@ -23,6 +23,7 @@ from ..errors import plugin_error
 from ..task import DecodeDefaults, Task
 from ..vocab import BOS, EOS, PAD, UNK
 from .constraints import Prefix, joined
+from .mbr import expected_utilities
 from .terminology import Terms
 from .search import Wanted, nbest, penalty, sentences_per_batch, sentences_per_search
 
@@ -103,6 +104,7 @@ class Output:
     text: str
     tokens: list[int]
     score: float
+    utility: float | None = None  # with Wanted.mbr: the expected utility against the others
 
     @property
     def found(self) -> bool:
@@ -153,6 +155,8 @@ class Decoder:
                     raise plugin_error(
                         task, "postprocess", f"returned {type(out.text).__name__}, not a str"
                     )
+        if wanted.mbr is not None:
+            found = [_by_utility(outs, wanted.mbr) for outs in found]
         return found
 
     def hypotheses(self, sources: Sequence[str], progress=None) -> list[str]:
@@ -288,6 +292,16 @@ class Decoder:
         finally:
             model.train(was_training)
         return found
+
+
+def _by_utility(outs: list[Output], utility: str) -> list[Output]:
+    """A line's outputs ranked by their expected utility against each other (the found ones;
+    minimum Bayes risk, `s2s.core.decode.mbr`), best first; ties keep the search's order."""
+    found = [o for o in outs if o.found]
+    for out, value in zip(found, expected_utilities([o.text for o in found], utility)):
+        out.utility = value
+    ranked = sorted(found, key=lambda o: -o.utility)
+    return ranked + [o for o in outs if not o.found]
 
 
 @dataclass

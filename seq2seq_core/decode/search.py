@@ -19,6 +19,7 @@ the tokens it does not allow get log-probability -inf (the others keep the model
 from __future__ import annotations
 
 import inspect
+import math
 from dataclasses import dataclass
 
 import torch
@@ -39,13 +40,15 @@ class Hypothesis:
 class Sampling:
     """Draw outputs instead of searching for the best: each next token from the model's
     distribution (after the constraint), sharpened or flattened by `temperature`, limited to the
-    `top_k` most probable tokens (0: all) and to the smallest set whose probability reaches
-    `top_p` (1: all). `seed` makes the draws repeat (one generator per batch)."""
+    `top_k` most probable tokens (0: all), to the smallest set whose probability reaches
+    `top_p` (1: all) and to the tokens of probability `epsilon` or more (epsilon sampling,
+    Hewitt et al. 2022; 0: all). `seed` makes the draws repeat (one generator per batch)."""
 
     temperature: float = 1.0
     top_k: int = 0
     top_p: float = 1.0
     seed: int = 0
+    epsilon: float = 0.0
 
     def problem(self) -> str | None:
         """What is wrong with the settings, as `option value: why`, or None."""
@@ -55,6 +58,8 @@ class Sampling:
             return f"top-k {self.top_k}: must be 0 (all tokens) or more"
         if not 0 < self.top_p <= 1:
             return f"top-p {self.top_p}: must be in (0, 1]"
+        if not 0 <= self.epsilon < 1:
+            return f"epsilon {self.epsilon}: must be in [0, 1)"
         return None
 
 
@@ -62,13 +67,15 @@ class Sampling:
 class Wanted:
     """What a caller asks of a search beyond the task's settings (`DecodeDefaults`): `n`
     outputs a source, the n best of the beam search (n at most the beam) or, with `sampling`,
-    n drawn ones. `incremental=False` recomputes the decoder over the whole prefix at each step
+    n drawn ones; with `mbr` (a utility: chrf, bleu) ranked by their expected utility against
+    each other (minimum Bayes risk), not by score. `incremental=False` recomputes the decoder over the whole prefix at each step
     instead of keeping its cache (the same outputs, slower: what tests and the speed benchmark
     compare the cache with)."""
 
     n: int = 1
     sampling: Sampling | None = None
     incremental: bool = True
+    mbr: str | None = None  # rank the n outputs by expected utility (s2s.core.decode.mbr)
 
     def rows(self, beam: int) -> int:
         """The rows (hypotheses) a sentence takes in the search: n drawn outputs, else the
@@ -460,9 +467,13 @@ def _draw(x: Tensor, generator) -> Tensor:
 
 
 def _filtered(logp: Tensor, sampling: Sampling) -> Tensor:
-    """logp [n, V] / temperature, -inf outside the top_k tokens and the top_p nucleus (the
-    smallest set of most probable tokens whose probability reaches top_p; the best always in)."""
+    """logp [n, V] / temperature, -inf outside the top_k tokens, the top_p nucleus (the
+    smallest set of most probable tokens whose probability reaches top_p) and the tokens of
+    probability epsilon or more (of the model's own distribution); the best always in."""
     x = logp / sampling.temperature if sampling.temperature != 1 else logp.clone()
+    if sampling.epsilon > 0:
+        floor = logp.amax(1, keepdim=True).clamp(max=math.log(sampling.epsilon))
+        x.masked_fill_(logp < floor, -torch.inf)
     if sampling.top_k and sampling.top_k < x.size(1):
         kth = x.topk(sampling.top_k, dim=1).values[:, -1:]
         x.masked_fill_(x < kth, -torch.inf)

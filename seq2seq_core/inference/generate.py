@@ -46,7 +46,9 @@ class Asked:
     targets: str | None = None  # a file: the target lines to score instead of searching
 
     def as_json(self) -> bool:
-        return self.json or self.wanted.n > 1 or self.targets is not None
+        """A JSON object a line: asked for, or n outputs a line (but one MBR chose from them)."""
+        several = self.wanted.n > 1 and self.wanted.mbr is None
+        return self.json or several or self.targets is not None
 
 
 @dataclass(frozen=True)
@@ -246,6 +248,7 @@ def _answers(decoder: Decoder, sources, found, asked: Asked) -> list:
                 "score": round(out.score, 4) if out.found else None,  # None: no output found
                 "logprob": round(r.logprob, 4) if out.found else None,
                 "tokens": len(r.tokens) if out.found else 0,
+                **({} if out.utility is None else {"utility": round(out.utility, 4)}),
             }
         )
     return [{"outputs": a} for a in answers]

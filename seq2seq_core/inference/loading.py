@@ -166,12 +166,14 @@ class Run:
         sampling: Sampling | None = None,
         prefixes: Sequence[str] | None = None,
         terms: Sequence[tuple[str, str]] | None = None,
+        mbr: str | None = None,
     ) -> list[list[Output]]:
         """Every input line's outputs, best first, post-processed, each with its search score:
         the n best of the beam (n at most the beam), or n drawn with `sampling`; with
         `prefixes` (one a line, "" for none) each output starts with its line's prefix; with
         `terms` ((source term, target term) pairs, as `--terms` reads them) every output of a
-        line that holds a source term holds its target term."""
+        line that holds a source term holds its target term; with `mbr` (chrf, bleu) ranked by
+        their expected utility against each other (minimum Bayes risk)."""
         spelled = None
         if terms:
             from ..decode.terminology import line_terms
@@ -179,7 +181,8 @@ class Run:
             sources = prepared_sources(self.member, lines)
             found = line_terms(self.member, sources, list(terms))
             spelled = [[spellings for _, _, spellings in here] for here in found]
-        return self.decoder.outputs(lines, Wanted(n, sampling), Forced(prefixes, spelled), raw=True)
+        wanted = Wanted(n, sampling, mbr=mbr)
+        return self.decoder.outputs(lines, wanted, Forced(prefixes, spelled), raw=True)
 
     def score(self, lines: Sequence[str], targets: Sequence[str]) -> list[TargetScore]:
         """The model's log-probability of each target line after its input line (raw text):

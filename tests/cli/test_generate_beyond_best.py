@@ -56,6 +56,24 @@ def test_sampling_repeats_for_a_seed(demo_runs, lines, capsys):
     assert generate(capsys, demo_runs["a"], lines, "--sampling", "--top-k", "1") == greedy
 
 
+def test_mbr_writes_the_candidate_the_others_agree_with(demo_runs, lines, capsys):
+    """--mbr chrf over 6 samples: each line is the candidate of the highest expected chrF
+    against the 6 (as the JSON's utilities say), the same candidates --json lists."""
+    from s2s.core.decode.mbr import expected_utilities
+
+    options = ["--sampling", "--nbest", "6", "--seed", "3", "--epsilon", "0.02", "--mbr", "chrf"]
+    chosen = generate(capsys, demo_runs["a"], lines, *options)
+    answers = [json.loads(x) for x in generate(capsys, demo_runs["a"], lines, *options, "--json")]
+    assert len(chosen) == len(answers) == 8
+    for line, answer in zip(chosen, answers):
+        outs = answer["outputs"]
+        utilities = expected_utilities([o["output"] for o in outs], "chrf")
+        assert [o["utility"] for o in outs] == [round(u, 4) for u in utilities]
+        assert utilities == sorted(utilities, reverse=True) and line == outs[0]["output"]
+    plain = generate(capsys, demo_runs["a"], lines, "--nbest", "4", "--mbr", "bleu")
+    assert len(plain) == 8
+
+
 def test_ensembles(demo_runs, lines, capsys):
     a, b = demo_runs["a"], demo_runs["b"]
     alone = generate(capsys, a, lines)
@@ -141,6 +159,9 @@ def test_the_python_api_decodes_as_generate_does(demo_runs, lines, capsys):
         (["--sampling", "--top-p", "1.5"], ["--top-p 1.5"]),
         (["--sampling", "--top-k", "-1"], ["--top-k -1"]),
         (["--temperature", "0.5"], ["--temperature 0.5", "only with --sampling"]),
+        (["--mbr", "chrf"], ["--mbr chrf", "--nbest 2 or more"]),
+        (["--sampling", "--epsilon", "1.5"], ["--epsilon 1.5", "[0, 1)"]),
+        (["--epsilon", "0.1"], ["--epsilon 0.1", "only with --sampling"]),
         (["--score-targets", "{in}", "--nbest", "2"], ["--score-targets", "--nbest"]),
         (["--prefixes", "{unk}"], ["unk.txt, line 2", "cannot spell", "zzzq"]),
         (["--prefixes", "{long}"], ["long.txt, line 1", "at most"]),

@@ -56,6 +56,13 @@ def add(subparsers, common) -> None:
         "as one JSON object a line with their scores (docs/decoding.md)",
     )
     s.add_argument(
+        "--mbr",
+        choices=["chrf", "bleu"],
+        help="minimum Bayes risk: of the --nbest N outputs (the beam's or, with --sampling, "
+        "drawn), write the one with the highest expected UTILITY against the others "
+        "(docs/decoding.md)",
+    )
+    s.add_argument(
         "--json",
         action="store_true",
         help="one JSON object a line with each output's search score and the model's "
@@ -163,12 +170,16 @@ def _asked(args, Asked, Wanted):
             "--score-targets scores given outputs: it takes no --nbest, --sampling, --prefixes "
             "or --terms"
         )
-    if args.pretty and (args.nbest > 1 or args.json or args.score_targets):
+    if args.mbr and args.nbest < 2:
+        raise UsageError(f"--mbr {args.mbr} chooses among candidates: give --nbest 2 or more")
+    if args.mbr and args.score_targets:
+        raise UsageError("--mbr chooses among outputs: not with --score-targets")
+    if args.pretty and ((args.nbest > 1 and not args.mbr) or args.json or args.score_targets):
         raise UsageError(
             "--pretty shows one output a line: not with --nbest, --json or --score-targets"
         )
     return Asked(
-        wanted=Wanted(args.nbest, sampling),
+        wanted=Wanted(args.nbest, sampling, mbr=args.mbr),
         json=args.json,
         pretty=args.pretty,
         prefixes=args.prefixes,

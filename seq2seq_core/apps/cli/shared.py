@@ -70,7 +70,8 @@ def search_overrides(args) -> list[str]:
 
 
 def add_sampling_options(s) -> None:
-    """--sampling and what shapes the draws: --temperature, --top-k, --top-p, --seed."""
+    """--sampling and what shapes the draws: --temperature, --top-k, --top-p, --epsilon,
+    --seed."""
     s.add_argument(
         "--sampling",
         action="store_true",
@@ -101,6 +102,14 @@ def add_sampling_options(s) -> None:
         "reaches P (nucleus sampling; 1: all)",
     )
     s.add_argument(
+        "--epsilon",
+        type=float,
+        default=0.0,
+        metavar="E",
+        help="with --sampling: draw among the tokens of probability E or more (epsilon "
+        "sampling; 0: all)",
+    )
+    s.add_argument(
         "--seed",
         type=int,
         default=0,
@@ -115,7 +124,7 @@ def sampling_of(args):
     from ...errors import UsageError
 
     if args.sampling:
-        sampling = Sampling(args.temperature, args.top_k, args.top_p, args.seed)
+        sampling = Sampling(args.temperature, args.top_k, args.top_p, args.seed, args.epsilon)
         problem = sampling.problem()
         if problem:
             raise UsageError(f"--{problem}")
@@ -124,6 +133,7 @@ def sampling_of(args):
         ("--temperature", args.temperature, 1.0),
         ("--top-k", args.top_k, 0),
         ("--top-p", args.top_p, 1.0),
+        ("--epsilon", args.epsilon, 0.0),
         ("--seed", args.seed, 0),
     ):
         if value != default:

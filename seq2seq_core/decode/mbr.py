@@ -1,0 +1,127 @@
+"""Minimum Bayes risk decoding: of a line's candidates, the one the others agree with most.
+
+MBR (Kumar and Byrne 2004; Eikema and Aziz 2020; Freitag et al. 2022) picks, among a line's
+candidates (the beam's n best, or n samples), the candidate h with the highest expected utility
+E_y[u(h, y)], the candidates themselves standing in for draws y of the model's distribution,
+each with weight 1/n (the Monte Carlo estimate of Eikema and Aziz; for n-best lists an
+approximation). Computed pairwise that is n^2 metric calls a line. Here it is n: with reference
+aggregation (Vamvas and Sennrich 2024, "Linear-time Minimum Bayes Risk Decoding with Reference
+Aggregation") the pseudo-references' n-gram counts are averaged into one expected reference
+and each candidate is scored once against it. For chrF that is the metric's own form with
+fractional counts; for BLEU likewise (clipped matches against the expected counts, the expected
+reference length). With one pseudo-reference both equal sacreBLEU's sentence_chrf and
+sentence_bleu (tests/core/decode/test_mbr.py).
+
+Utilities: `chrf` (sacreBLEU's chrF: character 1- to 6-grams, whitespace left out, beta 2) and
+`bleu` (sacreBLEU's sentence BLEU: 13a tokens, 1- to 4-grams, exponential smoothing).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from typing import Sequence
+
+UTILITIES = ("chrf", "bleu")
+CHAR_ORDER, BETA, WORD_ORDER = 6, 2, 4
+
+
+def expected_utilities(candidates: Sequence[str], utility: str) -> list[float]:
+    """Each candidate's expected `utility` (0-100) against all the candidates as equally likely
+    references (itself included), by reference aggregation: linear in their number."""
+    if utility not in UTILITIES:
+        raise ValueError(f"utility {utility!r}: one of {', '.join(UTILITIES)}")
+    if not candidates:
+        return []
+    stats = _chrf_ngrams if utility == "chrf" else _bleu_ngrams
+    score = _chrf if utility == "chrf" else _bleu
+    counted = [stats(c) for c in candidates]
+    reference = _mean(counted)
+    return [score(h, reference) for h in counted]
+
+
+def _mean(counted: list) -> tuple:
+    """The average of n-gram statistics: per order, each n-gram's mean count; and the mean
+    length (BLEU's, unused by chrF)."""
+    orders = len(counted[0][0])
+    mean = [Counter() for _ in range(orders)]
+    for grams, _ in counted:
+        for total, order in zip(mean, grams):
+            total.update(order)
+    k = len(counted)
+    mean = [{g: c / k for g, c in order.items()} for order in mean]
+    return mean, sum(length for _, length in counted) / k
+
+
+# -- chrF ---------------------------------------------------------------------------------------
+def _chrf_ngrams(text: str) -> tuple:
+    from sacrebleu.metrics.helpers import extract_all_char_ngrams
+
+    return extract_all_char_ngrams(text, CHAR_ORDER, include_whitespace=False), 0
+
+
+def _chrf(hyp: tuple, ref: tuple) -> float:
+    """chrF as sacreBLEU computes it (precision and recall averaged over the orders that both
+    sides have, then the F-beta score), with a reference's counts possibly fractional."""
+    eps, factor = 1e-16, BETA**2
+    precision = recall = 0.0
+    effective = 0
+    for h, r in zip(hyp[0], ref[0]):
+        n_hyp, n_ref = sum(h.values()), sum(r.values())
+        n_match = sum(min(c, r.get(g, 0.0)) for g, c in h.items())
+        precision += n_match / n_hyp if n_hyp > 0 else eps
+        recall += n_match / n_ref if n_ref > 0 else eps
+        effective += 1 if n_hyp > 0 and n_ref > 0 else 0
+    if effective == 0:
+        return 0.0
+    precision, recall = precision / effective, recall / effective
+    if precision + recall == 0:
+        return 0.0
+    return 100 * (1 + factor) * precision * recall / (factor * precision + recall)
+
+
+# -- BLEU ---------------------------------------------------------------------------------------
+_TOKENIZER = None
+
+
+def _bleu_ngrams(text: str) -> tuple:
+    global _TOKENIZER
+    from sacrebleu.metrics.helpers import extract_all_word_ngrams
+    from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
+
+    if _TOKENIZER is None:
+        _TOKENIZER = Tokenizer13a()
+    grams, length = extract_all_word_ngrams(_TOKENIZER(text.rstrip()), 1, WORD_ORDER)
+    orders = [Counter() for _ in range(WORD_ORDER)]
+    for gram, count in grams.items():
+        orders[len(gram) - 1][gram] = count
+    return orders, length
+
+
+def _bleu(hyp: tuple, ref: tuple) -> float:
+    """Sentence BLEU as sacreBLEU computes it with exponential smoothing (Chen and Cherry 2014,
+    method 3), with a reference's counts and length possibly fractional."""
+    (h_orders, h_len), (r_orders, r_len) = hyp, ref
+    if h_len == 0 or r_len == 0:
+        return 0.0
+    log_precision, smooth = 0.0, 1.0
+    for n, (h, r) in enumerate(zip(h_orders, r_orders), 1):
+        total = max(0, h_len - n + 1)
+        correct = sum(min(c, r.get(g, 0.0)) for g, c in h.items())
+        if total == 0:  # a hypothesis shorter than n words: the orders below n count
+            return _bleu_from(log_precision, n - 1, h_len, r_len)
+        if correct == 0 and n == 1:  # no word in common: sacreBLEU's 0, whatever the smoothing
+            return 0.0
+        if correct == 0:
+            smooth *= 2
+            log_precision += math.log(100.0 / (smooth * total))
+        else:
+            log_precision += math.log(100.0 * correct / total)
+    return _bleu_from(log_precision, WORD_ORDER, h_len, r_len)
+
+
+def _bleu_from(log_precision: float, orders: int, h_len: float, r_len: float) -> float:
+    """The geometric mean of the precisions of the first `orders` orders (sacreBLEU's effective
+    order), times the brevity penalty."""
+    bp = 1.0 if h_len >= r_len else math.exp(1 - r_len / h_len)
+    return bp * math.exp(log_precision / orders)
