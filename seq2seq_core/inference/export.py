@@ -119,6 +119,11 @@ def export(job: ExportJob, registry) -> Path:
             to_huggingface(model, cfg, task, tmp)
         files = sorted(p.relative_to(tmp).as_posix() for p in tmp.rglob("*") if p.is_file())
         marker = {"format": to, "source": str(run_dir_of(run_dir).resolve()), "files": files}
+        # what `s2s import` needs to make the run again from a Hugging Face export: the run's
+        # own settings (the export decodes in fp32 on the CPU whatever the run's are)
+        own = OmegaConf.load(run_dir_of(run_dir) / "config.yaml")
+        sections = ("task", "model", "decode")
+        marker["config"] = {k: OmegaConf.to_container(own[k], enum_to_str=True) for k in sections}
         (tmp / MARKER).write_text(json.dumps(marker, indent=1) + "\n", encoding="utf-8")
         if out.exists():
             replaceable(

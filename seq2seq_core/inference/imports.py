@@ -39,11 +39,12 @@ from ..data.moses_bpe import MosesBPE, read_fairseq_dictionary
 from ..data.pieces import Pieces
 from ..errors import DataError, ImportModelError
 from ..files import remove_stale_temporaries, sha256
+from ..data.members import build_members
 from ..nn.model import Transformer
 from ..setup.config import load_config
 from ..training import checkpoint
-from ..vocab import BOS, PAD
-from .export import permutation
+from ..vocab import BOS
+from .export import MARKER, permutation
 
 log = logging.getLogger("s2s")
 
@@ -97,13 +98,16 @@ def import_model(job: ImportJob, registry) -> Path:
         raise ImportModelError(f"--output {out} exists: import into a new run directory")
     path = Path(job.source)
     fairseq = path.suffix == ".pt" or (path.is_dir() and _fairseq_checkpoint(path) is not None)
-    found = _read_fairseq(job) if fairseq else _read_marian(job)
-    found.config["run"]["dir"] = str(out)
-    found.config["task"]["vocab_from"] = str(out.resolve())  # where fine-tuning reads it
+    ours = path.is_dir() and (path / MARKER).is_file() and not (path / "source.spm").is_file()
+    found = _read_fairseq(job) if fairseq else _read_s2s(path) if ours else _read_marian(job)
+    found.config["run"] = {"dir": str(out)}
+    if found.config["task"].get("tokenizer") in FILES:  # where fine-tuning reads it
+        found.config["task"]["vocab_from"] = str(out.resolve())
     cfg = load_config(None, _as_overrides(found.config), registry=registry)
     cfg.origin = found.origin
     src, tgt = found.src_vocab, found.tgt_vocab
-    model = Transformer(cfg.model, len(src), len(tgt), src.id_space == tgt.id_space)
+    shared = src is tgt or getattr(src, "id_space", None) == getattr(tgt, "id_space", 0)
+    model = Transformer(cfg.model, len(src), len(tgt), shared)
     state = found.state(model)
     try:
         model.load_state_dict(state)
@@ -112,7 +116,7 @@ def import_model(job: ImportJob, registry) -> Path:
             f"{found.weights_file}: the weights do not fit {found.config_file} "
             f"({(str(e).splitlines() or [''])[0]})"
         ) from None
-    _write_run(out, cfg, model, src, tgt)
+    _write_run(out, cfg, model, src, tgt, registry)
     return out
 
 
@@ -143,7 +147,9 @@ def _read_marian(job: ImportJob) -> Imported:
         origin,
         src_vocab,
         tgt_vocab,
-        lambda model: _marian_state(model, weights, src_vocab, tgt_vocab, weights_file),
+        lambda model: _marian_state(
+            model, weights, src_vocab.source_ids, tgt_vocab.source_ids, weights_file
+        ),
         weights_file,
         folder / "config.json",
     )
@@ -331,9 +337,15 @@ def _marian_config(model_cfg, folder, src_vocab, tgt_vocab, src_lang, tgt_lang) 
     }
 
 
-def _marian_state(model, weights, src_vocab, tgt_vocab, path) -> dict:
-    """MarianMTModel's weights under s2s's names: rows in s2s's id order, the d_model
-    dimensions in s2s's interleaved order (`permutation`'s inverse)."""
+def _same(vocab) -> list[int]:
+    """Each id's row in an export of s2s's own: itself."""
+    return list(range(len(vocab)))
+
+
+def _marian_state(model, weights, src_ids, tgt_ids, path) -> dict:
+    """MarianMTModel's weights under s2s's names: s2s's id i takes the source's row ids[i] (-1:
+    a row the source lacks, zero, its output bias -inf), the d_model dimensions in s2s's
+    interleaved order (`permutation`'s inverse)."""
     inv = torch.argsort(permutation(model.d_model))
     w = {k.removeprefix("model."): v for k, v in weights.items()}
     taken = set()
@@ -345,10 +357,9 @@ def _marian_state(model, weights, src_vocab, tgt_vocab, path) -> dict:
                 return w[key.removeprefix("model.")].float()
         raise ImportModelError(f"{path}: {name!r} is missing")
 
-    def rows(table, vocab):  # [V_source, d] -> [V_s2s, d]: PAD's row zero
-        index = torch.tensor([max(i, 0) for i in vocab.source_ids])
-        out = table[index].clone()
-        out[PAD] = 0.0
+    def rows(table, ids):  # [V_source, d] -> [V_s2s, d]: a row the source lacks zero
+        out = table[torch.tensor([max(i, 0) for i in ids])].clone()
+        out[torch.tensor([i < 0 for i in ids])] = 0.0
         return out
 
     state = {}
@@ -373,8 +384,8 @@ def _marian_state(model, weights, src_vocab, tgt_vocab, path) -> dict:
     shared = "shared.weight" in w
     src_table = get("shared.weight" if shared else "encoder.embed_tokens.weight")
     tgt_table = src_table if shared else get("decoder.embed_tokens.weight")
-    state["src_embed.weight"] = rows(src_table, src_vocab)[:, inv]
-    state["tgt_embed.weight"] = rows(tgt_table, tgt_vocab)[:, inv]
+    state["src_embed.weight"] = rows(src_table, src_ids)[:, inv]
+    state["tgt_embed.weight"] = rows(tgt_table, tgt_ids)[:, inv]
     for i in range(len(model.encoder)):
         p, q = f"encoder.{i}", f"encoder.layers.{i}"
         attention(f"{p}.self_attn", f"{q}.self_attn")
@@ -399,12 +410,13 @@ def _marian_state(model, weights, src_vocab, tgt_vocab, path) -> dict:
             raise ImportModelError(
                 f"{path}: 'lm_head.weight' is missing (tie_word_embeddings=false)"
             )
-        state["out.weight"] = rows(head.float(), tgt_vocab)[:, inv]
-    bias = weights.get("final_logits_bias", w.get("final_logits_bias"))
-    bias = torch.zeros(1, len(tgt_vocab) - 1) if bias is None else bias.float()
-    index = torch.tensor([max(i, 0) for i in tgt_vocab.source_ids])
-    state["out.bias"] = bias.reshape(-1)[index].clone()
-    state["out.bias"][PAD] = -torch.inf  # never written: outside every softmax
+        state["out.weight"] = rows(head.float(), tgt_ids)[:, inv]
+    if model.out.bias is not None:
+        bias = weights.get("final_logits_bias", w.get("final_logits_bias"))
+        bias = torch.zeros(1, tgt_table.size(0)) if bias is None else bias.float()
+        state["out.bias"] = bias.reshape(-1)[torch.tensor([max(i, 0) for i in tgt_ids])].clone()
+        # a row the source lacks (s2s's PAD for OPUS-MT) is never written: outside every softmax
+        state["out.bias"][torch.tensor([i < 0 for i in tgt_ids])] = -torch.inf
     skipped = {k for k in w if k.endswith("embed_positions.weight")} | {"final_logits_bias"}
     left = sorted(
         set(w)
@@ -415,6 +427,58 @@ def _marian_state(model, weights, src_vocab, tgt_vocab, path) -> dict:
     if left:
         raise ImportModelError(f"{path}: {left[0]!r} has no place in the Transformer s2s imports")
     return state
+
+
+# -- s2s's own Hugging Face exports ------------------------------------------------------------
+def _read_s2s(folder: Path) -> Imported:
+    """An `s2s export --to huggingface` of a run s2s trained: the MarianMTModel in s2s's own
+    ids, its `tokenizers` vocabulary (tokenizer.json; target_tokenizer/ for a separate target
+    one), and the run's task, model and decode sections, which the export's s2s_export.json
+    keeps: the run again, every weight bit for bit."""
+    from ..data.subwords import Subwords
+
+    marker = _read_json(folder / MARKER)
+    saved = marker.get("config")
+    if marker.get("format") != "huggingface" or not isinstance(saved, dict):
+        raise ImportModelError(
+            f"{folder / MARKER}: not a Hugging Face export of s2s (format "
+            f"{marker.get('format')!r}); import the folder `s2s export --to huggingface` wrote"
+        )
+    task = saved.get("task") or {}
+    if task.get("name") != "translation" or task.get("tokenizer") not in ("bpe", "wordpiece"):
+        raise ImportModelError(
+            f"{folder / MARKER}: an export of task {task.get('name')!r} (tokenizer "
+            f"{task.get('tokenizer')!r}); s2s imports back exports of translation's subword "
+            "vocabularies (bpe, wordpiece)"
+        )
+    if not (folder / "tokenizer.json").is_file():
+        raise ImportModelError(f"{folder / 'tokenizer.json'} is missing: the export's vocabulary")
+    try:
+        src = Subwords.load(folder / "tokenizer.json")
+        target = folder / "target_tokenizer" / "tokenizer.json"
+        tgt = Subwords.load(target) if target.is_file() else src
+    except DataError as e:
+        raise ImportModelError(
+            f"{e}: s2s imports back exports of subword vocabularies (translation)"
+        ) from None
+    weights_file, weights = _read_weights(folder)
+    config = {k: dict(saved[k]) for k in ("task", "model", "decode")}
+    files = [folder / "config.json", weights_file, folder / "tokenizer.json", folder / MARKER]
+    origin = {
+        "format": "s2s-huggingface",
+        "source": str(folder),
+        "revision": "",
+        "files": {f.name: sha256(f) for f in files},
+    }
+    return Imported(
+        config,
+        origin,
+        src,
+        tgt,
+        lambda model: _marian_state(model, weights, _same(src), _same(tgt), weights_file),
+        weights_file,
+        folder / "config.json",
+    )
 
 
 # -- fairseq -----------------------------------------------------------------------------------
@@ -703,7 +767,7 @@ def _as_overrides(cfg: dict) -> list[str]:
     return out
 
 
-def _write_run(out: Path, cfg, model, src_vocab, tgt_vocab) -> None:
+def _write_run(out: Path, cfg, model, src_vocab, tgt_vocab, registry) -> None:
     """config.yaml, the vocabulary files and checkpoints/checkpoint_00000000.pt, written into
     `.NAME.tmpPID` beside `out` and renamed at the end: a failed import leaves nothing."""
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -712,10 +776,10 @@ def _write_run(out: Path, cfg, model, src_vocab, tgt_vocab) -> None:
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     try:
-        names = FILES[cfg.task.tokenizer]
-        src_vocab.save(tmp / names[0])
-        tgt_vocab.save(tmp / names[1])
-        files = {n: sha256(tmp / n) for n in names}
+        [member] = build_members(cfg, registry)
+        member.task.src_vocab, member.task.tgt_vocab = src_vocab, tgt_vocab
+        member.task.save_vocab(tmp)  # the files, and their names, the task reads back
+        files = {p.name: sha256(p) for p in sorted(tmp.iterdir()) if p.is_file()}
         (tmp / "config.yaml").write_text(OmegaConf.to_yaml(cfg), encoding="utf-8")
         state = {
             "model": model.state_dict(),
