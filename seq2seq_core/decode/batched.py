@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Sequence
 
 import torch
@@ -180,8 +180,9 @@ class Decoder:
         once, each on one thread, those of the longest sentences first: a step's operations are
         small (a few hundred rows), and splitting each of them over threads pays a
         synchronisation per operation that independent batches do not. On a GPU batches go one
-        after the other. Sampling seeds each batch's generator from the seed and the batch's
-        number, so the same lines with the same settings draw the same outputs.
+        after the other. Sampling seeds each sentence's generator from the seed and the
+        sentence's ids, so a line with the same settings draws the same outputs whatever lines
+        are decoded with it.
         """
         if not sources:
             return []
@@ -201,7 +202,7 @@ class Decoder:
         order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
         out: list[list[Output]] = [[] for _ in ids]
 
-        def search_batch(number: int, batch: list[int]) -> list[list[Output]]:
+        def search_batch(batch: list[int]) -> list[list[Output]]:
             src = source_batch([ids[i] for i in batch])
             constraint = task.constraint([sources[i] for i in batch])
             if forced is not None:
@@ -211,12 +212,7 @@ class Decoder:
                 constraint = joined(
                     constraint, Terms([terms[i] for i in batch], task.tgt_vocab_size)
                 )
-            sampling = wanted.sampling
-            if sampling is not None:
-                sampling = replace(sampling, seed=sampling.seed * 1_000_003 + number)
-            found = nbest(
-                model, src.to(device), settings, replace(wanted, sampling=sampling), constraint
-            )
+            found = nbest(model, src.to(device), settings, wanted, constraint)
             lines = [
                 [
                     Output(task.decode_target(h.tokens), h.tokens, h.score)
@@ -244,10 +240,9 @@ class Decoder:
                 torch.set_num_threads(1)
             # longest first, when threads share them: the last batch to start is then a short
             # one, and no thread waits long for the others at the end
-            numbers = list(range(len(batches)))[:: -1 if workers > 1 else 1]
+            ordered = batches[:: -1 if workers > 1 else 1]
             with ThreadPoolExecutor(workers) as pool:
-                done = pool.map(search_batch, numbers, [batches[k] for k in numbers])
-                for batch, found in zip((batches[k] for k in numbers), done):
+                for batch, found in zip(ordered, pool.map(search_batch, ordered)):
                     for i, hs in zip(batch, found):
                         out[i] = hs
                     if progress is not None:

@@ -18,6 +18,7 @@ the tokens it does not allow get log-probability -inf (the others keep the model
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 import math
 from dataclasses import dataclass
@@ -42,7 +43,9 @@ class Sampling:
     distribution (after the constraint), sharpened or flattened by `temperature`, limited to the
     `top_k` most probable tokens (0: all), to the smallest set whose probability reaches
     `top_p` (1: all) and to the tokens of probability `epsilon` or more (epsilon sampling,
-    Hewitt et al. 2022; 0: all). `seed` makes the draws repeat (one generator per batch)."""
+    Hewitt et al. 2022; 0: all). `seed` makes the draws repeat: each sentence draws from a
+    generator of its own, seeded by the seed and the sentence's ids (`sentence_generators`), so
+    its samples never depend on the sentences searched beside it."""
 
     temperature: float = 1.0
     top_k: int = 0
@@ -306,9 +309,6 @@ def nbest(
     model.eval()
     B = src.size(0)
     per = sentences_per_search(width, B, src.device)
-    generator = None
-    if sampling is not None:
-        generator = torch.Generator(src.device).manual_seed(sampling.seed)
     try:
         with torch.inference_mode():
             state = (
@@ -333,7 +333,8 @@ def nbest(
                     min_len=settings.min_len,
                 )
                 if sampling is not None:
-                    seqs, scores = _sample(stepper, max_len, penalty(settings), wanted, generator)
+                    generators = sentence_generators(sampling.seed, part)
+                    seqs, scores = _sample(stepper, max_len, penalty(settings), wanted, generators)
                 elif beam == 1:
                     seqs, scores = _greedy(stepper, max_len, penalty(settings))
                     seqs, scores = seqs[:, None], scores[:, None]
@@ -402,7 +403,7 @@ def _greedy(step: _Stepper, max_len: Tensor, lp) -> tuple[Tensor, Tensor]:
 
 
 def _sample(
-    step: _Stepper, max_len: Tensor, lp, wanted: Wanted, generator
+    step: _Stepper, max_len: Tensor, lp, wanted: Wanted, generators: list
 ) -> tuple[Tensor, Tensor]:
     """n outputs drawn for each of B sentences (b*n rows, sentence-major) [B, n, L], best score
     first, and their scores [B, n]: the sum of the log-probabilities the search sees (the model's,
@@ -424,7 +425,11 @@ def _sample(
     ml_rows = max_len.repeat_interleave(n)
     for t in range(int(max_len.max()) + 1):
         logp = step(tokens, ml_rows, t)
-        next_tok = _draw(_filtered(logp, sampling), generator)
+        # n uniform numbers a sentence still searched, from its own generator, whether or not
+        # each of its rows has ended: a sentence's draws depend on itself alone
+        uniform = torch.cat([torch.rand(n, 1, generator=generators[i], device=device)
+                             for i in alive.tolist()])  # fmt: skip
+        next_tok = _draw(_filtered(logp, sampling), uniform)
         got = logp.gather(1, next_tok[:, None]).squeeze(1)
         acc += torch.where(live, got, 0.0)
         next_tok = torch.where(live, next_tok, EOS)
@@ -455,15 +460,29 @@ def _sample(
     return seqs, scores
 
 
-def _draw(x: Tensor, generator) -> Tensor:
+def _draw(x: Tensor, uniform: Tensor) -> Tensor:
     """One token a row of x [n, V] drawn with probability softmax(x), by the inverse of the
-    cumulative distribution: one uniform number a row and a search in the row's running sum.
+    cumulative distribution: one uniform number a row (`uniform` [n, 1], in [0, 1)) and a
+    search in the row's running sum.
     That is exact, and on a CPU several times faster than torch.multinomial or the Gumbel-max
     trick, which draw or transform a random number for every token of the vocabulary. A row
     with no finite value (one that has ended) gets some token; the caller replaces it."""
     weights = (x - x.amax(1, keepdim=True)).exp_().cumsum_(1)  # the best token weighs 1
-    u = torch.rand(x.size(0), 1, device=x.device, generator=generator) * weights[:, -1:]
+    u = uniform * weights[:, -1:]
     return torch.searchsorted(weights, u, right=True).squeeze(1).clamp_(max=x.size(1) - 1)
+
+
+def sentence_generators(seed: int, src: Tensor) -> list[torch.Generator]:
+    """A random generator for each source row of src [B, S], seeded by `seed` and the row's ids
+    (a stable hash of both): the same sentence draws the same numbers in any batch, alone or
+    among others, at any place."""
+    found = []
+    for row in src.tolist():
+        ids = ",".join(map(str, (i for i in row if i != PAD)))
+        digest = hashlib.blake2b(f"{seed}:{ids}".encode(), digest_size=8).digest()
+        key = int.from_bytes(digest, "little") >> 1  # below 2^63
+        found.append(torch.Generator(src.device).manual_seed(key))
+    return found
 
 
 def _filtered(logp: Tensor, sampling: Sampling) -> Tensor:

@@ -333,3 +333,32 @@ def test_transformers_rule_ends_at_the_maximum_length_with_any_token():
     for stop, length in (("bound", 5), ("transformers", 6)):
         settings = DecodeDefaults(beam=2, max_len_a=0, max_len_b=5, stop=stop)
         assert {len(h.tokens) for h in search(model, src, settings)} == {length}, stop
+
+
+def test_a_sentences_samples_do_not_depend_on_its_batch_mates():
+    """Sampling: the same line gives the same samples alone, in a batch of 5 and of 64, at any
+    place in the batch; another seed gives others."""
+    from s2s.core.decode.search import Sampling, Wanted, nbest
+
+    model = transformer()
+    g = torch.Generator().manual_seed(4)
+    rows = [
+        torch.randint(4, 20, (int(n),), generator=g).tolist()
+        for n in torch.randint(2, 9, (64,), generator=g)
+    ]
+    line = [5, 9, 11, 7]
+
+    def samples(batch, seed=7):
+        width = max(map(len, batch)) + 1
+        src = torch.full((len(batch), width), PAD)
+        for i, r in enumerate(batch):
+            src[i, : len(r) + 1] = torch.tensor(r + [EOS])
+        settings = DecodeDefaults(beam=4, max_len_a=0, max_len_b=12)
+        found = nbest(model, src, settings, Wanted(4, Sampling(seed=seed)))
+        return [[h.tokens for h in hs] for hs in found]
+
+    alone = samples([line])[0]
+    assert samples(rows[:2] + [line] + rows[2:4])[2] == alone
+    assert samples(rows[:40] + [line] + rows[40:63])[40] == alone
+    assert samples([line] * 3) == [alone] * 3
+    assert samples([line], seed=8)[0] != alone
