@@ -259,7 +259,8 @@ class Decoder:
         """The model's log-probability of each given target (ids in the model's space, without BOS
         and EOS) after its source line: every token's, EOS included, their sum, and the sum over
         the search's length penalty lp(|Y|) with the settings' alpha and form (|Y| counting EOS), the
-        figure beam search ranks by. The plain model's (or ensemble's) distribution: no
+        figure beam search ranks by; the projection and log-softmax in fp32 whatever the search's
+        precision (`log_probs`). The plain model's (or ensemble's) distribution: no
         constraint, no temperature. Sentences go in batches of at most 64."""
         model, task, lp, device = self.model, self.task, penalty(self.settings), self.device
         found: list[TargetScore] = []
@@ -277,7 +278,7 @@ class Decoder:
                     tgt_in[row, : len(seq) + 1] = torch.tensor([BOS, *seq])
                     tgt_out[row, : len(seq) + 1] = torch.tensor([*seq, EOS])
                 tgt_in, tgt_out = tgt_in.to(device), tgt_out.to(device)
-                logp = torch.log_softmax(model(src, tgt_in).float(), -1)
+                logp = model.log_probs(src, tgt_in)  # fp32, whatever the search's precision
                 picked = logp.gather(-1, tgt_out[..., None])[..., 0]
                 for row, seq in enumerate(seqs):
                     each = picked[row, : len(seq) + 1].tolist()

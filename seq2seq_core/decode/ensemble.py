@@ -40,6 +40,10 @@ class Ensemble(nn.Module):
         """Log-probabilities [B, T, V] of every next token given tgt_in [B, T]."""
         return self.decode(tgt_in, *self.encode(src))
 
+    def log_probs(self, src: Tensor, tgt_in: Tensor) -> Tensor:
+        """The mixture of the models' fp32 log-probabilities (each model's `log_probs`)."""
+        return self.mixture([m.log_probs(src, tgt_in) for m in self.models])
+
     def init_cache(self, memory: list[Tensor], src_pad: Tensor, capacity: int = 16) -> list:
         return [m.init_cache(x, src_pad, capacity=capacity) for m, x in zip(self.models, memory)]
 

@@ -185,6 +185,15 @@ class DecoderLayer(nn.Module):
         return self.res3(x, self.ffn)
 
 
+def _plain(p) -> Optional[Tensor]:
+    """A linear layer's weight or bias as an fp32 tensor: int8 layers (dynamic quantisation)
+    give theirs by a call, quantised."""
+    p = p() if callable(p) else p
+    if p is None:
+        return None
+    return (p.dequantize() if p.is_quantized else p).float()
+
+
 class SearchMemory(threading.local):
     """Memory that a finished search's caches hand back for the next search in the same thread,
     on a CPU (a GPU's allocator keeps freed memory itself).
@@ -461,6 +470,15 @@ class Transformer(nn.Module):
         # module `out` holds its cast): the loss casts it itself and returns its gradient in fp32
         weight = self.tgt_embed.weight if self.tied_output else self.out.weight
         return label_smoothed_loss(states, weight, tgt_out, label_smoothing, self.out.bias)
+
+    def log_probs(self, src: Tensor, tgt_in: Tensor) -> Tensor:
+        """log p(y_t | y_<t, x) [B, T, V] in fp32 whatever the model's precision: the decoder
+        states projected in fp32 (from a 16-bit or int8 model's weights, widened), so that a
+        reported score is not a logit rounded to 16 bits (steps of 2^-3 at |z| in [16, 32))."""
+        states = self.decoder_states(tgt_in, *self.encode(src)).float()
+        weight, bias = (_plain(p) for p in (self.out.weight, self.out.bias))
+        logits = F.linear(states, weight, None if bias is None else bias)
+        return torch.log_softmax(logits, dim=-1)
 
     def _with_attention(self, *args):
         kinds = AttentionWeights()

@@ -72,3 +72,21 @@ def test_model_options_swish_and_output_bias():
     assert torch.isneginf(logits[..., PAD]).all()
     loss, nll = model(src, tgt_in, torch.tensor([[7, 8, 2]]), 0.1)
     assert torch.isfinite(loss) and torch.isfinite(nll)
+
+
+def test_log_probs_are_fp32_whatever_the_search_precision():
+    """A bf16 model's `log_probs` project its own bf16 states in fp32: the scores are not the
+    bf16 logits' (steps of 2^-3 at |z| in [16, 32)), which move with the batch's rounding."""
+    from s2s.core.nn.precision import for_inference
+
+    torch.manual_seed(3)
+    cfg = ModelConfig(layers=1, d_model=32, d_ff=64, heads=4, dropout=0.0)
+    bf16 = for_inference(Transformer(cfg, 50, 50, True).eval(), "bf16")
+    src, tgt_in = torch.tensor([[5, 6, 7, 2]]), torch.tensor([[1, 8, 9]])
+    with torch.no_grad():
+        ours = bf16.log_probs(src, tgt_in)
+        states = bf16.decoder_states(tgt_in, *bf16.encode(src)).float()
+        expected = torch.log_softmax(states @ bf16.tgt_embed.weight.float().t(), -1)
+        assert bf16(src, tgt_in).dtype == torch.bfloat16  # what scores were taken from before
+    assert ours.dtype == torch.float32
+    torch.testing.assert_close(ours, expected, rtol=1e-6, atol=1e-5)
