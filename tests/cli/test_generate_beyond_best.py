@@ -303,3 +303,24 @@ def test_the_ctranslate2_export_gives_the_same_n_best(demo_runs, lines, capsys, 
     theirs = [[" ".join(h) for h in r.hypotheses] for r in results]
     assert [t[0] for t in theirs] == [o[0] for o in ours]
     assert sum(t == o for t, o in zip(theirs, ours)) >= len(text) // 2
+
+
+def test_rerank_with_a_second_seed(demo_runs, lines, capsys, tmp_path):
+    """`s2s rerank`: weights 0 keep the search's choice (generate's output); --tune-ref finds
+    weights on dev that score at least the search's; a weight a scorer, else one line."""
+    a, b = demo_runs["a"], demo_runs["b"]
+    refs = next((a.parent / "cache").glob("*/test.ref.txt"))
+    ref_file = tmp_path / "refs.txt"
+    ref_file.write_text("".join(refs.read_text().splitlines(True)[:8]))
+    base = ["rerank", a, "--input", lines, "--nbest", "4", "--with", b, "-q"]
+    code, out, err = s2s(capsys, *base, "--weights", "0")
+    assert code == 0, err
+    assert out.splitlines() == generate(capsys, a, lines, "--beam", "4")
+    code, out, err = s2s(capsys, *base, "--tune-ref", ref_file)
+    assert code == 0, err
+    tuned = json.loads(out)
+    assert len(tuned["weights"]) == 1 and tuned["dev"] >= tuned["search"]
+    code, out, err = s2s(capsys, *base, "--weights", ",".join(map(str, tuned["weights"])))
+    assert code == 0 and len(out.splitlines()) == 8
+    before = snapshot(tmp_path)
+    fails(s2s(capsys, *base, "--weights", "1,2"), before, "--weights 1,2", "1 scorer")

@@ -19,6 +19,7 @@ from . import (
     plot,
     prepare,
     quickstart,
+    rerank,
     score,
     serve,
     sweep,
@@ -28,8 +29,8 @@ from . import (
 
 #: what `s2s --help` says above the commands
 DESCRIPTION = (
-    "The `s2s` command: tasks, prepare, train, generate, label, score, average, export, import, "
-    "plot, sweep, attention, serve, quickstart."
+    "The `s2s` command: tasks, prepare, train, generate, label, score, rerank, average, export, "
+    "import, plot, sweep, attention, serve, quickstart."
 )
 
 
@@ -75,6 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
     generate.add(subparsers, common)
     label.add(subparsers, common)
     score.add(subparsers, common)
+    rerank.add(subparsers, common)
     average.add(subparsers, common)
     export.add(subparsers, common)
     imports.add(subparsers, common)

@@ -1,0 +1,89 @@
+"""`s2s rerank RUN --input F --nbest N --with RUN2 --reverse RUN3 (--weights W | --tune-ref R)`:
+an n-best list rescored by other runs and a reverse run (noisy channel), the weights tuned on a
+dev set (docs/decoding.md, "Reranking")."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+
+from ...errors import UsageError
+
+
+def add(subparsers, common) -> None:
+    s = subparsers.add_parser(
+        "rerank",
+        parents=[common],
+        help="rerank a run's n-best lists with other runs (and reverse runs: noisy channel)",
+        description="Each line's --nbest N outputs of RUN are scored by the --with runs (the "
+        "same direction) and the --reverse runs (target to source: log p(source | output)); "
+        "the output with the highest search score + sum of weight x score is written. "
+        "--tune-ref REFS chooses the weights on the input (a dev set) by coordinate ascent on "
+        "the task's metric and prints them as JSON.",
+    )
+    s.add_argument("run", help="the run whose n-best lists are reranked")
+    s.add_argument("overrides", nargs="*", metavar="key=value", help="RUN's overrides")
+    s.add_argument("--input", required=True, help="source lines")
+    s.add_argument("--output", help="output file (default: stdout)")
+    s.add_argument("--nbest", type=int, default=8, metavar="N", help="candidates a line (8)")
+    s.add_argument("--with", dest="forward", nargs="+", default=[], metavar="RUN_DIR")
+    s.add_argument("--reverse", nargs="+", default=[], metavar="RUN_DIR")
+    how = s.add_mutually_exclusive_group(required=True)
+    how.add_argument(
+        "--weights", help="one weight a scorer, comma-separated: --with's, then --reverse's"
+    )
+    how.add_argument("--tune-ref", help="references of --input: tune the weights, print them")
+    s.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from ...inference import load_run
+    from ...inference.rerank import Scorers, choose, features, tune
+    from ...textio import read_lines
+
+    if args.nbest < 2:
+        raise UsageError(f"--nbest {args.nbest}: reranking needs 2 or more candidates")
+    k = len(args.forward) + len(args.reverse)
+    if k == 0:
+        raise UsageError("give the runs that rescore: --with RUN_DIR and/or --reverse RUN_DIR")
+    weights = None
+    if args.weights is not None:
+        try:
+            weights = [float(w) for w in args.weights.split(",")]
+        except ValueError:
+            raise UsageError(f"--weights {args.weights}: comma-separated numbers") from None
+        if len(weights) != k:
+            raise UsageError(
+                f"--weights {args.weights}: {len(weights)} weight(s) for {k} scorer(s)"
+            )
+    lines = read_lines(args.input)
+    references = read_lines(args.tune_ref) if args.tune_ref else None
+    if references is not None and len(references) != len(lines):
+        raise UsageError(
+            f"--tune-ref {args.tune_ref} has {len(references)} line(s), --input {len(lines)}"
+        )
+    plugins = args.plugin or []
+    with contextlib.redirect_stdout(sys.stderr):
+        main = load_run(args.run, [*args.overrides, f"decode.beam={args.nbest}"], plugins=plugins)
+        scorers = Scorers(
+            [load_run(r, plugins=plugins) for r in args.forward],
+            [load_run(r, plugins=plugins) for r in args.reverse],
+        )
+        candidates = main.outputs(lines, n=args.nbest)
+        rows = features(lines, candidates, scorers)
+    if references is not None:
+        metric = lambda hyps, refs: main.task.score(hyps, refs).value  # noqa: E731
+        zero = metric([c[0].text for c in candidates], references)
+        weights, figure = tune(rows, candidates, references, metric)
+        print(json.dumps({"weights": weights, "dev": figure, "search": zero}))
+        return 0
+    picked = [cands[j].text for cands, j in zip(candidates, choose(rows, weights))]
+    text = "".join(line.replace("\n", " ") + "\n" for line in picked)
+    if args.output:
+        from ...files import atomic_write_text
+
+        atomic_write_text(args.output, text)
+    else:
+        sys.stdout.write(text)
+    return 0
