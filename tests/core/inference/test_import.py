@@ -202,3 +202,18 @@ def test_export_of_an_import_imports_back_bitwise(opus_mt, tmp_path, capsys):
     assert all(torch.equal(first[k], second[k]) for k in first)
     lines = test[:10]
     assert hf_generate(exported, lines, 4) == hf_generate(folder, lines, 4)
+
+
+def test_a_hub_name_offline_is_one_line(tmp_path, capsys, monkeypatch):
+    """A hub name goes through huggingface_hub's download and cache; offline and not cached,
+    that is one line naming the model."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf_home"))
+    out = tmp_path / "run"
+    before = snapshot(tmp_path)
+    fails(
+        s2s(capsys, "import", "Helsinki-NLP/opus-mt-xx-yy", "--output", out),
+        before,
+        "Helsinki-NLP/opus-mt-xx-yy",
+        "not found in the local cache",
+    )
