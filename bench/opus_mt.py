@@ -39,14 +39,17 @@ def build_opus_mt(
     seed: int = 1,
     init_std: float = 0.1,
     eos_bias: float = 5.5,
+    separate: bool = False,
 ) -> Path:
-    """Save an OPUS-MT-shaped MarianMTModel and its tokenizer into `folder`."""
+    """Save an OPUS-MT-shaped MarianMTModel and its tokenizer into `folder`; with `separate`,
+    a source and a target vocabulary (vocab.json, target_vocab.json) and embeddings of their
+    own, "<pad>" at the same id in both."""
     import sentencepiece
     import torch
     from transformers import GenerationConfig, MarianConfig, MarianMTModel
 
     folder.mkdir(parents=True, exist_ok=True)
-    pieces = []
+    pieces = {}
     for name, lines in (("source", src_lines), ("target", tgt_lines)):
         sentencepiece.SentencePieceTrainer.train(
             sentence_iterator=iter(lines),
@@ -60,20 +63,30 @@ def build_opus_mt(
         (folder / f"{name}.model").rename(folder / f"{name}.spm")
         (folder / f"{name}.vocab").unlink()
         model = sentencepiece.SentencePieceProcessor(model_file=str(folder / f"{name}.spm"))
-        pieces += [
+        pieces[name] = [
             model.id_to_piece(i) for i in range(model.get_piece_size()) if not model.is_control(i)
         ]
-    tokens = ["</s>", "<unk>"] + sorted(set(pieces) - {"<unk>", "</s>", "<s>"}) + ["<pad>"]
-    vocab = {t: i for i, t in enumerate(tokens)}
+
+    def numbered(words):
+        tokens = ["</s>", "<unk>"] + sorted(set(words) - {"<unk>", "</s>", "<s>"})
+        return {t: i for i, t in enumerate(tokens[:2] + ["<pad>"] + tokens[2:] if separate
+                                            else tokens + ["<pad>"])}  # fmt: skip
+
+    vocab = numbered(pieces["source"] + ([] if separate else pieces["target"]))
+    target = numbered(pieces["target"]) if separate else vocab
     (folder / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
+    if separate:
+        text = json.dumps(target, ensure_ascii=False)
+        (folder / "target_vocab.json").write_text(text, encoding="utf-8")
     (folder / "tokenizer_config.json").write_text(
-        json.dumps({"source_lang": "en", "target_lang": "de", "separate_vocabs": False}),
+        json.dumps({"source_lang": "en", "target_lang": "de", "separate_vocabs": separate}),
         encoding="utf-8",
     )
     pad = vocab["<pad>"]
+    assert target["<pad>"] == pad
     config = MarianConfig(
-        vocab_size=len(tokens),
-        decoder_vocab_size=len(tokens),
+        vocab_size=len(vocab),
+        decoder_vocab_size=len(target),
         d_model=d_model,
         encoder_layers=layers,
         decoder_layers=layers,
@@ -84,7 +97,7 @@ def build_opus_mt(
         activation_function="swish",
         max_position_embeddings=512,
         scale_embedding=True,
-        share_encoder_decoder_embeddings=True,
+        share_encoder_decoder_embeddings=not separate,
         tie_word_embeddings=True,
         pad_token_id=pad,
         eos_token_id=0,

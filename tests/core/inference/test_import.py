@@ -217,3 +217,27 @@ def test_a_hub_name_offline_is_one_line(tmp_path, capsys, monkeypatch):
         "Helsinki-NLP/opus-mt-xx-yy",
         "not found in the local cache",
     )
+
+
+def test_separate_vocabularies_and_pytorch_weights(tmp_path, capsys):
+    """An OPUS-MT model with a source and a target vocabulary (target_vocab.json, embeddings of
+    their own) whose weights are a pytorch_model.bin: its import decodes as transformers does."""
+    from bench.opus_mt import build_opus_mt, hf_generate, marian_ids, s2s_generate, s2s_ids
+    from safetensors.torch import load_file
+
+    root = corpus(MULTI30K)
+    src = (root / "train.en").read_text(encoding="utf-8").splitlines()[:3000]
+    tgt = (root / "train.de").read_text(encoding="utf-8").splitlines()[:3000]
+    test = (root / "test_2016_flickr.en").read_text(encoding="utf-8").splitlines()[:25]
+    folder = build_opus_mt(tmp_path / "m", src, tgt, 300, 32, separate=True)
+    weights = folder / "model.safetensors"
+    torch.save(load_file(str(weights)), folder / "pytorch_model.bin")
+    weights.unlink()
+    run = tmp_path / "run"
+    assert s2s(capsys, "import", folder, "--output", run)[0] == 0
+    assert (run / "pieces.src.json").read_bytes() != (run / "pieces.tgt.json").read_bytes()
+    assert s2s_ids(run, test) == marian_ids(folder, test)
+    source = tmp_path / "in.en"
+    source.write_text("\n".join(test) + "\n", encoding="utf-8")
+    for beam in (1, 4):
+        assert s2s_generate(run, source, beam) == hf_generate(folder, test, beam)
