@@ -1,8 +1,9 @@
 """Reranking a run's n-best lists with a second run, the weights tuned on dev only.
 
-    python -m bench.rerank --run runs/seed1 --with runs/seed2
+    python -m bench.rerank --run runs/seed1 [--with runs/seed2] [--reverse runs/de_en]
 
-`s2s rerank RUN --input val.en --nbest 8 --with OTHER --tune-ref val.de` chooses the weights on
+`s2s rerank RUN --input val.en --nbest 8 --with OTHER --reverse REV --tune-ref val.de` (a second
+run of the same direction, a reverse run for noisy channel) chooses the weights on
 Multi30k's val (1,014 sentences); `s2s rerank ... --weights W` then writes test_2016_flickr's
 outputs with them; `s2s generate RUN` (the task's beam 4) is the baseline, and `s2s score
 --hyp BEAM --hyp RERANKED` the paired test. Writes bench/results/NAME.json.
@@ -29,11 +30,14 @@ def s2s(*args) -> subprocess.CompletedProcess:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run", required=True, type=Path)
-    parser.add_argument("--with", dest="other", required=True, type=Path)
+    parser.add_argument("--with", dest="other", nargs="*", default=[], type=Path)
+    parser.add_argument("--reverse", nargs="*", default=[], type=Path)
     parser.add_argument("--nbest", type=int, default=8)
     parser.add_argument("--name", default="rerank")
     args = parser.parse_args()
-    common = [args.run, "--nbest", args.nbest, "--with", args.other, "-q"]
+    common = [args.run, "--nbest", args.nbest, "-q"]
+    common += ["--with", *args.other] if args.other else []
+    common += ["--reverse", *args.reverse] if args.reverse else []
     t0 = time.perf_counter()
     tuned = json.loads(
         s2s(
@@ -52,7 +56,7 @@ def main() -> None:
                 "--json").stdout
         )  # fmt: skip
     result = {
-        "command": f"python -m bench.rerank --run {args.run} --with {args.other}",
+        "command": " ".join(["python -m bench.rerank", *sys.argv[1:]]),
         "dev": tuned,
         "tuning_seconds": round(tuning, 1),
         "test": {
