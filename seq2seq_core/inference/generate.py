@@ -15,7 +15,6 @@ import logging
 import sys
 from dataclasses import dataclass, field
 from itertools import islice
-from pathlib import Path
 from typing import IO, Iterable, NamedTuple, Sequence
 
 import torch
@@ -26,7 +25,7 @@ from ..decode.batched import Decoder, Forced, prefix_problem, prepared_sources, 
 from ..decode.search import Wanted, sentences_per_batch
 from ..decode.terminology import line_terms, placeable, read_terms
 from ..errors import ConfigError, DataError, UsageError
-from ..files import remove_stale_temporaries, replacing
+from ..files import remove_stale_temporaries, replaced_file, replacing
 from ..progress import progress
 from ..vocab import UNK
 from .loading import decoder_of, load_for_inference
@@ -337,18 +336,12 @@ def generate_file(job: Job, registry, stdout) -> Counts:
         else (line[:-1] if line.endswith(b"\n") else line for line in sys.stdin.buffer)
     )
     output = job.output
-    regular = output and (Path(output).is_file() or not Path(output).exists())
-    if regular:
-        remove_stale_temporaries(Path(output).parent)
+    replaced = replaced_file(output) if output else None
+    if replaced is not None:
+        remove_stale_temporaries(replaced.parent)
     try:
         with contextlib.ExitStack() as stack:
-            out = (
-                stack.enter_context(replacing(output))
-                if regular
-                else stack.enter_context(open(output, "w", encoding="utf-8"))
-                if output
-                else stdout
-            )
+            out = stack.enter_context(replacing(output)) if output else stdout
             bar = stack.enter_context(progress(job.quiet, desc="generate", unit=" sent"))
             lines = InputLines(raw, job.input or "<stdin>")
             return generate_lines(decoder_of(cfg, member, model), lines, out, job.asked, bar)
