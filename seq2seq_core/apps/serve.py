@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import queue
 import socket
 import sys
@@ -88,7 +89,9 @@ async def body_json(request) -> dict:
             400, f"request body is not valid UTF-8 (byte {e.start}: {body[e.start]:#04x})"
         ) from None
     try:
-        data = json.loads(text)
+        data = json.loads(text, parse_constant=_not_a_number, parse_float=_finite_float)
+    except NotANumber as e:
+        raise bad(400, f"request body holds {e}, which is not a JSON number: send a finite one")
     except ValueError as e:
         raise bad(400, f"request body is not JSON: {e}") from None
     except RecursionError:
@@ -98,6 +101,48 @@ async def body_json(request) -> dict:
             400, f'request body is a JSON {type(data).__name__}, not an object {{"text": [...]}}'
         )
     return data
+
+
+class NotANumber(ValueError):
+    """A number JSON has no room for: Infinity, NaN (which Python's reader takes), 1e999."""
+
+
+def _not_a_number(name: str):
+    raise NotANumber(name)
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise NotANumber(f"{text[:40]} (beyond a float's range)")
+    return value
+
+
+#: the fields each endpoint reads; any other is refused, naming the nearest (a misspelt "nbset"
+#: would otherwise be ignored and the answer silently not the one asked for)
+FIELDS = {
+    "/generate": ("text", "task", "nbest", "sampling", "prefixes", "terms"),
+    "/score": ("text", "targets", "task"),
+    "/attention": ("text", "task", "layer"),
+    '"sampling"': ("temperature", "top_k", "top_p", "seed"),
+}
+
+
+def known_fields(data: dict, where: str) -> None:
+    """A 400 for a field of `data` that `where` (an endpoint, or "sampling") does not read,
+    naming the nearest one it does."""
+    import difflib
+
+    fields = FIELDS[where]
+    for key in data:
+        if key not in fields:
+            near = difflib.get_close_matches(str(key), fields, n=1, cutoff=0.5)
+            hint = f' (did you mean "{near[0]}"?)' if near else ""
+            raise bad(
+                400,
+                f"{json.dumps(key)[:40]} is not a field of {where}{hint}: its fields are "
+                f"{', '.join(fields)}",
+            )
 
 
 def member_of(service: Service, data: dict):
@@ -150,6 +195,9 @@ def sentences(data: dict, many: bool = True) -> list[str]:
     return text
 
 
+SAMPLING = '"sampling"'
+
+
 def wanted_of(data: dict, beam: int):
     """The request's "nbest" (1 to the beam; drawn: to MAX_SAMPLES) and "sampling" (an object of
     `Sampling`'s fields), as a `Wanted`; a 400 naming the field and value."""
@@ -164,19 +212,23 @@ def wanted_of(data: dict, beam: int):
         raise bad(400, f'"nbest" {json.dumps(n)[:40]}: a whole number from 1, {why}')
     if drawn is None:
         return Wanted(n)
-    fields = {"temperature": float, "top_k": int, "top_p": float, "seed": int}
-    if not isinstance(drawn, dict) or set(drawn) - set(fields):
-        raise bad(400, f'"sampling" must be an object with some of {", ".join(fields)}')
-    for key, kind in fields.items():
-        value = drawn.get(key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+    if not isinstance(drawn, dict):
+        raise bad(400, f'"sampling" must be an object with some of {", ".join(FIELDS[SAMPLING])}')
+    known_fields(drawn, SAMPLING)
+    whole = ("top_k", "seed")
+    for key, value in drawn.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise bad(400, f'"sampling"."{key}" {json.dumps(value)[:40]}: a number')
-        if kind is int and value is not None and value != int(value):
+        if key in whole and isinstance(value, float) and value != int(value):
             raise bad(400, f'"sampling"."{key}" {value}: a whole number')
-    sampling = Sampling(**{k: fields[k](v) for k, v in drawn.items()})
-    problem = sampling.problem()
+    exact = lambda v: isinstance(v, float) and v.is_integer() and abs(v) <= 2**53  # noqa: E731
+    sampling = Sampling(**{k: int(v) if k in whole and exact(v) else v for k, v in drawn.items()})
+    problem = sampling.problem()  # the bounds `s2s generate` and the Python API check
     if problem:
         raise bad(400, f'"sampling": {problem}')
+    sampling = Sampling(
+        float(sampling.temperature), sampling.top_k, float(sampling.top_p), sampling.seed
+    )
     return Wanted(n, sampling)
 
 
@@ -364,6 +416,7 @@ def build_app(service: Service):
 
     async def generate(request):
         data = await body_json(request)
+        known_fields(data, "/generate")
         member = member_of(service, data)
         lines = sentences(data)
         start = time.perf_counter()
@@ -399,6 +452,7 @@ def build_app(service: Service):
 
     async def score(request):
         data = await body_json(request)
+        known_fields(data, "/score")
         member = member_of(service, data)
         lines = sentences(data)
         start = time.perf_counter()
@@ -421,6 +475,7 @@ def build_app(service: Service):
 
     async def attention(request):
         data = await body_json(request)
+        known_fields(data, "/attention")
         member = member_of(service, data)
         lines = sentences(data, many=False)
         layers = len(service.batcher.attending.decoder)

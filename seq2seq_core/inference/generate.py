@@ -316,19 +316,17 @@ def loaded(job: Job, registry) -> tuple:
             f"{job.beam_setting}={beam}: the beam is larger than the target vocabulary of "
             f"{job.runs[0]} ({vocab} tokens)"
         )
-    if wanted.sampling is None and wanted.n > beam:
-        raise ConfigError(
-            f"--nbest {wanted.n}: above the beam ({beam}); a beam search keeps at most its beam "
-            "of outputs (raise --beam, or draw them with --sampling)"
-        )
+    problem = wanted.problem(beam)  # the check the server and the Python API make
+    if problem:
+        raise UsageError(f"--{problem}")
     return cfg, member, model
 
 
 def generate_file(job: Job, registry, stdout) -> Counts:
     """`s2s generate`: decode the lines of `job.input` (None: stdin) with the run (or ensemble)
-    into `job.output` (None: `stdout`); returns the `Counts`. A
-    regular output file appears complete at the end (`files.replacing`); a device or a pipe is
-    written as it goes."""
+    into `job.output` (None: `stdout`); returns the `Counts`. A regular output file (a link's
+    target) appears complete at the end; a device, a pipe or /dev/stdout is written as it goes
+    (`files.replacing`)."""
     cfg, member, model = loaded(job, registry)
     raw = (
         textio.raw_lines(job.input)

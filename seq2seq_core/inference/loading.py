@@ -28,7 +28,7 @@ from ..data.members import (
 )
 from ..decode.batched import Decoder, Forced, Output, TargetScore, prepared_sources
 from ..decode.search import Sampling, Wanted
-from ..errors import CheckpointError
+from ..errors import CheckpointError, UsageError
 from ..nn import precision
 from ..nn.model import Transformer
 from ..setup.config import load_config
@@ -171,7 +171,12 @@ class Run:
         the n best of the beam (n at most the beam), or n drawn with `sampling`; with
         `prefixes` (one a line, "" for none) each output starts with its line's prefix; with
         `terms` ((source term, target term) pairs, as `--terms` reads them) every output of a
-        line that holds a source term holds its target term."""
+        line that holds a source term holds its target term. Settings out of range (`Wanted.problem`,
+        the command line's and the server's check) are a UsageError naming the setting."""
+        wanted = Wanted(n, sampling)
+        problem = wanted.problem(self.settings.beam)
+        if problem:
+            raise UsageError(problem)
         spelled = None
         if terms:
             from ..decode.terminology import line_terms
@@ -179,7 +184,7 @@ class Run:
             sources = prepared_sources(self.member, lines)
             found = line_terms(self.member, sources, list(terms))
             spelled = [[spellings for _, _, spellings in here] for here in found]
-        return self.decoder.outputs(lines, Wanted(n, sampling), Forced(prefixes, spelled), raw=True)
+        return self.decoder.outputs(lines, wanted, Forced(prefixes, spelled), raw=True)
 
     def score(self, lines: Sequence[str], targets: Sequence[str]) -> list[TargetScore]:
         """The model's log-probability of each target line after its input line (raw text):

@@ -137,7 +137,7 @@ def test_the_python_api_decodes_as_generate_does(demo_runs, lines, capsys):
     [
         (["--nbest", "0"], ["--nbest 0", "1 or more"]),
         (["--nbest", "5"], ["--nbest 5", "above the beam (4)"]),
-        (["--sampling", "--temperature", "0"], ["--temperature 0.0", "above 0"]),
+        (["--sampling", "--temperature", "0"], ["--temperature 0.0", "[0.001, 1000]"]),
         (["--sampling", "--top-p", "1.5"], ["--top-p 1.5"]),
         (["--sampling", "--top-k", "-1"], ["--top-k -1"]),
         (["--temperature", "0.5"], ["--temperature 0.5", "only with --sampling"]),
@@ -213,7 +213,7 @@ def test_the_server_takes_the_same_options(demo_runs, lines, capsys, tmp_path):
             ({"nbest": 17, "sampling": {}}, "at most 16 drawn"),
             ({"sampling": {"temperature": 0}}, "temperature 0"),
             ({"sampling": {"top_p": 2}}, "top-p 2"),
-            ({"sampling": {"beam": 2}}, '"sampling" must be an object'),
+            ({"sampling": {"beam": 2}}, '"beam" is not a field of "sampling"'),
             ({"prefixes": ["de"]}, '"prefixes" must be a list of 8'),
             ({"prefixes": ["de zzzq"] + [""] * 7}, '"prefixes"[0]: the target vocabulary'),
             ({"terms": [["book"]]}, '"terms" must be a list'),

@@ -1,5 +1,6 @@
 """The fifth round of hostile input (issue 63), through the real command line: outputs through
-links and special files written, never replaced.
+links and special files written, never replaced; decoding settings outside what float32 and the
+generators take refused in one line, by the command line, the server and the Python API alike.
 
 Each failure is asserted as the other fault tests assert it (`cli_checks.fails`): exit 2, one
 line naming the option, file or value, no traceback, nothing on disk changed. One tiny demo run is
@@ -127,3 +128,120 @@ def test_generate_output_to_a_name_of_stdout_writes_through_it(world, tmp_path, 
     from s2s.core.files import descriptor_of, replaced_file
 
     assert descriptor_of("/dev/stdout") == 1 and replaced_file("/dev/stderr") is None
+
+
+# -- 2. decoding settings in range: the command line, the API --------------------------------
+@pytest.mark.parametrize(
+    "options, needles",
+    [
+        (["--sampling", "--temperature", "inf"], ["--temperature inf", "finite number"]),
+        (["--sampling", "--temperature", "1e300"], ["--temperature 1e+300", "[0.001, 1000]"]),
+        (["--sampling", "--temperature", "1e-45"], ["--temperature 1e-45", "[0.001, 1000]"]),
+        (["--sampling", "--temperature", "nan"], ["--temperature nan", "finite number"]),
+        (["--sampling", "--top-p", "1e-300"], ["--top-p 1e-300", "(0.001, 1]"]),
+        (["--sampling", "--seed", str(10**30)], ["--seed 1000000", "[0, 4294967295]"]),
+        (["--sampling", "--seed", "-1"], ["--seed -1", "[0, 4294967295]"]),
+        (["--alpha", "1e300"], ["decode.alpha=1e+300", "[0, 10]"]),
+        (["--max-len-a", "1e300"], ["decode.max_len_a=1e+300", "[0, 10000]"]),
+        (["--max-len-b", str(10**23)], ["decode.max_len_b=1000000", "[0, 1000000000]"]),
+    ],
+)
+def test_generate_refuses_settings_out_of_range(world, capsys, tmp_path, options, needles):
+    out = tmp_path / "out.txt"
+    out.write_text("kept\n")
+    before = snapshot(out, world["run"])
+    result = s2s(
+        capsys, "generate", world["run"], "--input", world["src"], "--output", out, *options
+    )
+    fails(result, before, *needles)
+
+
+def test_label_refuses_a_temperature_out_of_range(world, capsys, tmp_path):
+    before = snapshot(tmp_path)
+    result = s2s(
+        capsys,
+        "label",
+        world["run"],
+        "--input",
+        world["src"],
+        "--output",
+        tmp_path / "labels",
+        "--sampling",
+        "--temperature",
+        "inf",
+    )
+    fails(result, before, "--temperature inf")
+
+
+def test_score_refuses_a_resampling_seed_out_of_range(world, capsys):
+    before = snapshot(world["src"])
+    for seed in ("-1", str(10**23)):
+        result = s2s(
+            capsys,
+            "score",
+            "demo",
+            "--ref",
+            world["src"],
+            "--hyp",
+            world["src"],
+            "--ci",
+            "--seed",
+            seed,
+        )
+        fails(result, before, f"--seed {seed[:6]}", "[0, 4294967295]")
+
+
+def test_the_python_api_checks_what_the_command_line_checks(world):
+    from s2s.core.decode.search import Sampling
+    from s2s.core.errors import UsageError
+    from s2s.core.inference import load_run
+
+    run = load_run(world["run"])
+    lines = SOURCES.splitlines()
+    for sampling, needle in [
+        (Sampling(temperature=float("inf")), "temperature inf"),
+        (Sampling(top_p=1e-300), "top-p 1e-300"),
+        (Sampling(seed=10**30), "seed 1000000"),
+    ]:
+        with pytest.raises(UsageError, match=needle.replace("+", r"\+")):
+            run.outputs(lines, n=2, sampling=sampling)
+    with pytest.raises(UsageError, match="nbest 9: above the beam"):
+        run.outputs(lines, n=9)
+    assert len(run.outputs(lines, n=2, sampling=Sampling(temperature=1000.0, seed=3))[0]) == 2
+
+
+# -- the server: the same checks, a 400 naming the field --------------------------------------
+BAD_REQUESTS = [
+    ({"nbset": 2}, 400, ['"nbset" is not a field of /generate', 'did you mean "nbest"']),
+    ({"sampling": {"temprature": 2}}, 400, ['"temprature"', 'did you mean "temperature"']),
+    ({"sampling": {"seed": 10**30}}, 400, ['"sampling": seed 1000000', "[0, 4294967295]"]),
+    ({"sampling": {"seed": 1e23}}, 400, ['"sampling": seed 1e+23', "[0, 4294967295]"]),
+    ({"sampling": {"temperature": 1e300}}, 400, ["temperature 1e+300", "[0.001, 1000]"]),
+    ({"sampling": {"temperature": 10**400}}, 400, ["temperature 1000", "[0.001, 1000]"]),
+    ({"sampling": {"top_p": 1e-300}}, 400, ["top-p 1e-300", "(0.001, 1]"]),
+    (b'{"text": ["a"], "sampling": {"temperature": Infinity}}', 400, ["Infinity", "JSON number"]),
+    (b'{"text": ["a"], "sampling": {"top_p": NaN}}', 400, ["NaN", "JSON number"]),
+    (b'{"text": ["a"], "sampling": {"temperature": 1e999}}', 400, ["1e999", "JSON number"]),
+]
+
+
+@pytest.mark.slow
+def test_the_server_refuses_what_the_command_line_refuses(world, tmp_path):
+    """Each bad request gets its 4xx naming the field, the server goes on, and its log holds no
+    traceback."""
+    from test_serve import post, server
+
+    text = SOURCES.splitlines()
+    log = tmp_path / "serve.log"
+    with server(world["run"], log=log) as url:
+        for body, status, needles in BAD_REQUESTS:
+            body = body if isinstance(body, bytes) else {"text": text, **body}
+            got = post(f"{url}/generate", body)
+            assert got[0] == status and all(n in got[1]["error"] for n in needles), (body, got)
+        got = post(f"{url}/score", {"text": text, "targets": text, "taks": "demo"})
+        assert got[0] == 400 and 'did you mean "task"' in got[1]["error"], got
+        got = post(f"{url}/attention", {"text": text[0], "layers": 1})
+        assert got[0] == 400 and 'did you mean "layer"' in got[1]["error"], got
+        body = {"text": text, "nbest": 2, "sampling": {"seed": 4294967295, "temperature": 1000}}
+        assert post(f"{url}/generate", body)[0] == 200
+    assert "Traceback" not in log.read_text()
