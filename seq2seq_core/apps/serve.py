@@ -234,7 +234,7 @@ def wanted_of(data: dict, beam: int):
 
 def prefixes_of(data: dict, member, sources: list[str], settings, max_positions: int):
     """The request's "prefixes": one string a sentence, each usable (`prefix_problem`), or None."""
-    from ..decode.batched import prefix_problem
+    from ..decode.given import prefix_problem
 
     prefixes = data.get("prefixes")
     if prefixes is None:
@@ -257,33 +257,36 @@ def prefixes_of(data: dict, member, sources: list[str], settings, max_positions:
 
 
 def terms_of(data: dict, member, sources: list[str], settings, max_positions: int):
-    """The request's "terms" (at most MAX_TERMS [source term, target term] pairs) as each
-    sentence's target spellings, or None; a 400 naming what is wrong, before any decoding."""
+    """The request's "terms" ([source term, target term] pairs; at most MAX_TERMS once identical
+    ones are merged) as each sentence's target spellings, or None; a 400 naming what is wrong
+    (`checked_terms`: a special token, an unspellable term, a source term with two targets),
+    before any decoding."""
+    from ..decode.given import checked_terms
     from ..decode.terminology import line_terms, placeable
-    from ..vocab import UNK
 
     pairs = data.get("terms")
     if pairs is None:
         return None
     if not member.terminology:
         raise bad(400, f'"terms": task {member.name!r} writes no target words for source terms')
-    if (
-        not isinstance(pairs, list)
-        or len(pairs) > MAX_TERMS
-        or not all(
-            isinstance(p, list) and len(p) == 2 and all(isinstance(x, str) and x.strip() for x in p)
-            for p in pairs
-        )
+    if not isinstance(pairs, list) or not all(
+        isinstance(p, list)
+        and len(p) == 2
+        and all(isinstance(x, str) and x.strip() and len(x) <= MAX_CHARS for x in p)
+        for p in pairs
     ):
         raise bad(
             400,
             f'"terms" must be a list of at most {MAX_TERMS} [source term, target term] pairs of '
-            "non-empty strings",
+            f"non-empty strings (of at most {MAX_CHARS} characters)",
         )
-    for i, (source, target) in enumerate(pairs):
-        if UNK in member.encode_target([" " + target.strip()])[0]:
-            raise bad(400, f'"terms"[{i}]: the target vocabulary cannot spell {target!r}')
-    found = line_terms(member, sources, [(a.strip(), b.strip()) for a, b in pairs])
+    try:
+        pairs = checked_terms(member, pairs, lambda i: f'"terms"[{i}]')
+    except UsageError as e:
+        raise bad(400, str(e)) from None
+    if len(pairs) > MAX_TERMS:
+        raise bad(400, f'"terms" holds {len(pairs)} different pairs; at most {MAX_TERMS} a request')
+    found = line_terms(member, sources, pairs)
     for i, (source, terms) in enumerate(zip(sources, found)):
         if placeable(member, source, terms, settings, max_positions) < len(terms):
             raise bad(400, f'"text"[{i}]: its terms do not fit its output\'s length limit together')
@@ -293,7 +296,9 @@ def terms_of(data: dict, member, sources: list[str], settings, max_positions: in
 def targets_of(data: dict, member, count: int, max_positions: int) -> list[list[int]]:
     """The request's "targets", one output a sentence, as target ids (a word the vocabulary
     lacks scores as <unk>, as in `s2s generate --score-targets`); a 400 (413) naming the entry
-    that is not a one-line string, or too long for the model."""
+    that is not a one-line string, holds a special token, or is too long for the model."""
+    from ..decode.given import target_problem
+
     targets = data.get("targets")
     if (
         not isinstance(targets, list)
@@ -309,6 +314,9 @@ def targets_of(data: dict, member, count: int, max_positions: int) -> list[list[
     for i, (target, seq) in enumerate(zip(targets, ids)):
         if "\n" in target or "\r" in target:
             raise bad(400, f'"targets"[{i}] holds a line break: send one output a string')
+        problem = target_problem(member, target)
+        if problem:
+            raise bad(400, f'"targets"[{i}]: {problem}')
         if len(seq) + 1 > max_positions:
             raise bad(
                 413,

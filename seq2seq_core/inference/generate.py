@@ -21,13 +21,13 @@ import torch
 
 from .. import textio
 from ..data.members import decode_settings
-from ..decode.batched import Decoder, Forced, prefix_problem, prepared_sources, unknown_words
+from ..decode.batched import Decoder, Forced, prepared_sources, unknown_words
+from ..decode.given import checked_terms, prefix_problem, target_problem
 from ..decode.search import Wanted, sentences_per_batch
 from ..decode.terminology import line_terms, placeable, read_terms
 from ..errors import ConfigError, DataError, UsageError
 from ..files import remove_stale_temporaries, replaced_file, replacing
 from ..progress import progress
-from ..vocab import UNK
 from .loading import decoder_of, load_for_inference
 
 log = logging.getLogger("s2s")
@@ -159,8 +159,9 @@ def block_size(decoder: Decoder) -> int:
 
 
 def _term_pairs(task, asked: Asked):
-    """The term file's (source, target) pairs, or None; a task whose outputs have no target
-    words (a parser's trees) refuses one."""
+    """The term file's (source, target) pairs, identical ones merged, or None (`checked_terms`:
+    a special token, an unspellable term, a source term with two targets name the file and
+    line); a task whose outputs have no target words (a parser's trees) refuses one."""
     if asked.terms is None:
         return None
     if not task.terminology:
@@ -169,17 +170,7 @@ def _term_pairs(task, asked: Asked):
             "(its outputs are built from the source's own words)"
         )
     pairs = read_terms(asked.terms)
-    for number, (source, target) in enumerate(pairs, 1):
-        for side, term, ids in (
-            ("source", source, task.encode_source([source])[0]),
-            ("target", target, task.encode_target([" " + target])[0]),
-        ):
-            if UNK in ids:
-                raise UsageError(
-                    f"{asked.terms}, line {number}: the {side} vocabulary cannot spell {term!r} "
-                    "(a token reads as <unk>)"
-                )
-    return pairs
+    return checked_terms(task, pairs, lambda i: f"{asked.terms}, line {i + 1}")
 
 
 def _placed_terms(decoder: Decoder, sources, pairs, numbers, name) -> list[list[list[int]]]:
@@ -255,7 +246,10 @@ def _rated(decoder: Decoder, sources, targets, numbers, asked) -> list[dict]:
     longer than the model's positions is a UsageError naming the file and line."""
     ids = decoder.task.encode_target(list(targets))
     limit = decoder.model.max_positions
-    for seq, number in zip(ids, numbers):
+    for target, seq, number in zip(targets, ids, numbers):
+        problem = target_problem(decoder.task, target)
+        if problem:
+            raise UsageError(f"{asked.targets}, line {number}: {problem}")
         if len(seq) + 1 > limit:
             raise UsageError(
                 f"{asked.targets}, line {number}: {len(seq) + 1} target tokens; the model "

@@ -171,24 +171,44 @@ class Run:
         the n best of the beam (n at most the beam), or n drawn with `sampling`; with
         `prefixes` (one a line, "" for none) each output starts with its line's prefix; with
         `terms` ((source term, target term) pairs, as `--terms` reads them) every output of a
-        line that holds a source term holds its target term. Settings out of range (`Wanted.problem`,
-        the command line's and the server's check) are a UsageError naming the setting."""
+        line that holds a source term holds its target term. What the command line and the
+        server refuse is a UsageError naming the setting, prefix or term: settings out of range
+        (`Wanted.problem`), prefixes and terms that cannot be used (`decode.given`)."""
+        from ..decode.given import checked_terms, prefix_problem
+
         wanted = Wanted(n, sampling)
         problem = wanted.problem(self.settings.beam)
         if problem:
             raise UsageError(problem)
+        sources = prepared_sources(self.member, lines)
+        if prefixes is not None:
+            if len(prefixes) != len(lines):
+                raise UsageError(f"{len(prefixes)} prefixes for {len(lines)} lines: one a line")
+            for i, (source, prefix) in enumerate(zip(sources, prefixes)):
+                problem = prefix_problem(
+                    self.member, source, prefix, self.settings, self.model.max_positions
+                )
+                if problem:
+                    raise UsageError(f"prefixes[{i}]: {problem}")
         spelled = None
         if terms:
             from ..decode.terminology import line_terms
 
-            sources = prepared_sources(self.member, lines)
-            found = line_terms(self.member, sources, list(terms))
+            pairs = checked_terms(self.member, list(terms), lambda i: f"terms[{i}]")
+            found = line_terms(self.member, sources, pairs)
             spelled = [[spellings for _, _, spellings in here] for here in found]
-        return self.decoder.outputs(lines, wanted, Forced(prefixes, spelled), raw=True)
+        return self.decoder.outputs(sources, wanted, Forced(prefixes, spelled))
 
     def score(self, lines: Sequence[str], targets: Sequence[str]) -> list[TargetScore]:
         """The model's log-probability of each target line after its input line (raw text):
-        each token's, their sum, and the sum over the search's length penalty."""
+        each token's, their sum, and the sum over the search's length penalty. A target holding
+        a special token is a UsageError naming it (`decode.given.target_problem`)."""
+        from ..decode.given import target_problem
+
+        for i, target in enumerate(targets):
+            problem = target_problem(self.member, target)
+            if problem:
+                raise UsageError(f"targets[{i}]: {problem}")
         sources = prepared_sources(self.member, lines)
         return self.decoder.target_scores(sources, self.member.encode_target(list(targets)))
 

@@ -245,3 +245,77 @@ def test_the_server_refuses_what_the_command_line_refuses(world, tmp_path):
         body = {"text": text, "nbest": 2, "sampling": {"seed": 4294967295, "temperature": 1000}}
         assert post(f"{url}/generate", body)[0] == 200
     assert "Traceback" not in log.read_text()
+
+
+# -- 3. special tokens in what a user gives; 5. terms merged, conflicts refused ---------------
+@pytest.mark.parametrize(
+    "option, lines, needles",
+    [
+        ("--prefixes", ["de </s> kat", "", ""], ["p.txt, line 1", "</s>", "special token"]),
+        ("--prefixes", ["", "<pad>", ""], ["p.txt, line 2", "<pad>"]),
+        ("--prefixes", ["", "", "<s> de"], ["p.txt, line 3", "<s>"]),
+        ("--score-targets", ["de", "</s>", "de"], ["p.txt, line 2", "</s>"]),
+        ("--score-targets", ["<unk> de", "de", "de"], ["p.txt, line 1", "<unk>"]),
+        ("--terms", ["cat\t</s>"], ["p.txt, line 1", "the target term", "</s>"]),
+        ("--terms", ["cat\thond", "<s>\tkat"], ["p.txt, line 2", "the source term", "<s>"]),
+        ("--terms", ["cat\thond", "dog\tkat", "cat\tde"], ["p.txt, line 3", "and 'hond' at"]),
+    ],
+)
+def test_special_tokens_and_conflicting_terms_are_refused(
+    world, capsys, tmp_path, option, lines, needles
+):
+    given = tmp_path / "p.txt"
+    given.write_text("".join(line + "\n" for line in lines))
+    out = tmp_path / "out.txt"
+    out.write_text("kept\n")
+    before = snapshot(out, given, world["run"])
+    result = s2s(
+        capsys, "generate", world["run"], "--input", world["src"], "--output", out, option, given
+    )
+    fails(result, before, *needles)
+
+
+def test_identical_terms_are_merged(world, capsys, tmp_path):
+    """A term given 3,000 times is one term: the same outputs as given once, and no warning."""
+    once, many = tmp_path / "once.tsv", tmp_path / "many.tsv"
+    once.write_text("cat\thond\n")
+    many.write_text("cat\thond\n" + "cat \t hond\n" * 2999)
+    outputs = []
+    for terms in (once, many):
+        code, out, err = s2s(
+            capsys, "generate", world["run"], "--input", world["src"], "-q", "--terms", terms
+        )
+        assert code == 0 and "WARNING" not in err, err
+        outputs.append(out)
+    assert outputs[0] == outputs[1] and "hond" in outputs[0].splitlines()[0]
+
+
+@pytest.mark.slow
+def test_the_server_and_the_api_refuse_special_tokens_and_conflicting_terms(world, tmp_path):
+    from s2s.core.errors import UsageError
+    from s2s.core.inference import load_run
+    from test_serve import post, server
+
+    text = SOURCES.splitlines()
+    with server(world["run"], log=tmp_path / "serve.log") as url:
+        for path, body, needles in [
+            ("/generate", {"prefixes": ["de </s>", "", ""]}, ['"prefixes"[0]', "</s>"]),
+            ("/generate", {"terms": [["cat", "<pad>"]]}, ['"terms"[0]', "<pad>"]),
+            ("/generate", {"terms": [["cat", "hond"], ["cat", "de"]]}, ['"terms"[1]', "'hond'"]),
+            ("/generate", {"terms": [["zzzq", "hond"]]}, ["source vocabulary cannot spell"]),
+            ("/score", {"targets": ["de", "de </s>", "de"]}, ['"targets"[1]', "</s>"]),
+        ]:
+            got = post(f"{url}{path}", {"text": text, **body})
+            assert got[0] == 400 and all(n in got[1]["error"] for n in needles), (body, got)
+        alone = post(f"{url}/generate", {"text": text, "terms": [["cat", "hond"]]})
+        merged = post(f"{url}/generate", {"text": text, "terms": [["cat", "hond"]] * 100})
+        assert merged[0] == 200 and merged[1]["hypotheses"] == alone[1]["hypotheses"]
+    assert "Traceback" not in (tmp_path / "serve.log").read_text()
+    run = load_run(world["run"])
+    for call, needle in [
+        (lambda: run.outputs(text, prefixes=["</s>", "", ""]), "prefixes"),
+        (lambda: run.outputs(text, terms=[("cat", "hond"), ("cat", "de")]), "terms"),
+        (lambda: run.score(text, ["de", "de", "</s>"]), "targets"),
+    ]:
+        with pytest.raises(UsageError, match=needle):
+            call()
