@@ -92,30 +92,29 @@ def generate_lines(
     A line that cannot be decoded (invalid UTF-8, too long for the model's positions) gets an
     empty output line (JSON: no outputs) and a warning naming `name` and its line number; the
     rest goes on. Words the vocabulary never saw are named in a warning with their line. A
-    prefix or target file is read whole first and must have a line for every input line."""
+    prefix or target file is read whole, and so is then the input: the two must have as many
+    lines, and every prefix or target must be usable, before the first output is written."""
     task, name = decoder.task, lines.name
     side = _side_lines(asked)
     pairs = _term_pairs(task, asked)
     raw = iter(lines.raw)
     number = sum(1 for _ in islice(raw, lines.skip))
+    read = _read_sources(raw, number, name, task, decoder.model.max_positions)
+    if side is not None:
+        read = list(read)
+        _check_side(decoder, side, read, asked, name)
+        read = iter(read)
     bad = missing = 0
-    while chunk := list(islice(raw, block_size(decoder))):
-        first = number + 1
-        read = []
-        for raw_line in chunk:
-            number += 1
-            read.append(_source_line(raw_line, name, number, task, decoder.model.max_positions))
-        good = [i for i, line in enumerate(read) if line is not None]
-        bad += len(read) - len(good)
-        sources, numbers = [read[i] for i in good], [first + i for i in good]
-        extra = None
-        if side is not None:
-            extra = [_side_line(side, asked, n, name) for n in numbers]
+    while chunk := list(islice(read, block_size(decoder))):
+        first = chunk[0][0]
+        number = chunk[-1][0]
+        good = [i for i, (_, line) in enumerate(chunk) if line is not None]
+        bad += len(chunk) - len(good)
+        sources, numbers = [chunk[i][1] for i in good], [first + i for i in good]
+        extra = None if side is None else [side[n - 1] for n in numbers]
         if asked.targets is not None:
-            answers = _rated(decoder, sources, extra, numbers, asked)
+            answers = _rated(decoder, sources, extra)
         else:
-            if extra is not None:
-                _check_prefixes(decoder, sources, extra, numbers, asked)
             terms = None
             if pairs is not None:
                 terms = _placed_terms(decoder, sources, pairs, numbers, name)
@@ -131,7 +130,7 @@ def generate_lines(
                         first + i,
                     )
             answers = _answers(decoder, sources, found, asked)
-        result = [{"outputs": []} if asked.as_json() else ""] * len(read)
+        result = [{"outputs": []} if asked.as_json() else ""] * len(chunk)
         for i, answer in zip(good, answers):
             result[i] = answer
         if asked.as_json():
@@ -143,12 +142,15 @@ def generate_lines(
             progress.update(len(sources))
         out.write("".join(h + "\n" for h in result))
         out.flush()
-    if side is not None and number != len(side):
-        raise UsageError(
-            f"{asked.prefixes or asked.targets} has {len(side)} line(s), {name} {number}: "
-            "one a line of input"
-        )
     return Counts(number, bad, missing)
+
+
+def _read_sources(raw, number: int, name: str, task, max_positions: int):
+    """(line number, its source or None: `_source_line`) of each raw line after the first
+    `number`, lazily."""
+    for raw_line in raw:
+        number += 1
+        yield number, _source_line(raw_line, name, number, task, max_positions)
 
 
 def block_size(decoder: Decoder) -> int:
@@ -199,23 +201,32 @@ def _side_lines(asked: Asked) -> list[str] | None:
     return None if path is None else textio.read_lines(path)
 
 
-def _side_line(side: list[str], asked: Asked, number: int, name: str) -> str:
-    if number > len(side):
-        raise UsageError(
-            f"{asked.prefixes or asked.targets} has {len(side)} line(s), fewer than {name}: "
-            "one a line of input"
-        )
-    return side[number - 1]
-
-
-def _check_prefixes(decoder: Decoder, sources, prefixes, numbers, asked: Asked) -> None:
-    """A prefix the target vocabulary cannot spell, or longer than its line's output may be, is
-    a UsageError naming the file and line, before the chunk is decoded (`prefix_problem`)."""
-    task, settings, max_positions = decoder.task, decoder.settings, decoder.model.max_positions
-    for source, prefix, number in zip(sources, prefixes, numbers):
-        problem = prefix_problem(task, source, prefix, settings, max_positions)
+def _check_side(decoder: Decoder, side: list[str], read: list, asked: Asked, name: str) -> None:
+    """Before any output: the prefix or target file has a line for every input line, and each
+    of them can be used (`prefix_problem` with its line's source; `target_problem` and the
+    model's positions); else a UsageError naming the file and line."""
+    path, task = asked.prefixes or asked.targets, decoder.task
+    total = read[-1][0] if read else 0
+    if total != len(side):
+        raise UsageError(f"{path} has {len(side)} line(s), {name} {total}: one a line of input")
+    settings, limit = decoder.settings, decoder.model.max_positions
+    if asked.targets is not None:
+        ids = task.encode_target(side)
+    for number, source in read:
+        if source is None:
+            continue  # an empty output line: nothing of its side line is used
+        given = side[number - 1]
+        if asked.targets is None:
+            problem = prefix_problem(task, source, given, settings, limit)
+        else:
+            problem = target_problem(task, given)
+            if problem is None and len(ids[number - 1]) + 1 > limit:
+                problem = (
+                    f"{len(ids[number - 1]) + 1} target tokens; the model takes at most {limit} "
+                    "(model.max_positions)"
+                )
         if problem:
-            raise UsageError(f"{asked.prefixes}, line {number}: {problem}")
+            raise UsageError(f"{path}, line {number}: {problem}")
 
 
 def _answers(decoder: Decoder, sources, found, asked: Asked) -> list:
@@ -241,22 +252,11 @@ def _answers(decoder: Decoder, sources, found, asked: Asked) -> list:
     return [{"outputs": a} for a in answers]
 
 
-def _rated(decoder: Decoder, sources, targets, numbers, asked) -> list[dict]:
-    """The model's log-probabilities of the given target lines, one JSON object each; a target
-    longer than the model's positions is a UsageError naming the file and line."""
+def _rated(decoder: Decoder, sources, targets) -> list[dict]:
+    """The model's log-probabilities of the given target lines (`_check_side` checked them), one
+    JSON object each."""
     ids = decoder.task.encode_target(list(targets))
-    limit = decoder.model.max_positions
-    for target, seq, number in zip(targets, ids, numbers):
-        problem = target_problem(decoder.task, target)
-        if problem:
-            raise UsageError(f"{asked.targets}, line {number}: {problem}")
-        if len(seq) + 1 > limit:
-            raise UsageError(
-                f"{asked.targets}, line {number}: {len(seq) + 1} target tokens; the model "
-                f"takes at most {limit} (model.max_positions)"
-            )
-    rated = decoder.target_scores(sources, ids)
-    return [r.as_dict() for r in rated]
+    return [r.as_dict() for r in decoder.target_scores(sources, ids)]
 
 
 def _source_line(raw: bytes, name: str, number: int, task, max_positions: int) -> str | None:

@@ -319,3 +319,37 @@ def test_the_server_and_the_api_refuse_special_tokens_and_conflicting_terms(worl
     ]:
         with pytest.raises(UsageError, match=needle):
             call()
+
+
+# -- 6. side files checked whole before the first output --------------------------------------
+@pytest.mark.parametrize(
+    "option, lines, needles",
+    [
+        ("--prefixes", ["de", "", "", ""], ["p.txt has 4 line(s)", "src.txt 3"]),
+        ("--score-targets", ["de", "de", "de", "de"], ["p.txt has 4 line(s)", "src.txt 3"]),
+        ("--prefixes", ["de", ""], ["p.txt has 2 line(s)", "src.txt 3"]),
+        ("--prefixes", ["de", "", "de zzzq"], ["p.txt, line 3", "cannot spell"]),
+        ("--prefixes", ["de", "", "de " * 300], ["p.txt, line 3", "at most"]),
+        ("--score-targets", ["de", "de", "de " * 1100], ["p.txt, line 3", "at most 1024"]),
+    ],
+)
+def test_side_files_are_checked_before_the_first_output(
+    world, capsys, tmp_path, option, lines, needles
+):
+    """Decoding a line at a time (decode.max_sentences=1, one thread), nothing is written to
+    stdout before a side file's fault on its last line, or its line count, stops the command."""
+    given = tmp_path / "p.txt"
+    given.write_text("".join(line + "\n" for line in lines))
+    before = snapshot(given, world["run"])
+    result = s2s(
+        capsys,
+        "generate",
+        world["run"],
+        "decode.max_sentences=1",
+        "--input",
+        world["src"],
+        option,
+        given,
+    )
+    fails(result, before, *needles)
+    assert result[1] == "", result[1]
