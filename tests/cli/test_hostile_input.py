@@ -353,3 +353,14 @@ def test_side_files_are_checked_before_the_first_output(
     )
     fails(result, before, *needles)
     assert result[1] == "", result[1]
+
+
+# -- 7. s2s score on empty files ---------------------------------------------------------------
+@pytest.mark.parametrize("task", ["demo", "translation", "parsing"])
+@pytest.mark.parametrize("ci", [[], ["--ci"]])
+def test_score_of_empty_files_is_one_line(capsys, tmp_path, task, ci):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    before = snapshot(tmp_path)
+    result = s2s(capsys, "score", task, "--ref", empty, "--hyp", empty, *ci)
+    fails(result, before, "empty.txt is empty", "no reference lines")
