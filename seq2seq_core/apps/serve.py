@@ -589,10 +589,38 @@ def allowed_hosts(host: str, extra: tuple[str, ...]) -> list[str]:
     names, the address it listens on, and `extra` (the names a reverse proxy or a network
     uses; "*": any). Any other Host is refused (400), so that a page of another site, after
     rebinding its own name to this address, cannot read or drive the server."""
+    for name in extra:
+        problem = host_name_problem(name)
+        if problem:
+            raise UsageError(f"--allowed-hosts {name!r}: {problem}")
     names = ["localhost", "127.0.0.1", "::1", "[::1]"]
     if host not in ("0.0.0.0", "::", ""):
         names += [host, f"[{host}]" if ":" in host else host]
     return list(dict.fromkeys([*names, *extra]))
+
+
+def host_name_problem(name: str) -> str | None:
+    """What keeps `name` from matching a request's Host header as `--allowed-hosts` compares
+    it (the name alone, its port dropped; "*" any, "*.example.org" any below it), or None."""
+    import ipaddress
+
+    bare = name.strip("[]")
+    example = name.split("://", 1)[-1].split("/", 1)[0].rsplit(":", 1)[0] or "mt.example.org"
+    if not name.strip() or any(c.isspace() for c in name):
+        return "a host name, not empty and without spaces (e.g. mt.example.org)"
+    if "://" in name or "/" in name:
+        return f"a host name alone, without a scheme or a path (e.g. {example})"
+    if ":" in name:
+        try:
+            ipaddress.IPv6Address(bare)
+        except ValueError:
+            return (
+                f"a host name without a port (e.g. {example}): the Host header's port is not "
+                "compared, so a name with one never matches"
+            )
+    if "*" in name[1:] or (name.startswith("*") and name != "*" and not name.startswith("*.")):
+        return 'a wildcard only as "*" (any host) or "*.example.org" (any name below it)'
+    return None
 
 
 def serve(path, registry, options: ServeOptions) -> None:
@@ -618,6 +646,7 @@ def serve(path, registry, options: ServeOptions) -> None:
         raise UsageError(f"--max-connections {options.max_connections}: at least 1")
     if options.client_seconds is not None and not 0 < options.client_seconds < float("inf"):
         raise UsageError(f"--client-seconds {options.client_seconds}: a number of seconds > 0")
+    hosts = allowed_hosts(options.host, options.allowed_hosts)  # a bad name: before any work
     given = {"connections": options.max_connections, "client_seconds": options.client_seconds}
     limits = Limits(**{k: v for k, v in given.items() if v is not None})
     sock = listening_socket(options.host, options.port)  # a taken port fails before the model loads
@@ -676,7 +705,7 @@ def serve(path, registry, options: ServeOptions) -> None:
             "shutdown_seconds": SHUTDOWN_SECONDS,
         },
     }
-    info["allowed_hosts"] = allowed_hosts(options.host, options.allowed_hosts)
+    info["allowed_hosts"] = hosts
     service = Service(batcher, members, info["default_task"], info, info["allowed_hosts"])
     bound = sock.getsockname()
     address = f"[{bound[0]}]" if ":" in bound[0] else bound[0]  # an IPv6 address, as URLs write it

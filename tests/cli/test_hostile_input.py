@@ -38,16 +38,15 @@ def world(tmp_path_factory):
     return {"root": root, "run": run, "src": src}
 
 
-def cli(*args, stdout=subprocess.PIPE, cwd=None) -> subprocess.CompletedProcess:
+def cli(*args, stdout=subprocess.PIPE, timeout=300) -> subprocess.CompletedProcess:
     """`python -m s2s.core.apps.cli ARGS` in a subprocess (where stdout itself is under test)."""
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
     return subprocess.run(
         [sys.executable, "-m", "s2s.core.apps.cli", *map(str, args)],
         stdout=stdout,
         stderr=subprocess.PIPE,
-        timeout=300,
+        timeout=timeout,
         env=env,
-        cwd=cwd,
     )
 
 
@@ -364,3 +363,32 @@ def test_score_of_empty_files_is_one_line(capsys, tmp_path, task, ci):
     before = snapshot(tmp_path)
     result = s2s(capsys, "score", task, "--ref", empty, "--hyp", empty, *ci)
     fails(result, before, "empty.txt is empty", "no reference lines")
+
+
+# -- 8. names that can never work --------------------------------------------------------------
+@pytest.mark.parametrize(
+    "name, needle",
+    [
+        ("x.example.org:80", "without a port"),
+        ("http://x.example.org", "without a scheme"),
+        ("a*b", "wildcard"),
+        ("", "not empty"),
+    ],
+)
+def test_serve_refuses_allowed_hosts_that_never_match(world, tmp_path, name, needle):
+    """Refused in one line before the port is claimed or the model loads (a server that started
+    would outlive the 60 s bound)."""
+    before = snapshot(world["run"])
+    result = cli("serve", world["run"], "--port", "0", "--allowed-hosts", name, timeout=60)
+    fails(result, before, f"--allowed-hosts {name!r}", needle)
+    assert b"loaded" not in result.stderr
+
+
+@pytest.mark.parametrize("name", ["", " ", ".hidden", "../x", "a/b"])
+def test_label_refuses_a_name_that_is_no_file_name(world, capsys, tmp_path, name):
+    before = snapshot(tmp_path)
+    out = tmp_path / "labels"
+    result = s2s(
+        capsys, "label", world["run"], "--input", world["src"], "--output", out, "--name", name
+    )
+    fails(result, before, f"--name {name!r}", "file name")
