@@ -392,3 +392,27 @@ def test_label_refuses_a_name_that_is_no_file_name(world, capsys, tmp_path, name
         capsys, "label", world["run"], "--input", world["src"], "--output", out, "--name", name
     )
     fails(result, before, f"--name {name!r}", "file name")
+
+
+# -- 9. run.init_keep=[schedule] from a source past optim.max_updates ------------------------
+def test_init_keep_schedule_from_a_finished_source_is_refused(world, capsys, tmp_path):
+    """The source is at update 2: max_updates=2 would train nothing (it exited 0 and reported
+    the source's test figures as the new run's); refused before the run directory is made.
+    max_updates=3 trains the one update left."""
+    argv = ["train", "demo", "-q", *TINY_MODEL, "run.quiet=true", "task.train_size=200"]
+    argv += ["task.valid_size=10", "task.test_size=10", "run.valid_interval=1"]
+    argv += [f"run.init_from={world['run']}", "run.init_keep=[schedule]"]
+    argv += [f"data.cache_dir={world['root'] / 'cache'}"]
+    before = snapshot(world["run"], tmp_path)
+    result = s2s(capsys, *argv, "optim.max_updates=2", f"run.dir={tmp_path / 'new'}")
+    fails(result, before, "run.init_keep=[schedule]", "at update 2", "optim.max_updates=2")
+    assert not (tmp_path / "new").exists()
+    code, _, err = s2s(capsys, *argv, "optim.max_updates=3", f"run.dir={tmp_path / 'more'}")
+    assert code == 0, err
+    assert checkpoint_update(tmp_path / "more") == 3
+
+
+def checkpoint_update(run: Path) -> int:
+    from s2s.core.training import checkpoint
+
+    return checkpoint.tested(run)[0]["update"]
