@@ -293,13 +293,14 @@ def terms_of(data: dict, member, sources: list[str], settings, max_positions: in
     return [[spellings for _, _, spellings in terms] for terms in found]
 
 
-def targets_of(data: dict, member, count: int, max_positions: int) -> list[list[int]]:
-    """The request's "targets", one output a sentence, as target ids (a word the vocabulary
-    lacks scores as <unk>, as in `s2s generate --score-targets`); a 400 (413) naming the entry
-    that is not a one-line string, holds a special token, or is too long for the model."""
-    from ..decode.given import target_problem
+def targets_of(data: dict, member, sources: list[str], max_positions: int) -> list[list[int]]:
+    """The request's "targets", one output a sentence, as the model writes it (`model_targets`:
+    a parser's tree linearised) in target ids (a word the vocabulary lacks scores as <unk>, as
+    in `s2s generate --score-targets`); a 400 (413) naming the entry that is not a one-line
+    string, not an output of the task, holds a special token, or is too long for the model."""
+    from ..decode.given import model_targets
 
-    targets = data.get("targets")
+    targets, count = data.get("targets"), len(sources)
     if (
         not isinstance(targets, list)
         or len(targets) != count
@@ -310,13 +311,15 @@ def targets_of(data: dict, member, count: int, max_positions: int) -> list[list[
             f'"targets" must be a list of {count} strings of at most {MAX_CHARS} characters, '
             'the output to score for each sentence of "text"',
         )
-    ids = member.encode_target(targets)
-    for i, (target, seq) in enumerate(zip(targets, ids)):
+    for i, target in enumerate(targets):
         if "\n" in target or "\r" in target:
             raise bad(400, f'"targets"[{i}] holds a line break: send one output a string')
-        problem = target_problem(member, target)
-        if problem:
-            raise bad(400, f'"targets"[{i}]: {problem}')
+    try:
+        targets = model_targets(member, sources, targets, lambda i: f'"targets"[{i}]')
+    except UsageError as e:
+        raise bad(400, str(e)) from None
+    ids = member.encode_target(targets)
+    for i, seq in enumerate(ids):
         if len(seq) + 1 > max_positions:
             raise bad(
                 413,
@@ -465,7 +468,7 @@ def build_app(service: Service):
         lines = sentences(data)
         start = time.perf_counter()
         sources, tokens, unknown = measured(member, lines, max_positions)
-        targets = targets_of(data, member, len(sources), max_positions)
+        targets = targets_of(data, member, sources, max_positions)
         job = Job(member, sources, sum(tokens), targets=targets, client=client_of(request))
         result = await decoded(service, job, request)
         return JSONResponse(

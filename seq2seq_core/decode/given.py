@@ -1,6 +1,6 @@
 """What a user gives the search besides source lines, checked one way for `s2s generate`, the
 server and the Python API: target prefixes, terms (source term, target term), target lines to
-score.
+score (read as the model writes them, `Task.output_target`: a parser's tree linearised).
 
 A given token sequence is text, never the vocabulary's special tokens (`s2s.core.vocab.SPECIALS`
 as the vocabulary reads them: </s> in a prefix ended the output after its first part, <pad>
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
-from ..errors import UsageError
+from ..errors import DataError, UsageError, plugin_error
 from ..task import DecodeDefaults, Task
 from ..vocab import BOS, EOS, PAD, SPECIALS, UNK
 
@@ -69,10 +69,26 @@ def prefix_problem(
     return None
 
 
-def target_problem(task: Task, target: str) -> str | None:
-    """What keeps a target line to score from being one the model could write, or None: a
-    special token (a word the vocabulary lacks is scored as <unk>, as the model writes it)."""
-    return special_problem(task.encode_target, target, "the target")
+def model_targets(
+    task: Task, sources: Sequence[str], targets: Sequence[str], where: Callable[[int], str]
+) -> list[str]:
+    """The given target lines (outputs, as `s2s generate` writes them) as the model writes them
+    (`Task.output_target`: a parser's trees linearised), to be scored; a UsageError starting
+    with `where(i)` for a line that is no output of the task or holds a special token (a word
+    the vocabulary lacks is scored as <unk>, as the model writes it)."""
+    out = []
+    for i, (source, target) in enumerate(zip(sources, targets)):
+        try:
+            line = task.output_target(target, source)
+        except DataError as e:
+            raise UsageError(f"{where(i)}: not an output of the task: {e}") from None
+        if not isinstance(line, str):
+            raise plugin_error(task, "output_target", f"returned {type(line).__name__}, not a str")
+        problem = special_problem(task.encode_target, line, "the target")
+        if problem:
+            raise UsageError(f"{where(i)}: {problem}")
+        out.append(line)
+    return out
 
 
 def checked_terms(

@@ -22,7 +22,7 @@ import torch
 from .. import textio
 from ..data.members import decode_settings
 from ..decode.batched import Decoder, Forced, prepared_sources, unknown_words
-from ..decode.given import checked_terms, prefix_problem, target_problem
+from ..decode.given import checked_terms, model_targets, prefix_problem
 from ..decode.search import Wanted, sentences_per_batch
 from ..decode.terminology import line_terms, placeable, read_terms
 from ..errors import ConfigError, DataError, UsageError
@@ -102,7 +102,7 @@ def generate_lines(
     read = _read_sources(raw, number, name, task, decoder.model.max_positions)
     if side is not None:
         read = list(read)
-        _check_side(decoder, side, read, asked, name)
+        side = _check_side(decoder, side, read, asked, name)
         read = iter(read)
     bad = missing = 0
     while chunk := list(islice(read, block_size(decoder))):
@@ -201,32 +201,40 @@ def _side_lines(asked: Asked) -> list[str] | None:
     return None if path is None else textio.read_lines(path)
 
 
-def _check_side(decoder: Decoder, side: list[str], read: list, asked: Asked, name: str) -> None:
+def _check_side(
+    decoder: Decoder, side: list[str], read: list, asked: Asked, name: str
+) -> list[str]:
     """Before any output: the prefix or target file has a line for every input line, and each
-    of them can be used (`prefix_problem` with its line's source; `target_problem` and the
-    model's positions); else a UsageError naming the file and line."""
+    of them can be used (`prefix_problem` with its line's source; a target as the model writes
+    it, `model_targets`, within the model's positions); else a UsageError naming the file and
+    line. Returns the side lines as they are used (targets as the model writes them)."""
     path, task = asked.prefixes or asked.targets, decoder.task
     total = read[-1][0] if read else 0
     if total != len(side):
         raise UsageError(f"{path} has {len(side)} line(s), {name} {total}: one a line of input")
     settings, limit = decoder.settings, decoder.model.max_positions
-    if asked.targets is not None:
-        ids = task.encode_target(side)
-    for number, source in read:
-        if source is None:
-            continue  # an empty output line: nothing of its side line is used
-        given = side[number - 1]
-        if asked.targets is None:
-            problem = prefix_problem(task, source, given, settings, limit)
-        else:
-            problem = target_problem(task, given)
-            if problem is None and len(ids[number - 1]) + 1 > limit:
-                problem = (
-                    f"{len(ids[number - 1]) + 1} target tokens; the model takes at most {limit} "
-                    "(model.max_positions)"
-                )
-        if problem:
-            raise UsageError(f"{path}, line {number}: {problem}")
+    used = [(number, source) for number, source in read if source is not None]
+    if asked.targets is None:
+        for number, source in used:
+            problem = prefix_problem(task, source, side[number - 1], settings, limit)
+            if problem:
+                raise UsageError(f"{path}, line {number}: {problem}")
+        return side
+    side = list(side)  # a line whose input cannot be decoded is not scored: kept as it is
+    given = model_targets(
+        task,
+        [source for _, source in used],
+        [side[number - 1] for number, _ in used],
+        lambda i: f"{path}, line {used[i][0]}",
+    )
+    for (number, _), line, ids in zip(used, given, task.encode_target(given)):
+        if len(ids) + 1 > limit:
+            raise UsageError(
+                f"{path}, line {number}: {len(ids) + 1} target tokens; the model takes at most "
+                f"{limit} (model.max_positions)"
+            )
+        side[number - 1] = line
+    return side
 
 
 def _answers(decoder: Decoder, sources, found, asked: Asked) -> list:

@@ -201,16 +201,15 @@ class Run:
 
     def score(self, lines: Sequence[str], targets: Sequence[str]) -> list[TargetScore]:
         """The model's log-probability of each target line after its input line (raw text):
-        each token's, their sum, and the sum over the search's length penalty. A target holding
-        a special token is a UsageError naming it (`decode.given.target_problem`)."""
-        from ..decode.given import target_problem
+        each token's, their sum, and the sum over the search's length penalty. A target is read
+        as the model writes it (`decode.given.model_targets`: a parser's tree linearised, so
+        that an output's score is its `logprob` in `--json`); one that is no output of the task
+        or holds a special token is a UsageError naming it."""
+        from ..decode.given import model_targets
 
-        for i, target in enumerate(targets):
-            problem = target_problem(self.member, target)
-            if problem:
-                raise UsageError(f"targets[{i}]: {problem}")
         sources = prepared_sources(self.member, lines)
-        return self.decoder.target_scores(sources, self.member.encode_target(list(targets)))
+        given = model_targets(self.member, sources, list(targets), lambda i: f"targets[{i}]")
+        return self.decoder.target_scores(sources, self.member.encode_target(given))
 
 
 def decoder_of(cfg, member, model) -> Decoder:

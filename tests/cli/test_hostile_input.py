@@ -416,3 +416,52 @@ def checkpoint_update(run: Path) -> int:
     from s2s.core.training import checkpoint
 
     return checkpoint.tested(run)[0]["update"]
+
+
+# -- 4. a parser's trees scored as the model writes them --------------------------------------
+@pytest.fixture(scope="module")
+def parser_run(tmp_path_factory):
+    from conftest import NLTK_DATA, corpus
+    from test_serve import parser
+
+    corpus(NLTK_DATA)
+    return parser(tmp_path_factory.mktemp("parser"))
+
+
+@pytest.mark.slow
+def test_a_parsers_trees_are_scored_as_the_model_writes_them(parser_run, capsys, tmp_path):
+    """--score-targets, POST /score and Run.score of the trees `--json` wrote give their
+    `logprob` and `tokens` (the tree as raw text was scored as other tokens: 317 against 176);
+    a line that is no tree is one line naming the file and line."""
+    from s2s.core.inference import load_run
+    from test_serve import post, server
+
+    import json
+
+    text = tmp_path / "in.txt"
+    text.write_text("The dog sees a cat .\nPrices rose in the quarter .\n")
+    code, out, err = s2s(capsys, "generate", parser_run, "--input", text, "-q", "--json")
+    assert code == 0, err
+    best = [json.loads(line)["outputs"][0] for line in out.splitlines()]
+    trees = tmp_path / "trees.txt"
+    trees.write_text("".join(b["output"] + "\n" for b in best))
+    code, out, err = s2s(capsys, "generate", parser_run, "--input", text, "--score-targets", trees)
+    assert code == 0, err
+    rated = [json.loads(line) for line in out.splitlines()]
+    for b, r in zip(best, rated):
+        assert r["tokens"] == b["tokens"] and r["logprob"] == pytest.approx(b["logprob"], abs=2e-3)
+    lines = text.read_text().splitlines()
+    api = load_run(parser_run).score(lines, [b["output"] for b in best])
+    assert [a.logprob for a in api] == pytest.approx([b["logprob"] for b in best], abs=2e-3)
+    with server(parser_run, log=tmp_path / "serve.log") as url:
+        got = post(f"{url}/score", {"text": lines, "targets": [b["output"] for b in best]})
+        assert got[0] == 200 and [s["tokens"] for s in got[1]["scores"]] == [
+            b["tokens"] for b in best
+        ]
+        got = post(f"{url}/score", {"text": lines, "targets": ["(S (NP x)", best[1]["output"]]})
+        assert got[0] == 400 and '"targets"[0]: not an output of the task' in got[1]["error"]
+    bad = tmp_path / "bad.txt"
+    bad.write_text(best[0]["output"] + "\n(S (NP x) ))\n")
+    before = snapshot(bad, parser_run)
+    result = s2s(capsys, "generate", parser_run, "--input", text, "--score-targets", bad)
+    fails(result, before, "bad.txt, line 2", "not an output of the task")
