@@ -465,3 +465,56 @@ def test_a_parsers_trees_are_scored_as_the_model_writes_them(parser_run, capsys,
     before = snapshot(bad, parser_run)
     result = s2s(capsys, "generate", parser_run, "--input", text, "--score-targets", bad)
     fails(result, before, "bad.txt, line 2", "not an output of the task")
+
+
+# -- 10. a client over --max-connections gets its 503, not a reset ----------------------------
+@pytest.mark.slow
+def test_every_refused_client_reads_its_503_under_load(world, tmp_path):
+    """Two connections held, 60 more at once, each sending a whole request before reading: all
+    60 read the JSON 503 with Retry-After (closing at once with their request unread made the
+    kernel reset most of them: 6 to 24 of 100 got the 503), then the server answers as before."""
+    import json
+    import socket
+    import time
+
+    from test_serve import post, server
+
+    body = json.dumps({"text": ["the cat sees a dog"]}).encode()
+    request = (
+        "POST /generate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
+    got: list = []
+
+    def client(port: int) -> None:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=20) as sock:
+                sock.sendall(request)
+                answer = b""
+                while chunk := sock.recv(65536):
+                    answer += chunk
+            got.append(answer)
+        except OSError as e:  # ConnectionResetError: what this test is about
+            got.append(repr(e).encode())
+
+    log = tmp_path / "serve.log"
+    args = ("--max-connections", "2", "--client-seconds", "60")
+    with server(world["run"], *args, log=log) as url:
+        port = int(url.rsplit(":", 1)[1])
+        held = [socket.create_connection(("127.0.0.1", port), timeout=20) for _ in range(2)]
+        time.sleep(0.5)
+        threads = [threading.Thread(target=client, args=(port,), daemon=True) for _ in range(60)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        for sock in held:
+            sock.close()
+        assert len(got) == 60
+        refused = [a for a in got if a.startswith(b"HTTP/1.1 503")]
+        assert len(refused) == 60, [a[:60] for a in got if not a.startswith(b"HTTP/1.1 503")][:5]
+        head, _, answer = refused[0].partition(b"\r\n\r\n")
+        assert b"retry-after: 1" in head.lower() and "2 connections" in json.loads(answer)["error"]
+        time.sleep(0.5)
+        assert post(f"{url}/generate", {"text": ["the cat sees a dog"]})[0] == 200
+    assert "Traceback" not in log.read_text()
