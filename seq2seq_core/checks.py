@@ -64,6 +64,37 @@ def above(lo) -> Allowed:
 
 
 PROBABILITY = Allowed(lambda v: 0 <= v < 1, "a probability in [0, 1)")
+
+#: the largest seed anything takes (run.seed, a sampling seed, a resampling seed): numpy's and
+#: torch's generators take every seed up to it, and a batch's seed made from it still fits
+SEED_MAX = 2**32 - 1
+
+
+def shown(value, width: int = 40) -> str:
+    """`value` as an error message shows it: its repr, cut to `width` characters with "..."."""
+    text = repr(value)
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def whole_number_problem(value, lo: int, hi: int) -> str | None:
+    """What keeps `value` from being a whole number in [lo, hi] (a bool is none), or None."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        return f"must be a whole number in [{lo}, {hi}]"
+    return None if lo <= value <= hi else f"must be a whole number in [{lo}, {hi}]"
+
+
+def number_problem(value, lo: float, hi: float, low_open: bool = False) -> str | None:
+    """What keeps `value` from being a finite number in [lo, hi] ((lo, hi] with `low_open`), or
+    None: inf, nan and values beyond the bounds are refused alike."""
+    interval = f"{'(' if low_open else '['}{lo:g}, {hi:g}]"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return f"must be a number in {interval}"
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"must be a finite number in {interval}"
+    ok = (lo < value if low_open else lo <= value) and value <= hi  # an int of any size compares
+    return None if ok else f"must be a finite number in {interval}"
+
+
 NOT_EMPTY = Allowed(lambda v: bool(str(v).strip()), "not empty")
 
 

@@ -2,7 +2,9 @@
 
 Whatever s2s writes (config, results, checkpoints, vocabularies, outputs) goes through
 `replacing`: a temporary name beside the target, fsync, one rename, so that a crash or a full
-disk leaves the old file or the new one, never half of one.
+disk leaves the old file or the new one, never half of one. The target is what the name stands
+for: a symbolic link is followed (its target is replaced, the link stays), and a file that is not
+a regular one (a device, a FIFO, /dev/stdout) is written in place, as it goes, never replaced.
 
 `recording` finds every file opened for reading inside it, by whatever reader (`open`, gzip,
 numpy, nltk; Python's audit hook sees them all), so the prepared-data cache fingerprints the
@@ -14,6 +16,8 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import re
+import stat
 import sys
 import sysconfig
 from pathlib import Path
@@ -30,20 +34,69 @@ def temporary_name(path: Path) -> Path:
     return path.with_name(f".{path.name}.tmp{os.getpid()}")
 
 
+#: names of this process's open files: written through the descriptor, never reopened
+_DESCRIPTORS = re.compile(
+    r"/dev/(?:std(?P<std>out|err)|fd/(?P<fd>\d+))|/proc/self/fd/(?P<proc>\d+)"
+)
+
+
+def descriptor_of(path: str | Path) -> int | None:
+    """The open file descriptor that `path` (or a link it leads through) names, as /dev/stdout,
+    /dev/fd/N and /proc/self/fd/N do, or None: writing through it keeps what the shell made of it
+    (a pipe, a file opened to append), where opening the name again would truncate a redirected
+    file, and replacing it would replace the system's link."""
+    if os.name == "nt":
+        return None
+    name = os.path.abspath(path)
+    for _ in range(40):  # the kernel's own limit on links followed
+        m = _DESCRIPTORS.fullmatch(name)
+        if m:
+            return {"out": 1, "err": 2}[m["std"]] if m["std"] else int(m["fd"] or m["proc"])
+        if not os.path.islink(name):
+            return None
+        name = os.path.abspath(os.path.join(os.path.dirname(name), os.readlink(name)))
+    return None
+
+
+def replaced_file(path: str | Path) -> Path | None:
+    """The regular file that writing `path` replaces, links followed (a link's target, which
+    may not exist yet), or None when `path` is written in place: a descriptor's name
+    (`descriptor_of`), a device, a FIFO, a socket."""
+    if descriptor_of(path) is not None:
+        return None
+    target = Path(os.path.realpath(path))
+    try:
+        mode = target.stat().st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return target
+    return target if stat.S_ISREG(mode) or stat.S_ISDIR(mode) else None
+
+
 @contextlib.contextmanager
 def replacing(path: str | Path, mode: str = "w") -> Iterator[IO]:
     """A file open for writing that replaces `path` when the block ends without error; on an
-    error the temporary file is removed and `path` is left as it was."""
-    path = Path(path)
-    tmp = temporary_name(path)
+    error the temporary file is removed and `path` is left as it was. A symbolic link is
+    followed: its target is replaced (keeping its permissions) and the link stays. A device, a
+    FIFO or a descriptor's name (/dev/stdout) is written in place as the block writes."""
+    text = {} if "b" in mode else {"encoding": "utf-8"}
+    fd = descriptor_of(path)
+    target = replaced_file(path)
+    if target is None:
+        opened = open(os.dup(fd), mode, **text) if fd is not None else open(path, mode, **text)
+        with opened as f:
+            yield f
+        return
+    tmp = temporary_name(target)
     try:
-        with open(tmp, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as f:
+        with open(tmp, mode, **text) as f:
+            with contextlib.suppress(OSError):  # the replaced file's permissions, not the umask's
+                os.chmod(f.fileno(), stat.S_IMODE(target.stat().st_mode))
             yield f
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
+        os.replace(tmp, target)
         with contextlib.suppress(OSError):  # the rename itself survives a power cut
-            fd = os.open(path.parent, os.O_RDONLY)
+            fd = os.open(target.parent, os.O_RDONLY)
             try:
                 os.fsync(fd)
             finally:
@@ -175,14 +228,24 @@ def remove_stale_temporaries(folder: str | Path) -> list[Path]:
 
 
 def writable(path: str) -> None:
-    """Fail before any work when the output file cannot be written (what is there stays)."""
+    """Fail before any work when the output file cannot be written (what is there stays): the
+    file a link leads to, in the folder it lies in; a device or a FIFO in place."""
     p = Path(path)
     if p.is_dir():
         raise UsageError(f"output {p} is a directory")
-    parent = p.parent if str(p.parent) else Path(".")
+    if descriptor_of(p) is not None:
+        return
+    target = replaced_file(p)
+    if target is None:  # a device, a FIFO: written in place
+        if not os.access(p, os.W_OK):
+            raise UsageError(f"output {p}: not writable")
+        return
+    parent = target.parent
     if not parent.is_dir():
-        raise UsageError(f"output {p}: folder {parent} does not exist")
-    if not os.access(parent, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
+        if p.is_symlink():
+            raise UsageError(f"output {p}: the link leads to {target}, whose folder does not exist")
+        raise UsageError(f"output {p}: folder {p.parent} does not exist")
+    if not os.access(parent, os.W_OK) or (target.exists() and not os.access(target, os.W_OK)):
         raise UsageError(f"output {p}: not writable")
 
 

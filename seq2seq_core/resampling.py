@@ -36,6 +36,8 @@ from typing import Callable
 
 import numpy as np
 
+from .checks import SEED_MAX, shown, whole_number_problem
+
 SEED = 12345  # sacreBLEU's default (SACREBLEU_SEED)
 RESAMPLES = 1000  # bootstrap resamples (sacreBLEU's default)
 TRIALS = 10000  # approximate-randomisation trials (sacreBLEU's default)
@@ -120,6 +122,9 @@ class Resampling:
             return f"--test {self.test}: one of {', '.join(TESTS)}"
         if not 100 <= self.trials <= 1_000_000:
             return f"--trials {self.trials}: from 100 to 1000000"
+        problem = whole_number_problem(self.seed, 0, SEED_MAX)
+        if problem:
+            return f"--seed {shown(self.seed)}: {problem}"
         return None
 
     def describe(self) -> str:

@@ -7,7 +7,8 @@ name; a task imports only this module and `s2s.core.vocab`.
 A plugin writes what is its own: `read_split`, `build_vocab` (which sets `src_vocab` and
 `tgt_vocab`, objects of the `s2s.core.vocab.Vocabulary` protocol, one object twice when shared)
 and `score`; optionally `prepare_source` (raw input text), `postprocess`, `display`,
-`constraint` and `statistics` (per-sentence counts, for intervals and paired tests).
+`constraint`, `output_target` (an output line as the model writes it) and `statistics`
+(per-sentence counts, for intervals and paired tests).
 Everything else about vocabularies has a default built on those two objects: sizes, sharing,
 text <-> ids, saving and loading (file names `vocab_file` / `vocab_files`, read back with
 `Vocab.load`), and `tokenizers()` for export.
@@ -292,6 +293,14 @@ class Task:
 
         A pure function: it changes no state (decoding may run it on several threads at once)."""
         return hypothesis
+
+    def output_target(self, output: str, source: str) -> str:
+        """An output line (as `postprocess` returns it and `s2s generate` writes it) for
+        `source` as the target line the model writes (`encode_target` reads it): what
+        `--score-targets` and `POST /score` score, so that an output's score there is its
+        `logprob` in `--json`. The default is the line itself (parsing linearises a bracketed
+        tree). A line that is no output of the task raises `DataError` saying why."""
+        return output
 
     def corpus_files(
         self, name: str, sources: Sequence[str], outputs: Sequence[str]

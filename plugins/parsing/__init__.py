@@ -296,6 +296,21 @@ class ParsingTask(Task):
         """The tree (one line) over the words of `source` that `hypothesis` describes."""
         return delinearise(hypothesis, source, self.cfg.scheme, self.cfg.root_label)[0]
 
+    def output_target(self, output: str, source: str) -> str:
+        """A bracketed tree (an output line) as the linearised target the model writes, in the
+        task's scheme; a line that is linearised already is kept, as is an empty one."""
+        from s2s.data_recipes import treebank
+
+        if not output.strip() or _is_linearised(output):
+            return output
+        stats = treebank.ReadStats()
+        trees = list(treebank.read_trees([output], "tree", skip_malformed=True, stats=stats))
+        if stats.messages:
+            raise DataError(stats.messages[0].replace("tree, line 1: ", "", 1))
+        if len(trees) != 1:
+            raise DataError(f"{len(trees)} trees: one tree a line")
+        return " ".join(linearise(trees[0], self.cfg.scheme, self.cfg.root_label))
+
     def rebuild(self, hypotheses: Sequence[str], sources: Sequence[str]) -> tuple[list[str], int]:
         """The trees of decoded hypotheses, and how many of them had to be repaired.
 

@@ -8,7 +8,8 @@ time, or never finishes a body, holds its connection and descriptor for ever (Sl
 does it bound the time an answer waits in the write buffer of a client that does not read. So
 the server runs uvicorn's h11 protocol with three guards, set by `Limits`:
 
-* a cap on open connections: one more is answered 503 (JSON, `Retry-After`) and closed at once;
+* a cap on open connections: one more is answered 503 (JSON, `Retry-After`) and closed as soon
+  as the client has read it (what it sends meanwhile is dropped; a reset would lose the 503);
 * a deadline for a whole request (head and body) from its first byte (or the connection's
   opening): a request that has not arrived by then gets 408 (JSON) and its connection closes;
 * a deadline for a client to read its answer: once the transport's write buffer is over its
@@ -40,6 +41,11 @@ class Limits:
     client_seconds: float = 10.0
 
 
+#: how long a refused connection is read (and its bytes dropped) after its 503, for the client
+#: to read the answer and close first (`_refuse`)
+LINGER_SECONDS = 2.0
+
+
 def raw_answer(status: int, reason: str, message: str, extra: tuple = ()) -> bytes:
     """A whole HTTP/1.1 response with a JSON error body, written before h11 has a request."""
     body = json.dumps({"error": message}).encode()
@@ -61,6 +67,7 @@ def guarded(limits: Limits) -> type:
             super().connection_made(transport)
             self.arrival = None  # the deadline of the request arriving
             self.reading = None  # the deadline of the client reading the answer
+            self.refused, self.lingering = False, None  # over the cap; its close (`_refuse`)
             if len(self.connections) > limits.connections:
                 log.warning(
                     "refused a connection from %s: %d open, at most %d",
@@ -68,7 +75,7 @@ def guarded(limits: Limits) -> type:
                     len(self.connections) - 1,
                     limits.connections,
                 )
-                transport.write(
+                self._refuse(
                     raw_answer(
                         503,
                         "Service Unavailable",
@@ -77,9 +84,22 @@ def guarded(limits: Limits) -> type:
                         ("retry-after: 1",),
                     )
                 )
-                transport.close()
                 return
             self._arm()
+
+        def _refuse(self, answer: bytes) -> None:
+            """Answer a connection over the cap and close it gracefully: the answer, then the
+            end of our side (FIN), then what the client still sends is read and dropped until
+            it closes, at most LINGER_SECONDS. Closing at once while the client's request lies
+            unread in the socket makes the kernel reset the connection, and the client lost the
+            503 to the reset (most refused clients that sent a request got a reset under load).
+            A refused connection no longer counts against the cap."""
+            self.refused = True
+            self.connections.discard(self)
+            self.transport.write(answer)
+            if self.transport.can_write_eof():
+                self.transport.write_eof()
+            self.lingering = self.loop.call_later(LINGER_SECONDS, self.transport.close)
 
         def _arm(self) -> None:
             if self.arrival is None:
@@ -92,6 +112,8 @@ def guarded(limits: Limits) -> type:
                 setattr(self, name, None)
 
         def data_received(self, data: bytes) -> None:
+            if self.refused:
+                return  # a refused connection's request: dropped while it lingers
             if self.conn.their_state is h11.IDLE:  # the first bytes of a new request
                 self._arm()
             super().data_received(data)
@@ -136,9 +158,16 @@ def guarded(limits: Limits) -> type:
             )
             self.transport.abort()  # drops the buffered answer
 
+        def eof_received(self):
+            if self.refused:  # the client read its 503 and closed: close now
+                self.transport.close()
+                return None
+            return super().eof_received()
+
         def connection_lost(self, exc) -> None:
             self._disarm("arrival")
             self._disarm("reading")
+            self._disarm("lingering")
             super().connection_lost(exc)
 
     return GuardedProtocol

@@ -47,11 +47,13 @@ def score_files(task, ref, hyp, src=None) -> Score:
 
 def _read(ref, hyps: list, src) -> tuple[list[str], list[list[str]], list[str] | None]:
     """The lines of the reference, each hypothesis file and the source file; a DataError when
-    a hypothesis file's line count differs from the reference's."""
+    the reference has no lines or a hypothesis file's line count differs from it."""
     from .. import textio
     from ..errors import DataError
 
     refs = textio.read_lines(ref)  # lines end at "\n" only
+    if not refs:  # no figure means anything over no sentences (and a metric may fail on none)
+        raise DataError(f"{ref} is empty: no reference lines to score against")
     outputs = []
     for hyp in hyps:
         lines = textio.read_lines(hyp)

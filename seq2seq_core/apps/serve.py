@@ -7,7 +7,8 @@ well-kept libraries, pure Python, that pull in no torch of their own. Endpoints:
     GET  /health      {"status": "ok", ...} once the model is loaded
     GET  /info        the run: its tasks (members), the checkpoint, decoding settings, limits
     POST /generate    {"text": [sentence, ...], "task": MEMBER?, "nbest": N?, "sampling":
-                      {"temperature", "top_k", "top_p", "seed"}?, "prefixes": [...]?, "terms": [[s,
+                      {"temperature", "top_k", "top_p", "epsilon", "seed"}?, "mbr": "chrf" |
+                      "bleu"?, "prefixes": [...]?, "terms": [[s,
                       t], ...]?} -> {"hypotheses", "scores", "nbest"?, "unknown_words", "trees",
                       "timing"}: `s2s generate`'s output lines (docs/decoding.md has the options)
     POST /score       {"text": [sentence, ...], "targets": [output, ...], "task": MEMBER?} ->
@@ -27,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import queue
 import socket
 import sys
@@ -88,7 +90,9 @@ async def body_json(request) -> dict:
             400, f"request body is not valid UTF-8 (byte {e.start}: {body[e.start]:#04x})"
         ) from None
     try:
-        data = json.loads(text)
+        data = json.loads(text, parse_constant=_not_a_number, parse_float=_finite_float)
+    except NotANumber as e:
+        raise bad(400, f"request body holds {e}, which is not a JSON number: send a finite one")
     except ValueError as e:
         raise bad(400, f"request body is not JSON: {e}") from None
     except RecursionError:
@@ -98,6 +102,48 @@ async def body_json(request) -> dict:
             400, f'request body is a JSON {type(data).__name__}, not an object {{"text": [...]}}'
         )
     return data
+
+
+class NotANumber(ValueError):
+    """A number JSON has no room for: Infinity, NaN (which Python's reader takes), 1e999."""
+
+
+def _not_a_number(name: str):
+    raise NotANumber(name)
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise NotANumber(f"{text[:40]} (beyond a float's range)")
+    return value
+
+
+#: the fields each endpoint reads; any other is refused, naming the nearest (a misspelt "nbset"
+#: would otherwise be ignored and the answer silently not the one asked for)
+FIELDS = {
+    "/generate": ("text", "task", "nbest", "sampling", "mbr", "prefixes", "terms"),
+    "/score": ("text", "targets", "task"),
+    "/attention": ("text", "task", "layer"),
+    '"sampling"': ("temperature", "top_k", "top_p", "epsilon", "seed"),
+}
+
+
+def known_fields(data: dict, where: str) -> None:
+    """A 400 for a field of `data` that `where` (an endpoint, or "sampling") does not read,
+    naming the nearest one it does."""
+    import difflib
+
+    fields = FIELDS[where]
+    for key in data:
+        if key not in fields:
+            near = difflib.get_close_matches(str(key), fields, n=1, cutoff=0.5)
+            hint = f' (did you mean "{near[0]}"?)' if near else ""
+            raise bad(
+                400,
+                f"{json.dumps(key)[:40]} is not a field of {where}{hint}: its fields are "
+                f"{', '.join(fields)}",
+            )
 
 
 def member_of(service: Service, data: dict):
@@ -150,11 +196,14 @@ def sentences(data: dict, many: bool = True) -> list[str]:
     return text
 
 
+SAMPLING = '"sampling"'
+
+
 def wanted_of(data: dict, beam: int):
     """The request's "nbest" (1 to the beam; drawn: to MAX_SAMPLES) and "sampling" (an object of
     `Sampling`'s fields), as a `Wanted`; a 400 naming the field and value."""
-    from ..decode.search import Wanted
-    from ..decode.search import Sampling
+    from ..decode.mbr import UTILITIES
+    from ..decode.search import Sampling, Wanted
 
     n = data.get("nbest", 1)
     drawn = data.get("sampling")
@@ -162,27 +211,42 @@ def wanted_of(data: dict, beam: int):
     if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= most:
         why = f"at most {MAX_SAMPLES} drawn" if drawn is not None else f"at most the beam ({beam})"
         raise bad(400, f'"nbest" {json.dumps(n)[:40]}: a whole number from 1, {why}')
+    mbr = data.get("mbr")
+    if mbr is not None and (mbr not in UTILITIES or n < 2):
+        raise bad(
+            400,
+            f'"mbr" {json.dumps(mbr)[:40]}: one of {", ".join(map(json.dumps, UTILITIES))}, '
+            'with "nbest" 2 or more (the candidates it chooses among)',
+        )
     if drawn is None:
-        return Wanted(n)
-    fields = {"temperature": float, "top_k": int, "top_p": float, "seed": int}
-    if not isinstance(drawn, dict) or set(drawn) - set(fields):
-        raise bad(400, f'"sampling" must be an object with some of {", ".join(fields)}')
-    for key, kind in fields.items():
-        value = drawn.get(key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+        return Wanted(n, mbr=mbr)
+    if not isinstance(drawn, dict):
+        raise bad(400, f'"sampling" must be an object with some of {", ".join(FIELDS[SAMPLING])}')
+    known_fields(drawn, SAMPLING)
+    whole = ("top_k", "seed")
+    for key, value in drawn.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise bad(400, f'"sampling"."{key}" {json.dumps(value)[:40]}: a number')
-        if kind is int and value is not None and value != int(value):
+        if key in whole and isinstance(value, float) and value != int(value):
             raise bad(400, f'"sampling"."{key}" {value}: a whole number')
-    sampling = Sampling(**{k: fields[k](v) for k, v in drawn.items()})
-    problem = sampling.problem()
+    exact = lambda v: isinstance(v, float) and v.is_integer() and abs(v) <= 2**53  # noqa: E731
+    sampling = Sampling(**{k: int(v) if k in whole and exact(v) else v for k, v in drawn.items()})
+    problem = sampling.problem()  # the bounds `s2s generate` and the Python API check
     if problem:
         raise bad(400, f'"sampling": {problem}')
-    return Wanted(n, sampling)
+    sampling = Sampling(
+        float(sampling.temperature),
+        sampling.top_k,
+        float(sampling.top_p),
+        sampling.seed,
+        float(sampling.epsilon),
+    )
+    return Wanted(n, sampling, mbr=mbr)
 
 
 def prefixes_of(data: dict, member, sources: list[str], settings, max_positions: int):
     """The request's "prefixes": one string a sentence, each usable (`prefix_problem`), or None."""
-    from ..decode.batched import prefix_problem
+    from ..decode.given import prefix_problem
 
     prefixes = data.get("prefixes")
     if prefixes is None:
@@ -205,44 +269,50 @@ def prefixes_of(data: dict, member, sources: list[str], settings, max_positions:
 
 
 def terms_of(data: dict, member, sources: list[str], settings, max_positions: int):
-    """The request's "terms" (at most MAX_TERMS [source term, target term] pairs) as each
-    sentence's target spellings, or None; a 400 naming what is wrong, before any decoding."""
+    """The request's "terms" ([source term, target term] pairs; at most MAX_TERMS once identical
+    ones are merged) as each sentence's target spellings, or None; a 400 naming what is wrong
+    (`checked_terms`: a special token, an unspellable term, a source term with two targets),
+    before any decoding."""
+    from ..decode.given import checked_terms
     from ..decode.terminology import line_terms, placeable
-    from ..vocab import UNK
 
     pairs = data.get("terms")
     if pairs is None:
         return None
     if not member.terminology:
         raise bad(400, f'"terms": task {member.name!r} writes no target words for source terms')
-    if (
-        not isinstance(pairs, list)
-        or len(pairs) > MAX_TERMS
-        or not all(
-            isinstance(p, list) and len(p) == 2 and all(isinstance(x, str) and x.strip() for x in p)
-            for p in pairs
-        )
+    if not isinstance(pairs, list) or not all(
+        isinstance(p, list)
+        and len(p) == 2
+        and all(isinstance(x, str) and x.strip() and len(x) <= MAX_CHARS for x in p)
+        for p in pairs
     ):
         raise bad(
             400,
             f'"terms" must be a list of at most {MAX_TERMS} [source term, target term] pairs of '
-            "non-empty strings",
+            f"non-empty strings (of at most {MAX_CHARS} characters)",
         )
-    for i, (source, target) in enumerate(pairs):
-        if UNK in member.encode_target([" " + target.strip()])[0]:
-            raise bad(400, f'"terms"[{i}]: the target vocabulary cannot spell {target!r}')
-    found = line_terms(member, sources, [(a.strip(), b.strip()) for a, b in pairs])
+    try:
+        pairs = checked_terms(member, pairs, lambda i: f'"terms"[{i}]')
+    except UsageError as e:
+        raise bad(400, str(e)) from None
+    if len(pairs) > MAX_TERMS:
+        raise bad(400, f'"terms" holds {len(pairs)} different pairs; at most {MAX_TERMS} a request')
+    found = line_terms(member, sources, pairs)
     for i, (source, terms) in enumerate(zip(sources, found)):
         if placeable(member, source, terms, settings, max_positions) < len(terms):
             raise bad(400, f'"text"[{i}]: its terms do not fit its output\'s length limit together')
     return [[spellings for _, _, spellings in terms] for terms in found]
 
 
-def targets_of(data: dict, member, count: int, max_positions: int) -> list[list[int]]:
-    """The request's "targets", one output a sentence, as target ids (a word the vocabulary
-    lacks scores as <unk>, as in `s2s generate --score-targets`); a 400 (413) naming the entry
-    that is not a one-line string, or too long for the model."""
-    targets = data.get("targets")
+def targets_of(data: dict, member, sources: list[str], max_positions: int) -> list[list[int]]:
+    """The request's "targets", one output a sentence, as the model writes it (`model_targets`:
+    a parser's tree linearised) in target ids (a word the vocabulary lacks scores as <unk>, as
+    in `s2s generate --score-targets`); a 400 (413) naming the entry that is not a one-line
+    string, not an output of the task, holds a special token, or is too long for the model."""
+    from ..decode.given import model_targets
+
+    targets, count = data.get("targets"), len(sources)
     if (
         not isinstance(targets, list)
         or len(targets) != count
@@ -253,10 +323,15 @@ def targets_of(data: dict, member, count: int, max_positions: int) -> list[list[
             f'"targets" must be a list of {count} strings of at most {MAX_CHARS} characters, '
             'the output to score for each sentence of "text"',
         )
-    ids = member.encode_target(targets)
-    for i, (target, seq) in enumerate(zip(targets, ids)):
+    for i, target in enumerate(targets):
         if "\n" in target or "\r" in target:
             raise bad(400, f'"targets"[{i}] holds a line break: send one output a string')
+    try:
+        targets = model_targets(member, sources, targets, lambda i: f'"targets"[{i}]')
+    except UsageError as e:
+        raise bad(400, str(e)) from None
+    ids = member.encode_target(targets)
+    for i, seq in enumerate(ids):
         if len(seq) + 1 > max_positions:
             raise bad(
                 413,
@@ -364,6 +439,7 @@ def build_app(service: Service):
 
     async def generate(request):
         data = await body_json(request)
+        known_fields(data, "/generate")
         member = member_of(service, data)
         lines = sentences(data)
         start = time.perf_counter()
@@ -399,11 +475,12 @@ def build_app(service: Service):
 
     async def score(request):
         data = await body_json(request)
+        known_fields(data, "/score")
         member = member_of(service, data)
         lines = sentences(data)
         start = time.perf_counter()
         sources, tokens, unknown = measured(member, lines, max_positions)
-        targets = targets_of(data, member, len(sources), max_positions)
+        targets = targets_of(data, member, sources, max_positions)
         job = Job(member, sources, sum(tokens), targets=targets, client=client_of(request))
         result = await decoded(service, job, request)
         return JSONResponse(
@@ -421,6 +498,7 @@ def build_app(service: Service):
 
     async def attention(request):
         data = await body_json(request)
+        known_fields(data, "/attention")
         member = member_of(service, data)
         lines = sentences(data, many=False)
         layers = len(service.batcher.attending.decoder)
@@ -526,10 +604,38 @@ def allowed_hosts(host: str, extra: tuple[str, ...]) -> list[str]:
     names, the address it listens on, and `extra` (the names a reverse proxy or a network
     uses; "*": any). Any other Host is refused (400), so that a page of another site, after
     rebinding its own name to this address, cannot read or drive the server."""
+    for name in extra:
+        problem = host_name_problem(name)
+        if problem:
+            raise UsageError(f"--allowed-hosts {name!r}: {problem}")
     names = ["localhost", "127.0.0.1", "::1", "[::1]"]
     if host not in ("0.0.0.0", "::", ""):
         names += [host, f"[{host}]" if ":" in host else host]
     return list(dict.fromkeys([*names, *extra]))
+
+
+def host_name_problem(name: str) -> str | None:
+    """What keeps `name` from matching a request's Host header as `--allowed-hosts` compares
+    it (the name alone, its port dropped; "*" any, "*.example.org" any below it), or None."""
+    import ipaddress
+
+    bare = name.strip("[]")
+    example = name.split("://", 1)[-1].split("/", 1)[0].rsplit(":", 1)[0] or "mt.example.org"
+    if not name.strip() or any(c.isspace() for c in name):
+        return "a host name, not empty and without spaces (e.g. mt.example.org)"
+    if "://" in name or "/" in name:
+        return f"a host name alone, without a scheme or a path (e.g. {example})"
+    if ":" in name:
+        try:
+            ipaddress.IPv6Address(bare)
+        except ValueError:
+            return (
+                f"a host name without a port (e.g. {example}): the Host header's port is not "
+                "compared, so a name with one never matches"
+            )
+    if "*" in name[1:] or (name.startswith("*") and name != "*" and not name.startswith("*.")):
+        return 'a wildcard only as "*" (any host) or "*.example.org" (any name below it)'
+    return None
 
 
 def serve(path, registry, options: ServeOptions) -> None:
@@ -555,6 +661,7 @@ def serve(path, registry, options: ServeOptions) -> None:
         raise UsageError(f"--max-connections {options.max_connections}: at least 1")
     if options.client_seconds is not None and not 0 < options.client_seconds < float("inf"):
         raise UsageError(f"--client-seconds {options.client_seconds}: a number of seconds > 0")
+    hosts = allowed_hosts(options.host, options.allowed_hosts)  # a bad name: before any work
     given = {"connections": options.max_connections, "client_seconds": options.client_seconds}
     limits = Limits(**{k: v for k, v in given.items() if v is not None})
     sock = listening_socket(options.host, options.port)  # a taken port fails before the model loads
@@ -613,7 +720,7 @@ def serve(path, registry, options: ServeOptions) -> None:
             "shutdown_seconds": SHUTDOWN_SECONDS,
         },
     }
-    info["allowed_hosts"] = allowed_hosts(options.host, options.allowed_hosts)
+    info["allowed_hosts"] = hosts
     service = Service(batcher, members, info["default_task"], info, info["allowed_hosts"])
     bound = sock.getsockname()
     address = f"[{bound[0]}]" if ":" in bound[0] else bound[0]  # an IPv6 address, as URLs write it

@@ -91,6 +91,9 @@ class Member:
     def prepare_source(self, lines: Sequence[str]) -> list[str]:
         return self.task.prepare_source(lines)
 
+    def output_target(self, output: str, source: str) -> str:
+        return self.task.output_target(output, source)
+
     def display(self, output: str) -> str:
         return self.task.display(output)
 

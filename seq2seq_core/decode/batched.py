@@ -3,7 +3,7 @@ server: a `Decoder` (a model, its task and settings, the device) encodes source 
 task, searches them in batches of similar length and decodes them back to text (`candidates`;
 the single best: `hypotheses`), post-processed (`outputs`; the single best: `decode_sources`).
 A caller may want the n best or drawn samples (`Wanted`), or outputs that start with a given
-prefix or hold given terms (`Forced`). Input typed by a person goes through the task's
+prefix or hold given terms (`Forced`; `given` checks them). Input typed by a person goes through the task's
 `prepare_source` first (`prepared_sources`); words the vocabulary lacks are named
 (`unknown_words`). `Decoder.target_scores` is the model's log-probability of given outputs
 (reranking, rating references).
@@ -61,28 +61,6 @@ def unknown_words(task: Task, source: str, ids: Sequence[int]) -> list[str]:
     if UNK not in ids:
         return []
     return [w for w in dict.fromkeys(source.split()) if UNK in task.encode_source([w])[0]]
-
-
-def prefix_problem(
-    task: Task, source: str, prefix: str, settings: DecodeDefaults, max_positions: int
-):
-    """What makes `prefix` unusable for the outputs of `source` (a prepared source line), or
-    None: a token the target vocabulary cannot spell (it reads as <unk>), or more tokens than
-    the line's output may have (int(max_len_a * |x| + max_len_b), within the model's positions)."""
-    if not prefix:
-        return None
-    tokens = task.encode_target([prefix])[0]
-    if UNK in tokens:
-        return f"the target vocabulary cannot spell the prefix {prefix!r} (a token reads as <unk>)"
-    src = len(task.encode_source([source])[0]) + 1
-    limit = int(settings.max_len_a * src + settings.max_len_b)
-    limit = max(0, min(limit, max_positions - 1))
-    if len(tokens) > limit:
-        return (
-            f"the prefix has {len(tokens)} target tokens, but this line's output may have at "
-            f"most {limit} (decode.max_len_a, max_len_b)"
-        )
-    return None
 
 
 @dataclass(frozen=True)

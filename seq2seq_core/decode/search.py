@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from ..checks import SEED_MAX, number_problem, shown, whole_number_problem
 from ..setup.settings import Stop
 from ..task import DecodeDefaults
 from ..vocab import BOS, EOS, PAD
@@ -45,7 +46,11 @@ class Sampling:
     `top_p` (1: all) and to the tokens of probability `epsilon` or more (epsilon sampling,
     Hewitt et al. 2022; 0: all). `seed` makes the draws repeat: each sentence draws from a
     generator of its own, seeded by the seed and the sentence's ids (`sentence_generators`), so
-    its samples never depend on the sentences searched beside it."""
+    its samples never depend on the sentences searched beside it.
+
+    `problem` is the one check of these settings that the command line, the server and the
+    Python API share: the bounds (`TEMPERATURE`, `TOP_P`, `SEED_MAX`) keep logp / temperature
+    and the nucleus inside float32, where the draws are computed."""
 
     temperature: float = 1.0
     top_k: int = 0
@@ -55,15 +60,28 @@ class Sampling:
 
     def problem(self) -> str | None:
         """What is wrong with the settings, as `option value: why`, or None."""
-        if not self.temperature > 0:
-            return f"temperature {self.temperature}: must be above 0"
-        if self.top_k < 0:
-            return f"top-k {self.top_k}: must be 0 (all tokens) or more"
-        if not 0 < self.top_p <= 1:
-            return f"top-p {self.top_p}: must be in (0, 1]"
-        if not 0 <= self.epsilon < 1:
-            return f"epsilon {self.epsilon}: must be in [0, 1)"
+        checks = (
+            ("temperature", number_problem(self.temperature, *TEMPERATURE)),
+            ("top-k", whole_number_problem(self.top_k, 0, TOP_K_MAX)),
+            ("top-p", number_problem(self.top_p, *TOP_P, low_open=True)),
+            ("epsilon", number_problem(self.epsilon, 0.0, 0.5)),
+            ("seed", whole_number_problem(self.seed, 0, SEED_MAX)),
+        )
+        for name, problem in checks:
+            if problem:
+                return f"{name} {shown(getattr(self, name.replace('-', '_')))}: {problem}"
         return None
+
+
+#: the temperatures a draw takes: logp / T stays well inside float32 (|logp| up to 10^4 gives at
+#: most 10^7), and at the bounds the draws are already greedy search's (0.001: a token 0.01 nats
+#: behind the best is e^10 times less likely) or nearly uniform (1000); beyond them inf, 1e300 or
+#: 1e-45 over- or underflow float32 and every draw is one token
+TEMPERATURE = (0.001, 1000.0)
+#: top-p in (0.001, 1]: below, the nucleus is the best token alone (greedy search) and values
+#: such as 1e-300 round to 0 in float32, where no token is kept
+TOP_P = (0.001, 1.0)
+TOP_K_MAX = 2**31 - 1  # at least every token of any vocabulary
 
 
 @dataclass(frozen=True)
@@ -79,6 +97,18 @@ class Wanted:
     sampling: Sampling | None = None
     incremental: bool = True
     mbr: str | None = None  # rank the n outputs by expected utility (s2s.core.decode.mbr)
+
+    def problem(self, beam: int) -> str | None:
+        """What is wrong with what is asked of a search with this beam, as `option value: why`
+        (the sampling settings', `Sampling.problem`), or None."""
+        if isinstance(self.n, bool) or not isinstance(self.n, int) or self.n < 1:
+            return f"nbest {shown(self.n)}: must be a whole number, 1 or more"
+        if self.sampling is None and self.n > beam:
+            return (
+                f"nbest {self.n}: above the beam ({beam}); a beam search keeps at most its beam "
+                "of outputs (raise the beam, or draw them with sampling)"
+            )
+        return None if self.sampling is None else self.sampling.problem()
 
     def rows(self, beam: int) -> int:
         """The rows (hypotheses) a sentence takes in the search: n drawn outputs, else the

@@ -15,20 +15,19 @@ import logging
 import sys
 from dataclasses import dataclass, field
 from itertools import islice
-from pathlib import Path
 from typing import IO, Iterable, NamedTuple, Sequence
 
 import torch
 
 from .. import textio
 from ..data.members import decode_settings
-from ..decode.batched import Decoder, Forced, prefix_problem, prepared_sources, unknown_words
+from ..decode.batched import Decoder, Forced, prepared_sources, unknown_words
+from ..decode.given import checked_terms, model_targets, prefix_problem
 from ..decode.search import Wanted, sentences_per_batch
 from ..decode.terminology import line_terms, placeable, read_terms
 from ..errors import ConfigError, DataError, UsageError
-from ..files import remove_stale_temporaries, replacing
+from ..files import remove_stale_temporaries, replaced_file, replacing
 from ..progress import progress
-from ..vocab import UNK
 from .loading import decoder_of, load_for_inference
 
 log = logging.getLogger("s2s")
@@ -95,30 +94,29 @@ def generate_lines(
     A line that cannot be decoded (invalid UTF-8, too long for the model's positions) gets an
     empty output line (JSON: no outputs) and a warning naming `name` and its line number; the
     rest goes on. Words the vocabulary never saw are named in a warning with their line. A
-    prefix or target file is read whole first and must have a line for every input line."""
+    prefix or target file is read whole, and so is then the input: the two must have as many
+    lines, and every prefix or target must be usable, before the first output is written."""
     task, name = decoder.task, lines.name
     side = _side_lines(asked)
     pairs = _term_pairs(task, asked)
     raw = iter(lines.raw)
     number = sum(1 for _ in islice(raw, lines.skip))
+    read = _read_sources(raw, number, name, task, decoder.model.max_positions)
+    if side is not None:
+        read = list(read)
+        side = _check_side(decoder, side, read, asked, name)
+        read = iter(read)
     bad = missing = 0
-    while chunk := list(islice(raw, block_size(decoder))):
-        first = number + 1
-        read = []
-        for raw_line in chunk:
-            number += 1
-            read.append(_source_line(raw_line, name, number, task, decoder.model.max_positions))
-        good = [i for i, line in enumerate(read) if line is not None]
-        bad += len(read) - len(good)
-        sources, numbers = [read[i] for i in good], [first + i for i in good]
-        extra = None
-        if side is not None:
-            extra = [_side_line(side, asked, n, name) for n in numbers]
+    while chunk := list(islice(read, block_size(decoder))):
+        first = chunk[0][0]
+        number = chunk[-1][0]
+        good = [i for i, (_, line) in enumerate(chunk) if line is not None]
+        bad += len(chunk) - len(good)
+        sources, numbers = [chunk[i][1] for i in good], [first + i for i in good]
+        extra = None if side is None else [side[n - 1] for n in numbers]
         if asked.targets is not None:
-            answers = _rated(decoder, sources, extra, numbers, asked)
+            answers = _rated(decoder, sources, extra)
         else:
-            if extra is not None:
-                _check_prefixes(decoder, sources, extra, numbers, asked)
             terms = None
             if pairs is not None:
                 terms = _placed_terms(decoder, sources, pairs, numbers, name)
@@ -134,7 +132,7 @@ def generate_lines(
                         first + i,
                     )
             answers = _answers(decoder, sources, found, asked)
-        result = [{"outputs": []} if asked.as_json() else ""] * len(read)
+        result = [{"outputs": []} if asked.as_json() else ""] * len(chunk)
         for i, answer in zip(good, answers):
             result[i] = answer
         if asked.as_json():
@@ -146,12 +144,15 @@ def generate_lines(
             progress.update(len(sources))
         out.write("".join(h + "\n" for h in result))
         out.flush()
-    if side is not None and number != len(side):
-        raise UsageError(
-            f"{asked.prefixes or asked.targets} has {len(side)} line(s), {name} {number}: "
-            "one a line of input"
-        )
     return Counts(number, bad, missing)
+
+
+def _read_sources(raw, number: int, name: str, task, max_positions: int):
+    """(line number, its source or None: `_source_line`) of each raw line after the first
+    `number`, lazily."""
+    for raw_line in raw:
+        number += 1
+        yield number, _source_line(raw_line, name, number, task, max_positions)
 
 
 def block_size(decoder: Decoder) -> int:
@@ -162,8 +163,9 @@ def block_size(decoder: Decoder) -> int:
 
 
 def _term_pairs(task, asked: Asked):
-    """The term file's (source, target) pairs, or None; a task whose outputs have no target
-    words (a parser's trees) refuses one."""
+    """The term file's (source, target) pairs, identical ones merged, or None (`checked_terms`:
+    a special token, an unspellable term, a source term with two targets name the file and
+    line); a task whose outputs have no target words (a parser's trees) refuses one."""
     if asked.terms is None:
         return None
     if not task.terminology:
@@ -172,17 +174,7 @@ def _term_pairs(task, asked: Asked):
             "(its outputs are built from the source's own words)"
         )
     pairs = read_terms(asked.terms)
-    for number, (source, target) in enumerate(pairs, 1):
-        for side, term, ids in (
-            ("source", source, task.encode_source([source])[0]),
-            ("target", target, task.encode_target([" " + target])[0]),
-        ):
-            if UNK in ids:
-                raise UsageError(
-                    f"{asked.terms}, line {number}: the {side} vocabulary cannot spell {term!r} "
-                    "(a token reads as <unk>)"
-                )
-    return pairs
+    return checked_terms(task, pairs, lambda i: f"{asked.terms}, line {i + 1}")
 
 
 def _placed_terms(decoder: Decoder, sources, pairs, numbers, name) -> list[list[list[int]]]:
@@ -211,23 +203,40 @@ def _side_lines(asked: Asked) -> list[str] | None:
     return None if path is None else textio.read_lines(path)
 
 
-def _side_line(side: list[str], asked: Asked, number: int, name: str) -> str:
-    if number > len(side):
-        raise UsageError(
-            f"{asked.prefixes or asked.targets} has {len(side)} line(s), fewer than {name}: "
-            "one a line of input"
-        )
-    return side[number - 1]
-
-
-def _check_prefixes(decoder: Decoder, sources, prefixes, numbers, asked: Asked) -> None:
-    """A prefix the target vocabulary cannot spell, or longer than its line's output may be, is
-    a UsageError naming the file and line, before the chunk is decoded (`prefix_problem`)."""
-    task, settings, max_positions = decoder.task, decoder.settings, decoder.model.max_positions
-    for source, prefix, number in zip(sources, prefixes, numbers):
-        problem = prefix_problem(task, source, prefix, settings, max_positions)
-        if problem:
-            raise UsageError(f"{asked.prefixes}, line {number}: {problem}")
+def _check_side(
+    decoder: Decoder, side: list[str], read: list, asked: Asked, name: str
+) -> list[str]:
+    """Before any output: the prefix or target file has a line for every input line, and each
+    of them can be used (`prefix_problem` with its line's source; a target as the model writes
+    it, `model_targets`, within the model's positions); else a UsageError naming the file and
+    line. Returns the side lines as they are used (targets as the model writes them)."""
+    path, task = asked.prefixes or asked.targets, decoder.task
+    total = read[-1][0] if read else 0
+    if total != len(side):
+        raise UsageError(f"{path} has {len(side)} line(s), {name} {total}: one a line of input")
+    settings, limit = decoder.settings, decoder.model.max_positions
+    used = [(number, source) for number, source in read if source is not None]
+    if asked.targets is None:
+        for number, source in used:
+            problem = prefix_problem(task, source, side[number - 1], settings, limit)
+            if problem:
+                raise UsageError(f"{path}, line {number}: {problem}")
+        return side
+    side = list(side)  # a line whose input cannot be decoded is not scored: kept as it is
+    given = model_targets(
+        task,
+        [source for _, source in used],
+        [side[number - 1] for number, _ in used],
+        lambda i: f"{path}, line {used[i][0]}",
+    )
+    for (number, _), line, ids in zip(used, given, task.encode_target(given)):
+        if len(ids) + 1 > limit:
+            raise UsageError(
+                f"{path}, line {number}: {len(ids) + 1} target tokens; the model takes at most "
+                f"{limit} (model.max_positions)"
+            )
+        side[number - 1] = line
+    return side
 
 
 def _answers(decoder: Decoder, sources, found, asked: Asked) -> list:
@@ -254,19 +263,11 @@ def _answers(decoder: Decoder, sources, found, asked: Asked) -> list:
     return [{"outputs": a} for a in answers]
 
 
-def _rated(decoder: Decoder, sources, targets, numbers, asked) -> list[dict]:
-    """The model's log-probabilities of the given target lines, one JSON object each; a target
-    longer than the model's positions is a UsageError naming the file and line."""
+def _rated(decoder: Decoder, sources, targets) -> list[dict]:
+    """The model's log-probabilities of the given target lines (`_check_side` checked them), one
+    JSON object each."""
     ids = decoder.task.encode_target(list(targets))
-    limit = decoder.model.max_positions
-    for seq, number in zip(ids, numbers):
-        if len(seq) + 1 > limit:
-            raise UsageError(
-                f"{asked.targets}, line {number}: {len(seq) + 1} target tokens; the model "
-                f"takes at most {limit} (model.max_positions)"
-            )
-    rated = decoder.target_scores(sources, ids)
-    return [r.as_dict() for r in rated]
+    return [r.as_dict() for r in decoder.target_scores(sources, ids)]
 
 
 def _source_line(raw: bytes, name: str, number: int, task, max_positions: int) -> str | None:
@@ -320,19 +321,17 @@ def loaded(job: Job, registry) -> tuple:
             f"{job.beam_setting}={beam}: the beam is larger than the target vocabulary of "
             f"{job.runs[0]} ({vocab} tokens)"
         )
-    if wanted.sampling is None and wanted.n > beam:
-        raise ConfigError(
-            f"--nbest {wanted.n}: above the beam ({beam}); a beam search keeps at most its beam "
-            "of outputs (raise --beam, or draw them with --sampling)"
-        )
+    problem = wanted.problem(beam)  # the check the server and the Python API make
+    if problem:
+        raise UsageError(f"--{problem}")
     return cfg, member, model
 
 
 def generate_file(job: Job, registry, stdout) -> Counts:
     """`s2s generate`: decode the lines of `job.input` (None: stdin) with the run (or ensemble)
-    into `job.output` (None: `stdout`); returns the `Counts`. A
-    regular output file appears complete at the end (`files.replacing`); a device or a pipe is
-    written as it goes."""
+    into `job.output` (None: `stdout`); returns the `Counts`. A regular output file (a link's
+    target) appears complete at the end; a device, a pipe or /dev/stdout is written as it goes
+    (`files.replacing`)."""
     cfg, member, model = loaded(job, registry)
     raw = (
         textio.raw_lines(job.input)
@@ -340,18 +339,12 @@ def generate_file(job: Job, registry, stdout) -> Counts:
         else (line[:-1] if line.endswith(b"\n") else line for line in sys.stdin.buffer)
     )
     output = job.output
-    regular = output and (Path(output).is_file() or not Path(output).exists())
-    if regular:
-        remove_stale_temporaries(Path(output).parent)
+    replaced = replaced_file(output) if output else None
+    if replaced is not None:
+        remove_stale_temporaries(replaced.parent)
     try:
         with contextlib.ExitStack() as stack:
-            out = (
-                stack.enter_context(replacing(output))
-                if regular
-                else stack.enter_context(open(output, "w", encoding="utf-8"))
-                if output
-                else stdout
-            )
+            out = stack.enter_context(replacing(output)) if output else stdout
             bar = stack.enter_context(progress(job.quiet, desc="generate", unit=" sent"))
             lines = InputLines(raw, job.input or "<stdin>")
             return generate_lines(decoder_of(cfg, member, model), lines, out, job.asked, bar)

@@ -90,6 +90,11 @@ def label(job: Labelling, registry) -> dict:
     """Label `job.input` into `job.output` (see the module docstring); returns the summary."""
     if not 0 < job.keep <= 1:
         raise UsageError(f"--keep {job.keep}: a fraction of the lines, in (0, 1]")
+    if not job.name.strip() or job.name.startswith(".") or any(c in job.name for c in "/\\\0"):
+        raise UsageError(
+            f"--name {job.name!r}: the corpus files' prefix must be a file name, not empty, not "
+            "starting with '.' (a hidden file) and without a folder (e.g. synthetic)"
+        )
     folder = Path(job.output)
     total = text_lines(job.input)
     _writable_folder(folder)

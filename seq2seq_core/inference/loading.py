@@ -28,7 +28,7 @@ from ..data.members import (
 )
 from ..decode.batched import Decoder, Forced, Output, TargetScore, prepared_sources
 from ..decode.search import Sampling, Wanted
-from ..errors import CheckpointError
+from ..errors import CheckpointError, UsageError
 from ..nn import precision
 from ..nn.model import Transformer
 from ..setup.config import load_config
@@ -173,22 +173,45 @@ class Run:
         `prefixes` (one a line, "" for none) each output starts with its line's prefix; with
         `terms` ((source term, target term) pairs, as `--terms` reads them) every output of a
         line that holds a source term holds its target term; with `mbr` (chrf, bleu) ranked by
-        their expected utility against each other (minimum Bayes risk)."""
+        their expected utility against each other (minimum Bayes risk). What the command line
+        and the server refuse is a UsageError naming the setting, prefix or term: settings out
+        of range (`Wanted.problem`), prefixes and terms that cannot be used (`decode.given`)."""
+        from ..decode.given import checked_terms, prefix_problem
+
+        wanted = Wanted(n, sampling, mbr=mbr)
+        problem = wanted.problem(self.settings.beam)
+        if problem:
+            raise UsageError(problem)
+        sources = prepared_sources(self.member, lines)
+        if prefixes is not None:
+            if len(prefixes) != len(lines):
+                raise UsageError(f"{len(prefixes)} prefixes for {len(lines)} lines: one a line")
+            for i, (source, prefix) in enumerate(zip(sources, prefixes)):
+                problem = prefix_problem(
+                    self.member, source, prefix, self.settings, self.model.max_positions
+                )
+                if problem:
+                    raise UsageError(f"prefixes[{i}]: {problem}")
         spelled = None
         if terms:
             from ..decode.terminology import line_terms
 
-            sources = prepared_sources(self.member, lines)
-            found = line_terms(self.member, sources, list(terms))
+            pairs = checked_terms(self.member, list(terms), lambda i: f"terms[{i}]")
+            found = line_terms(self.member, sources, pairs)
             spelled = [[spellings for _, _, spellings in here] for here in found]
-        wanted = Wanted(n, sampling, mbr=mbr)
-        return self.decoder.outputs(lines, wanted, Forced(prefixes, spelled), raw=True)
+        return self.decoder.outputs(sources, wanted, Forced(prefixes, spelled))
 
     def score(self, lines: Sequence[str], targets: Sequence[str]) -> list[TargetScore]:
         """The model's log-probability of each target line after its input line (raw text):
-        each token's, their sum, and the sum over the search's length penalty."""
+        each token's, their sum, and the sum over the search's length penalty. A target is read
+        as the model writes it (`decode.given.model_targets`: a parser's tree linearised, so
+        that an output's score is its `logprob` in `--json`); one that is no output of the task
+        or holds a special token is a UsageError naming it."""
+        from ..decode.given import model_targets
+
         sources = prepared_sources(self.member, lines)
-        return self.decoder.target_scores(sources, self.member.encode_target(list(targets)))
+        given = model_targets(self.member, sources, list(targets), lambda i: f"targets[{i}]")
+        return self.decoder.target_scores(sources, self.member.encode_target(given))
 
 
 def decoder_of(cfg, member, model) -> Decoder:

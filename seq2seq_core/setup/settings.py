@@ -12,6 +12,7 @@ from typing import Any, List, Optional
 from ..checks import (
     NOT_EMPTY,
     PROBABILITY,
+    SEED_MAX,
     Allowed,
     above,
     at_least,
@@ -147,11 +148,13 @@ class DecodeConfig:
     """Decoding; None means the task's default."""
 
     beam: Optional[int] = setting(None, at_least(1))
-    alpha: Optional[float] = setting(None, at_least(0))
-    max_len_a: Optional[float] = setting(None, at_least(0))
-    max_len_b: Optional[int] = setting(None, at_least(0))
+    # bounded where a search's arithmetic is: lp(Y) stays finite in float32, and a * |x| + b in
+    # int64 (a longer limit is the model's positions anyway)
+    alpha: Optional[float] = setting(None, in_range(0, 10))
+    max_len_a: Optional[float] = setting(None, in_range(0, 10_000))
+    max_len_b: Optional[int] = setting(None, in_range(0, 10**9, "a whole number"))
     # the fewest tokens an output has before </s> (fairseq's --min-len, 1 there)
-    min_len: Optional[int] = setting(None, at_least(0))
+    min_len: Optional[int] = setting(None, in_range(0, 10**9, "a whole number"))
     # when beam search leaves a sentence: bound (exact), beam (fairseq's) or transformers (the
     # `generate` of Hugging Face transformers, early_stopping=False)
     stop: Optional[Stop] = None
@@ -179,7 +182,6 @@ class Precision(str, Enum):
         return self.value
 
 
-SEED_MAX = 2**32 - 1
 INIT_KEEP = ("optimizer", "schedule", "best", "data")
 
 #: multi-task sampling, p_k ~ weight_k * n_k^(1/T) in float64 (s2s.core.training.schedule): with n_k

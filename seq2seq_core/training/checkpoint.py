@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 
 from ..errors import CheckpointError, TrainingError, UsageError
-from ..files import remove_stale_temporaries, replacing, sha256, writable
+from ..files import remove_stale_temporaries, replaced_file, replacing, sha256, writable
 
 log = logging.getLogger("s2s")
 PATTERN = re.compile(r"checkpoint_(\d{8})\.pt$")
@@ -300,8 +300,9 @@ def average_files(
         for p in paths:
             if not p.is_file():
                 raise UsageError(f"{p}: no such checkpoint file")
-    out = Path(output or (Path(inputs[0]) / AVERAGE if last else AVERAGE))
-    writable(out)
+    given = Path(output or (Path(inputs[0]) / AVERAGE if last else AVERAGE))
+    writable(given)
+    out = (replaced_file(given) or given) if given.is_symlink() else given  # a link: its target
     for p in paths:  # no command writes over its own inputs
         if out.exists() and out.samefile(p):
             raise UsageError(f"--output {out} is the input {p}: write the average elsewhere")

@@ -90,7 +90,8 @@ class Source:
 def checked_source(cfg, registry) -> Source:
     """The source run.init_from names, with every check that needs no model of this run (it
     exists and holds a checkpoint, its vocabulary files are those its weights were trained
-    with, its shape is this run's, run.init_member names one of its members): a ConfigError
+    with, its shape is this run's, run.init_member names one of its members, run.init_keep's
+    schedule leaves updates to train): a ConfigError
     naming run.init_from, before this run claims its directory or prepares its data."""
     where = cfg.run.init_from
     path = Path(where)
@@ -103,6 +104,13 @@ def checked_source(cfg, registry) -> Source:
     )
     if state is None:
         raise ConfigError(f"run.init_from={where!r}: {run_dir} holds no checkpoint")
+    done, most = state.get("update", 0), cfg.optim.max_updates
+    if "schedule" in cfg.run.init_keep and done >= most:
+        raise ConfigError(
+            f"run.init_keep=[schedule]: the source {source_file} is at update {done}, already at "
+            f"optim.max_updates={most}, so this run would train nothing; raise optim.max_updates "
+            "above it (the updates count on from the source's) or drop schedule from run.init_keep"
+        )
     # the source's vocabulary files must be those its weights were trained with, as generate
     # checks: with another one, its rows would carry other words (issue 43)
     try:

@@ -104,7 +104,7 @@ def _lines(tokens: st.SearchStrategy) -> st.SearchStrategy:
     )
 
 
-@pytest.mark.parametrize("task", ["translation", "parsing"])
+@pytest.mark.parametrize("task", ["translation", "parsing", "demo"])
 @fuzz
 @given(ref=st.binary(max_size=200), hyp=st.binary(max_size=200))
 def test_score_random_bytes(folder, capsys, task, ref, hyp):
@@ -113,7 +113,7 @@ def test_score_random_bytes(folder, capsys, task, ref, hyp):
     assert "internal error" not in err and "Traceback" not in err
 
 
-@pytest.mark.parametrize("task", ["translation", "parsing"])
+@pytest.mark.parametrize("task", ["translation", "parsing", "demo"])
 @fuzz
 @given(
     ref=_lines(st.sampled_from(TREE_TOKENS) | WORD),

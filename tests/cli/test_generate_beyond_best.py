@@ -155,12 +155,12 @@ def test_the_python_api_decodes_as_generate_does(demo_runs, lines, capsys):
     [
         (["--nbest", "0"], ["--nbest 0", "1 or more"]),
         (["--nbest", "5"], ["--nbest 5", "above the beam (4)"]),
-        (["--sampling", "--temperature", "0"], ["--temperature 0.0", "above 0"]),
+        (["--sampling", "--temperature", "0"], ["--temperature 0.0", "[0.001, 1000]"]),
         (["--sampling", "--top-p", "1.5"], ["--top-p 1.5"]),
         (["--sampling", "--top-k", "-1"], ["--top-k -1"]),
         (["--temperature", "0.5"], ["--temperature 0.5", "only with --sampling"]),
         (["--mbr", "chrf"], ["--mbr chrf", "--nbest 2 or more"]),
-        (["--sampling", "--epsilon", "1.5"], ["--epsilon 1.5", "[0, 1)"]),
+        (["--sampling", "--epsilon", "1.5"], ["--epsilon 1.5", "[0, 0.5]"]),
         (["--epsilon", "0.1"], ["--epsilon 0.1", "only with --sampling"]),
         (["--score-targets", "{in}", "--nbest", "2"], ["--score-targets", "--nbest"]),
         (["--prefixes", "{unk}"], ["unk.txt, line 2", "cannot spell", "zzzq"]),
@@ -224,6 +224,10 @@ def test_the_server_takes_the_same_options(demo_runs, lines, capsys, tmp_path):
         status, drawn = post(f"{url}/generate", body)
         assert status == 200 and [len(outs) for outs in drawn["nbest"]] == [4, 4]
         assert post(f"{url}/generate", body)[1]["nbest"] == drawn["nbest"]  # alone: repeats
+        chosen = generate(capsys, demo_runs["a"], lines, "--nbest", "3", "--mbr", "chrf")
+        status, got = post(f"{url}/generate", {"text": text, "nbest": 3, "mbr": "chrf"})
+        assert status == 200 and got["hypotheses"] == chosen
+        assert all("utility" in o for outs in got["nbest"] for o in outs)
         status, got = post(f"{url}/generate", {"text": text, "prefixes": ["de kat"] + [""] * 7})
         assert status == 200 and got["hypotheses"] == forced
         status, got = post(f"{url}/generate", {"text": text, "terms": [["book", "kat"]]})
@@ -234,7 +238,10 @@ def test_the_server_takes_the_same_options(demo_runs, lines, capsys, tmp_path):
             ({"nbest": 17, "sampling": {}}, "at most 16 drawn"),
             ({"sampling": {"temperature": 0}}, "temperature 0"),
             ({"sampling": {"top_p": 2}}, "top-p 2"),
-            ({"sampling": {"beam": 2}}, '"sampling" must be an object'),
+            ({"sampling": {"beam": 2}}, '"beam" is not a field of "sampling"'),
+            ({"nbest": 3, "mbr": "ter"}, '"mbr" "ter"'),
+            ({"mbr": "chrf"}, '"nbest" 2 or more'),
+            ({"nbest": 2, "sampling": {"epsilon": 0.9}}, "epsilon 0.9"),
             ({"prefixes": ["de"]}, '"prefixes" must be a list of 8'),
             ({"prefixes": ["de zzzq"] + [""] * 7}, '"prefixes"[0]: the target vocabulary'),
             ({"terms": [["book"]]}, '"terms" must be a list'),

@@ -309,7 +309,7 @@ def read_export(folder: Path) -> Imported:
     ids, its `tokenizers` vocabulary (tokenizer.json; target_tokenizer/ for a separate target
     one), and the run's task, model and decode sections, which the export's s2s_export.json
     keeps: the run again, every weight bit for bit."""
-    from ..data.subwords import Subwords
+    from ...data.subwords import Subwords
 
     marker = read_json(folder / MARKER)
     saved = marker.get("config")
