@@ -265,6 +265,12 @@ def in_tree(rev: str, module: str) -> None:
         )
 
 
+def s2s(*args) -> subprocess.CompletedProcess:
+    """`s2s ARGS` of this checkout from the shell, its output captured; a failure raises."""
+    command = [*s2s_command(), *map(str, args)]
+    return subprocess.run(command, check=True, capture_output=True, text=True, cwd=REPO)
+
+
 def s2s_command(tree: Path | None = None) -> list[str]:
     """The `s2s` command line as a process: this checkout's, or (`tree`, from `commit_tree`) a
     commit's."""

@@ -15,13 +15,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-from bench.common import MULTI30K, REPO, machine, write
+from bench.common import MULTI30K, machine, s2s, write
 
 VARIANTS = {
     "beam4": [],
@@ -29,11 +27,6 @@ VARIANTS = {
                            "--mbr", "chrf"],
     "mbr_chrf_beam16": ["--beam", "16", "--nbest", "16", "--mbr", "chrf"],
 }  # fmt: skip
-
-
-def s2s(*args) -> subprocess.CompletedProcess:
-    command = [sys.executable, "-m", "s2s.core.apps.cli", *map(str, args)]
-    return subprocess.run(command, check=True, capture_output=True, text=True, cwd=REPO)
 
 
 def main() -> None:

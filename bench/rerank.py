@@ -13,18 +13,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from bench.common import MULTI30K, REPO, machine, write
-
-
-def s2s(*args) -> subprocess.CompletedProcess:
-    command = [sys.executable, "-m", "s2s.core.apps.cli", *map(str, args)]
-    return subprocess.run(command, check=True, capture_output=True, text=True, cwd=REPO)
+from bench.common import MULTI30K, machine, s2s, write
 
 
 def main() -> None:

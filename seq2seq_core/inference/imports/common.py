@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import torch
 
@@ -70,3 +70,23 @@ def read_weights(folder: Path) -> tuple[Path, dict]:
                 f"{(str(e).splitlines() or [''])[0]}"
             ) from None
     raise ImportModelError(f"{folder} holds no weights ({' or '.join(WEIGHTS)})")
+
+
+def layer_weights(model) -> Iterator[tuple[str, str, str]]:
+    """(s2s's name, fairseq's name, role) of every linear layer and layer norm of the model's
+    stacks, without ".weight" / ".bias"; transformers' MarianMTModel kept fairseq's names. The
+    role says what it does to the residual stream: "reads" it (its input columns are d_model),
+    "writes" it (its output rows are), or is a "norm" over it."""
+    for stack, cross in (("encoder", False), ("decoder", True)):
+        for i in range(len(getattr(model, stack))):
+            p, q = f"{stack}.{i}", f"{stack}.layers.{i}"
+            attentions = [("self_attn", "self_attn", "res1")]
+            attentions += [("cross_attn", "encoder_attn", "res2")] if cross else []
+            for ours, theirs, residual in attentions:
+                for a, b in (("w_q", "q_proj"), ("w_k", "k_proj"), ("w_v", "v_proj")):
+                    yield f"{p}.{ours}.{a}", f"{q}.{theirs}.{b}", "reads"
+                yield f"{p}.{ours}.w_o", f"{q}.{theirs}.out_proj", "writes"
+                yield f"{p}.{residual}.norm", f"{q}.{theirs}_layer_norm", "norm"
+            yield f"{p}.ffn.0", f"{q}.fc1", "reads"
+            yield f"{p}.ffn.2", f"{q}.fc2", "writes"
+            yield f"{p}.{'res3' if cross else 'res2'}.norm", f"{q}.final_layer_norm", "norm"

@@ -14,7 +14,7 @@ from ...data.moses_bpe import MosesBPE, read_fairseq_dictionary
 from ...errors import DataError, ImportModelError
 from ...files import sha256
 from ...vocab import BOS
-from .common import ImportJob, Imported
+from .common import ImportJob, Imported, layer_weights
 
 #: checkpoint names looked for in a folder: fairseq's hub archives' and fairseq-train's
 FAIRSEQ_CHECKPOINTS = ("model.pt", "checkpoint_best.pt", "checkpoint_last.pt")
@@ -245,28 +245,10 @@ def _fairseq_state(model, w, args, src_vocab, tgt_vocab, path) -> dict:
             get(f"{theirs}.bias"),
         )
 
-    def attention(ours, theirs):
-        for a, b in (("w_q", "q_proj"), ("w_k", "k_proj"), ("w_v", "v_proj"), ("w_o", "out_proj")):
-            linear(f"{ours}.{a}", f"{theirs}.{b}")
-
     state["src_embed.weight"] = rows(get("encoder.embed_tokens.weight"), src_vocab)
     state["tgt_embed.weight"] = rows(get("decoder.embed_tokens.weight"), tgt_vocab)
-    for i in range(len(model.encoder)):
-        p, q = f"encoder.{i}", f"encoder.layers.{i}"
-        attention(f"{p}.self_attn", f"{q}.self_attn")
-        linear(f"{p}.res1.norm", f"{q}.self_attn_layer_norm")
-        linear(f"{p}.ffn.0", f"{q}.fc1")
-        linear(f"{p}.ffn.2", f"{q}.fc2")
-        linear(f"{p}.res2.norm", f"{q}.final_layer_norm")
-    for i in range(len(model.decoder)):
-        p, q = f"decoder.{i}", f"decoder.layers.{i}"
-        attention(f"{p}.self_attn", f"{q}.self_attn")
-        linear(f"{p}.res1.norm", f"{q}.self_attn_layer_norm")
-        attention(f"{p}.cross_attn", f"{q}.encoder_attn")
-        linear(f"{p}.res2.norm", f"{q}.encoder_attn_layer_norm")
-        linear(f"{p}.ffn.0", f"{q}.fc1")
-        linear(f"{p}.ffn.2", f"{q}.fc2")
-        linear(f"{p}.res3.norm", f"{q}.final_layer_norm")
+    for ours, theirs, _ in layer_weights(model):
+        linear(ours, theirs)
     if model.encoder[0].res1.pre_norm:
         linear("enc_norm", "encoder.layer_norm")
         linear("dec_norm", "decoder.layer_norm")

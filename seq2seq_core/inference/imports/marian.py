@@ -12,7 +12,7 @@ from ...data.pieces import Pieces
 from ...errors import DataError, ImportModelError
 from ...files import sha256
 from ..export import MARKER, permutation
-from .common import ImportJob, Imported, read_json, read_weights
+from .common import ImportJob, Imported, layer_weights, read_json, read_weights
 
 SUPPORTED = ("marian",)
 OTHERS = {
@@ -251,32 +251,13 @@ def _marian_state(model, weights, src_ids, tgt_ids, path) -> dict:
         state[f"{ours}.weight"] = get(f"{theirs}.weight")[inv]
         state[f"{ours}.bias"] = get(f"{theirs}.bias")[inv]
 
-    def attention(ours, theirs):
-        for a, b in (("w_q", "q_proj"), ("w_k", "k_proj"), ("w_v", "v_proj")):
-            inp(f"{ours}.{a}", f"{theirs}.{b}")
-        outp(f"{ours}.w_o", f"{theirs}.out_proj")
-
     shared = "shared.weight" in w
     src_table = get("shared.weight" if shared else "encoder.embed_tokens.weight")
     tgt_table = src_table if shared else get("decoder.embed_tokens.weight")
     state["src_embed.weight"] = rows(src_table, src_ids)[:, inv]
     state["tgt_embed.weight"] = rows(tgt_table, tgt_ids)[:, inv]
-    for i in range(len(model.encoder)):
-        p, q = f"encoder.{i}", f"encoder.layers.{i}"
-        attention(f"{p}.self_attn", f"{q}.self_attn")
-        norm(f"{p}.res1.norm", f"{q}.self_attn_layer_norm")
-        inp(f"{p}.ffn.0", f"{q}.fc1")
-        outp(f"{p}.ffn.2", f"{q}.fc2")
-        norm(f"{p}.res2.norm", f"{q}.final_layer_norm")
-    for i in range(len(model.decoder)):
-        p, q = f"decoder.{i}", f"decoder.layers.{i}"
-        attention(f"{p}.self_attn", f"{q}.self_attn")
-        norm(f"{p}.res1.norm", f"{q}.self_attn_layer_norm")
-        attention(f"{p}.cross_attn", f"{q}.encoder_attn")
-        norm(f"{p}.res2.norm", f"{q}.encoder_attn_layer_norm")
-        inp(f"{p}.ffn.0", f"{q}.fc1")
-        outp(f"{p}.ffn.2", f"{q}.fc2")
-        norm(f"{p}.res3.norm", f"{q}.final_layer_norm")
+    for ours, theirs, role in layer_weights(model):
+        {"reads": inp, "writes": outp, "norm": norm}[role](ours, theirs)
     if model.out.weight is model.tgt_embed.weight:
         state["out.weight"] = state["tgt_embed.weight"]
     else:
