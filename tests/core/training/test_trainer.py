@@ -153,7 +153,9 @@ def test_generate_and_score_from_the_command_line(registry, tiny, tmp_path):
 
 @pytest.mark.slow
 def test_short_quickstart_beats_the_copy_baseline(tmp_path):
-    """The quickstart, shortened: held-out BLEU far above copying the input."""
+    """The quickstart, shortened: held-out BLEU far above copying the input. 300 updates: at
+    250 the model is still learning the word order, and a change of 3e-6 in the position table
+    moved the figure between 38 and 70 (at 300: 74)."""
     out = subprocess.run(
         [
             sys.executable,
@@ -163,10 +165,10 @@ def test_short_quickstart_beats_the_copy_baseline(tmp_path):
             "-q",
             f"run.dir={tmp_path / 'run'}",
             f"data.cache_dir={tmp_path / 'cache'}",
-            "optim.max_updates=250",
+            "optim.max_updates=300",
             "task.train_size=8000",
-            "run.valid_interval=250",
-            "run.save_interval=250",
+            "run.valid_interval=300",
+            "run.save_interval=300",
             "run.threads=1",
         ],
         capture_output=True,
