@@ -6,8 +6,9 @@ adds the waiting requests of every client for the same member and the same wante
 (`Wanted`: the n best, or n drawn) while their source tokens fit the token budget, and decodes
 them together through `s2s generate`'s path (`decode.batched.outputs`, with
 the task's post-processing), so that a sentence gets the output `s2s generate` writes for it,
-whatever it was batched with (drawn samples too: each sentence draws from its own generator). Each request gets its own outputs back with their scores and
-the time it waited and was decoded.
+whatever it was batched with (drawn samples too: each sentence draws from its own generator).
+Each request gets its own outputs back with their scores and the time it waited and was
+decoded.
 
 A score is the model's log-probability of the decoded target (as the task encodes it), EOS
 included, divided by the search's length penalty lp(Y) = ((5 + |Y|) / 6)^alpha: the figure beam

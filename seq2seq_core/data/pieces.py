@@ -94,9 +94,8 @@ class Pieces:
         except DataError:
             raise
         except Exception as e:  # noqa: BLE001 -- JSON, base64 or sentencepiece's own errors
-            raise DataError(
-                f"{path}: not a sentencepiece vocabulary of s2s ({(str(e).splitlines() or [''])[0]})"
-            ) from None
+            first = (str(e).splitlines() or [""])[0]
+            raise DataError(f"{path}: not a sentencepiece vocabulary of s2s ({first})") from None
 
     @classmethod
     def of_marian(cls, model_proto: bytes, vocab: dict) -> "Pieces":

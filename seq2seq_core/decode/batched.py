@@ -3,9 +3,9 @@ server: a `Decoder` (a model, its task and settings, the device) encodes source 
 task, searches them in batches of similar length and decodes them back to text (`candidates`;
 the single best: `hypotheses`), post-processed (`outputs`; the single best: `decode_sources`).
 A caller may want the n best or drawn samples (`Wanted`), or outputs that start with a given
-prefix or hold given terms (`Forced`; `given` checks them). Input typed by a person goes through the task's
-`prepare_source` first (`prepared_sources`); words the vocabulary lacks are named
-(`unknown_words`). `Decoder.target_scores` is the model's log-probability of given outputs
+prefix or hold given terms (`Forced`; `given` checks them). Input typed by a person goes
+through the task's `prepare_source` first (`prepared_sources`); words the vocabulary lacks are
+named (`unknown_words`). `Decoder.target_scores` is the model's log-probability of given outputs
 (reranking, rating references).
 """
 
@@ -236,10 +236,10 @@ class Decoder:
     ) -> list[TargetScore]:
         """The model's log-probability of each given target (ids in the model's space, without BOS
         and EOS) after its source line: every token's, EOS included, their sum, and the sum over
-        the search's length penalty lp(|Y|) with the settings' alpha and form (|Y| counting EOS), the
-        figure beam search ranks by; the projection and log-softmax in fp32 whatever the search's
-        precision (`log_probs`). The plain model's (or ensemble's) distribution: no
-        constraint, no temperature. Sentences go in batches of at most 64."""
+        the search's length penalty lp(|Y|) with the settings' alpha and form (|Y| counting
+        EOS), the figure beam search ranks by; the projection and log-softmax in fp32 whatever
+        the search's precision (`log_probs`). The plain model's (or ensemble's) distribution:
+        no constraint, no temperature. Sentences go in batches of at most 64."""
         model, task, lp, device = self.model, self.task, penalty(self.settings), self.device
         found: list[TargetScore] = []
         ids = task.encode_source(list(sources))

@@ -89,9 +89,9 @@ class Wanted:
     """What a caller asks of a search beyond the task's settings (`DecodeDefaults`): `n`
     outputs a source, the n best of the beam search (n at most the beam) or, with `sampling`,
     n drawn ones; with `mbr` (a utility: chrf, bleu) ranked by their expected utility against
-    each other (minimum Bayes risk), not by score. `incremental=False` recomputes the decoder over the whole prefix at each step
-    instead of keeping its cache (the same outputs, slower: what tests and the speed benchmark
-    compare the cache with)."""
+    each other (minimum Bayes risk), not by score. `incremental=False` recomputes the decoder
+    over the whole prefix at each step instead of keeping its cache (the same outputs, slower:
+    what tests and the speed benchmark compare the cache with)."""
 
     n: int = 1
     sampling: Sampling | None = None

@@ -331,3 +331,5 @@ def test_rerank_with_a_second_seed(demo_runs, lines, capsys, tmp_path):
     assert code == 0 and len(out.splitlines()) == 8
     before = snapshot(tmp_path)
     fails(s2s(capsys, *base, "--weights", "1,2"), before, "--weights 1,2", "1 scorer")
+    kept = snapshot(lines)
+    fails(s2s(capsys, *base, "--weights", "0", "--output", lines), kept, "is --input")

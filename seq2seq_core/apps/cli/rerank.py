@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
+from pathlib import Path
 
 from ...errors import UsageError
 
@@ -57,6 +58,10 @@ def run(args) -> int:
             raise UsageError(
                 f"--weights {args.weights}: {len(weights)} weight(s) for {k} scorer(s)"
             )
+    if args.output and Path(args.output).exists():
+        for option, path in (("--input", args.input), ("--tune-ref", args.tune_ref)):
+            if path and Path(path).exists() and Path(args.output).samefile(path):
+                raise UsageError(f"--output {args.output} is {option}: write the output elsewhere")
     lines = read_lines(args.input)
     references = read_lines(args.tune_ref) if args.tune_ref else None
     if references is not None and len(references) != len(lines):
