@@ -143,6 +143,21 @@ class Constraint:
         at a leaf, say) may score it with the probability of what the model does choose there."""
         return logp.masked_fill(~self.allowed(state, remaining), float("-inf"))
 
+    #: whether beam search divides its beam into banks by `met` (dynamic beam allocation)
+    banked: ClassVar[bool] = False
+
+    def candidates(self, state: tuple) -> "torch.Tensor":
+        """Tokens [n, m] that each row's next step considers beside the model's best ones: those
+        that move the constraint on (a banked constraint's; see `met`)."""
+        raise NotImplementedError
+
+    def met(self, state: tuple, tokens) -> "torch.Tensor":
+        """[n, K]: how many of the constraint's tokens each row has met after taking each of its
+        tokens [n, K]. A `banked` constraint's beam search keeps hypotheses of every count side
+        by side (Post and Vilar 2018), so that those that place what the constraint asks for
+        are not crowded out by those that put it off."""
+        raise NotImplementedError
+
 
 @dataclass
 class TaskConfig:

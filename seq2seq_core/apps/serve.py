@@ -203,7 +203,8 @@ def wanted_of(data: dict, beam: int):
     """The request's "nbest" (1 to the beam; drawn: to MAX_SAMPLES) and "sampling" (an object of
     `Sampling`'s fields), as a `Wanted`; a 400 naming the field and value."""
     from ..decode.mbr import UTILITIES
-    from ..decode.search import Sampling, Wanted
+    from ..decode.sampling import Sampling
+    from ..decode.search import Wanted
 
     n = data.get("nbest", 1)
     drawn = data.get("sampling")

@@ -25,7 +25,8 @@ from ..vocab import BOS, EOS, PAD, UNK
 from .constraints import Prefix, joined
 from .mbr import expected_utilities
 from .terminology import Terms
-from .search import Wanted, nbest, penalty, sentences_per_batch, sentences_per_search
+from .search import Wanted, nbest, sentences_per_batch, sentences_per_search
+from .steps import penalty
 
 log = logging.getLogger("s2s")
 

@@ -85,6 +85,26 @@ class Both(Constraint):
         a, b = self._parts(state)
         return self.second.score(b, self.first.score(a, logp, remaining), remaining)
 
+    @property
+    def banked(self) -> bool:
+        return banked(self.first) or banked(self.second)
+
+    def _banked(self, state: tuple) -> list[tuple[Constraint, tuple]]:
+        pairs = zip((self.first, self.second), self._parts(state))
+        return [(c, s) for c, s in pairs if banked(c)]
+
+    def candidates(self, state: tuple) -> torch.Tensor:
+        return torch.cat([c.candidates(s) for c, s in self._banked(state)], dim=1)
+
+    def met(self, state: tuple, tokens) -> torch.Tensor:
+        return sum(c.met(s, tokens) for c, s in self._banked(state))
+
+
+def banked(constraint) -> bool:
+    """Whether beam search allocates its beam by the constraint's `met` counts (a plugin's
+    constraint need not subclass `Constraint`: without the attribute it is not banked)."""
+    return getattr(constraint, "banked", False)
+
 
 def joined(first: Constraint | None, second: Constraint | None) -> Constraint | None:
     """Both constraints, either one, or None."""

@@ -111,18 +111,34 @@ def checked_terms(
                     "would be forced into every output)"
                 )
             continue  # the same pair again: once is enough
-        for side, term, encode in (
-            ("source", source, task.encode_source),
-            ("target", target, task.encode_target),
-        ):
-            problem = special_problem(encode, term, f"the {side} term")
+        for side, term in (("source", source), ("target", target)):
+            problem = term_problem(task, side, term)
             if problem:
                 raise UsageError(f"{where(i)}: {problem}")
-            if UNK in encode([term if side == "source" else " " + term])[0]:
-                raise UsageError(
-                    f"{where(i)}: the {side} vocabulary cannot spell {term!r} (a token reads as "
-                    "<unk>)"
-                )
         kept[source] = (i, target)
         out.append((source, target))
     return out
+
+
+def term_problem(task: Task, side: str, term: str) -> str | None:
+    """What makes a term of `side` ("source" or "target") unusable, or None: a special token,
+    or a token its vocabulary cannot spell."""
+    encode = task.encode_source if side == "source" else task.encode_target
+    problem = special_problem(encode, term, f"the {side} term")
+    if problem:
+        return problem
+    if UNK in encode([term if side == "source" else " " + term])[0]:
+        return f"the {side} vocabulary cannot spell {term!r} (a token reads as <unk>)"
+    return None
+
+
+def line_targets(task: Task, line: str) -> list[str] | str:
+    """The target terms of one line of a `--line-terms` file (TAB-separated, spacing within a
+    term aside; a term given twice counts once; an empty line: none), or what is wrong."""
+    terms = list(dict.fromkeys(" ".join(t.split()) for t in line.split("\t")))
+    terms = [t for t in terms if t]
+    for term in terms:
+        problem = term_problem(task, "target", term)
+        if problem:
+            return problem
+    return terms

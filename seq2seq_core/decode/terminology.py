@@ -13,12 +13,11 @@ ends with and whether it has appeared. A hypothesis may end only once every term
 and may take a token only if the terms still missing fit in what remains of its length limit
 afterwards: their shortest spellings, less what the most advanced spelling has already written
 (finishing that one and then writing the others whole always fits, so the search can always
-finish). The
-model's own probabilities rank everything else: a term the model would write anyway is written
-where the model puts it, and one it would not is placed where the beam finds it best, at the
-latest where the length limit leaves just room for it. This is the guarantee of constrained beam
-search (Hokamp and Liu 2017; Post and Vilar 2018) without its allocation of the beam to
-hypotheses by the number of constraints met: a beam here ranks all its hypotheses together.
+finish). Beam search divides its beam among hypotheses by the number of terms they have met
+(`Terms.met`): dynamic beam allocation (Post and Vilar 2018), vectorised over the batch as Hu et
+al. (2019) do (`s2s.core.decode.banks`). Every score is the model's own: a term is
+written where the model's probabilities place it best, and the best output that holds every
+term wins. A term abandoned half-way unwinds: its tokens count again only when it restarts.
 """
 
 from __future__ import annotations
@@ -60,8 +59,7 @@ def line_terms(task, sources: Sequence[str], pairs: Sequence[tuple[str, str]]):
     spellings = []
     for source_term, target_term in pairs:
         forms = {tuple(ids[head:]) for ids in task.encode_source([source_term, " " + source_term])}
-        inside, start = (tuple(t) for t in task.encode_target([" " + target_term, target_term]))
-        targets = [Spelling(inside)] + ([Spelling(start, first=True)] if start != inside else [])
+        targets = target_spellings(task, target_term)
         spellings.append((source_term, target_term, [f for f in forms if f], targets))
     found = []
     for ids in task.encode_source(list(sources)):
@@ -72,6 +70,13 @@ def line_terms(task, sources: Sequence[str], pairs: Sequence[tuple[str, str]]):
                 here.append((source_term, target_term, target))
         found.append(here)
     return found
+
+
+def target_spellings(task, target_term: str) -> list["Spelling"]:
+    """A target term's ids within a sentence (after a space) and, where a subword vocabulary
+    spells it apart, at the output's start."""
+    inside, start = (tuple(t) for t in task.encode_target([" " + target_term, target_term]))
+    return [Spelling(inside)] + ([Spelling(start, first=True)] if start != inside else [])
 
 
 def placeable(task, source: str, terms: Sequence[tuple], settings, max_positions: int) -> int:
@@ -106,17 +111,17 @@ class Spelling:
         return x if isinstance(x, Spelling) else Spelling(tuple(x))
 
 
-#: added to the log-probability of a token that moves a missing term on (chosen on Multi30k's
-#: val split: docs/decoding.md, "Terminology")
-BONUS = 4.0
+#: where a term's spelling may begin (`Terms`' state)
+ANYWHERE, START, LATER = 0, 1, 2
 
 
 class Terms(Constraint):
     """Every output holds each of its source's target terms, a term in any of its spellings
     (`Spelling`s, or lists of target ids; see the module). State, S spellings a row: (ids
     [n, S, L], PAD-padded; lengths [n, S], 0 where a row has fewer; same [n, S, S]: spellings
-    of one term; first [n, S]: the first spelling of its term; first_only [n, S]: spellings that
-    only begin an output; step [n]: tokens written; written [n, S]: how much of each spelling
+    of one term; first [n, S]: the first spelling of its term; place [n, S]: where a spelling may
+    begin (ANYWHERE; START: only as the output's first tokens; LATER: not there, the spelling
+    inside a sentence of a term that has one for the start); step [n]: tokens written; written [n, S]: how much of each spelling
     the output ends with; seen [n, S]: the spellings that have appeared)."""
 
     def __init__(self, terms: Sequence[Sequence[Sequence]], vocab: int):
@@ -129,31 +134,32 @@ class Terms(Constraint):
         L = max([1] + [len(x.ids) for ts in self.terms for t in ts for x in t])
         ids = torch.full((n, S, L), PAD, dtype=torch.long)
         lengths = torch.zeros(n, S, dtype=torch.long)
-        first_only = torch.zeros(n, S, dtype=torch.bool)
+        place = torch.full((n, S), ANYWHERE, dtype=torch.long)
         term = torch.arange(S).repeat(n, 1) + S  # each empty slot a term of its own
         for row, ts in enumerate(self.terms):
             slot = 0
             for k, spellings in enumerate(ts):
+                has_start = any(x.first for x in spellings)
                 for x in spellings:
                     ids[row, slot, : len(x.ids)] = torch.tensor(x.ids, dtype=torch.long)
                     lengths[row, slot], term[row, slot] = len(x.ids), k
-                    first_only[row, slot] = x.first
+                    place[row, slot] = START if x.first else LATER if has_start else ANYWHERE
                     slot += 1
         same = term[:, :, None].eq(term[:, None, :])
         first = same.long().argmax(-1).eq(torch.arange(S))
         seen = lengths.eq(0)  # an empty slot is a term met
         written, step = torch.zeros_like(lengths), torch.zeros(n, dtype=torch.long)
-        state = (ids, lengths, same, first, first_only, step, written, seen)
+        state = (ids, lengths, same, first, place, step, written, seen)
         return tuple(x.to(device) for x in state)
 
     @staticmethod
     def _after(state: tuple, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(written, seen) [n, K, S] after each row takes each of its K tokens [n, K]."""
-        ids, lengths, _, _, first_only, step, written, seen = state
+        ids, lengths, _, _, place, step, written, seen = state
         L = ids.size(2)
         next_id = ids.gather(2, written.clamp(max=L - 1)[..., None])[..., 0]  # [n, S]
         t = tokens[:, :, None]  # [n, K, 1]
-        may_begin = ~first_only | step.eq(0)[:, None]  # [n, S]
+        may_begin = place.ne(torch.where(step.eq(0), LATER, START)[:, None])  # [n, S]
         grown = torch.where(
             t.eq(next_id[:, None, :]) & written[:, None, :].gt(0),
             written[:, None, :] + 1,
@@ -172,9 +178,9 @@ class Terms(Constraint):
         `written` and `seen` [n, K, S]: each one's shortest spelling that can still begin (a
         first-only one no longer can), less what the most advanced spelling of a missing term
         saves (finishing it, then writing the others whole, always fits)."""
-        _, lengths, same, first, first_only = state[:5]
+        _, lengths, same, first, place = state[:5]
         never = 1 << 20  # the length of a spelling that can no longer begin
-        usable = ~first_only[:, None, :] | written.gt(0)  # [n, K, S]
+        usable = place.ne(START)[:, None, :] | written.gt(0)  # [n, K, S]
         ways = torch.where(usable, lengths[:, None, :], never)  # [n, K, S]
         shortest = torch.where(same[:, None], ways[:, :, None, :], never).amin(-1)
         missing = ~self._met(same, seen)
@@ -208,16 +214,16 @@ class Terms(Constraint):
     def allowed(self, state: tuple, remaining) -> torch.Tensor:
         return self._mask(state, remaining, self._moving(state))
 
-    def score(self, state: tuple, logp: torch.Tensor, remaining) -> torch.Tensor:
-        """The model's log-probabilities where allowed, plus `BONUS` for a token that moves a
-        missing term on: hypotheses that place their terms stay in the beam beside those that
-        put them off (a soft form of Post and Vilar's beam allocation). The search's score of
-        an output with terms includes the bonuses; the model's own log-probability of it is
-        what `--json` and `target_scores` give."""
-        _, _, same, _, _, _, written, seen = state
-        moves = self._moving(state)
-        out = logp.masked_fill(~self._mask(state, remaining, moves), float("-inf"))
-        moving, w, _ = moves
-        missing = ~self._met(same, seen[:, None, :])[:, 0]  # [n, S]
-        grows = ((w > written[:, None, :]) & missing[:, None, :]).any(-1)  # [n, 2S]
-        return out.scatter_(1, moving, out.gather(1, moving) + grows * BONUS)
+    banked = True
+
+    def candidates(self, state: tuple) -> torch.Tensor:
+        """[n, 2S]: each spelling's next token and its first one (a PAD for an empty slot)."""
+        return self._moving(state)[0]
+
+    def met(self, state: tuple, tokens) -> torch.Tensor:
+        """[n, K]: the terms each row has met after each of its tokens [n, K] (a term begun is
+        not yet met; the beam's banks, `s2s.core.decode.banks`, are these counts)."""
+        _, seen = self._after(state, tokens)
+        lengths, same, first = state[1:4]
+        real = first & lengths.gt(0)  # a term's first spelling, no empty slot
+        return (self._met(same, seen) & real[:, None, :]).sum(-1)

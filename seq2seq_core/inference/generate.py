@@ -22,9 +22,9 @@ import torch
 from .. import textio
 from ..data.members import decode_settings
 from ..decode.batched import Decoder, Forced, prepared_sources, unknown_words
-from ..decode.given import checked_terms, model_targets, prefix_problem
+from ..decode.given import checked_terms, line_targets, model_targets, prefix_problem
 from ..decode.search import Wanted, sentences_per_batch
-from ..decode.terminology import line_terms, placeable, read_terms
+from ..decode.terminology import line_terms, placeable, read_terms, target_spellings
 from ..errors import ConfigError, DataError, UsageError
 from ..files import remove_stale_temporaries, replaced_file, replacing
 from ..progress import progress
@@ -42,6 +42,7 @@ class Asked:
     pretty: bool = False  # each output as the task displays it (`Task.display`)
     prefixes: str | None = None  # a file: the target prefix of each input line ("" for none)
     terms: str | None = None  # a file of `source term<TAB>target term` lines (terminology)
+    line_terms: str | None = None  # a file: each input line's target terms, TAB-separated
     targets: str | None = None  # a file: the target lines to score instead of searching
 
     def as_json(self) -> bool:
@@ -99,12 +100,16 @@ def generate_lines(
     task, name = decoder.task, lines.name
     side = _side_lines(asked)
     pairs = _term_pairs(task, asked)
+    given = _given_terms(task, asked)
     raw = iter(lines.raw)
     number = sum(1 for _ in islice(raw, lines.skip))
     read = _read_sources(raw, number, name, task, decoder.model.max_positions)
-    if side is not None:
+    if side is not None or given is not None:
         read = list(read)
-        side = _check_side(decoder, side, read, asked, name)
+        if side is not None:
+            side = _check_side(decoder, side, read, asked, name)
+        if given is not None:
+            _check_count(asked.line_terms, given, read, name)
         read = iter(read)
     bad = missing = 0
     while chunk := list(islice(read, block_size(decoder))):
@@ -118,8 +123,16 @@ def generate_lines(
             answers = _rated(decoder, sources, extra)
         else:
             terms = None
-            if pairs is not None:
-                terms = _placed_terms(decoder, sources, pairs, numbers, name)
+            if pairs is not None or given is not None:
+                here = line_terms(task, sources, pairs or [])
+                for found_here, number in zip(here, numbers):
+                    have = {target for _, target, _ in found_here}
+                    found_here += [
+                        ("", target, target_spellings(task, target))
+                        for target in (given[number - 1] if given else [])
+                        if target not in have
+                    ]
+                terms = _placed_terms(decoder, sources, here, numbers, name)
             found = decoder.outputs(sources, asked.wanted, Forced(extra, terms), progress=progress)
             for i, outs in zip(good, found):
                 if not outs[0].found:
@@ -177,11 +190,37 @@ def _term_pairs(task, asked: Asked):
     return checked_terms(task, pairs, lambda i: f"{asked.terms}, line {i + 1}")
 
 
-def _placed_terms(decoder: Decoder, sources, pairs, numbers, name) -> list[list[list[int]]]:
-    """The target ids of the terms each line holds; terms beyond what the line's length limit
-    fits are named in a warning with the line, and left out of that line's constraint."""
+def _given_terms(task, asked: Asked) -> list[list[str]] | None:
+    """The target terms of each line of the --line-terms file, read whole, or None; a term that
+    cannot be used names the file and line (`line_targets`)."""
+    if asked.line_terms is None:
+        return None
+    if not task.terminology:
+        raise UsageError(
+            f"--line-terms {asked.line_terms}: task {task.name!r} writes no target words for "
+            "terms (its outputs are built from the source's own words)"
+        )
+    given = []
+    for number, line in enumerate(textio.read_lines(asked.line_terms), 1):
+        terms = line_targets(task, line)
+        if isinstance(terms, str):
+            raise UsageError(f"{asked.line_terms}, line {number}: {terms}")
+        given.append(terms)
+    return given
+
+
+def _check_count(path: str, side: list, read: list, name: str) -> None:
+    """A side file has a line for every input line, else a UsageError naming both."""
+    total = read[-1][0] if read else 0
+    if total != len(side):
+        raise UsageError(f"{path} has {len(side)} line(s), {name} {total}: one a line of input")
+
+
+def _placed_terms(decoder: Decoder, sources, found, numbers, name) -> list[list[list[int]]]:
+    """The target ids of the terms each line holds (`line_terms`' triples); terms beyond what
+    the line's length limit fits are named in a warning with the line, and left out of that
+    line's constraint."""
     task, max_positions = decoder.task, decoder.model.max_positions
-    found = line_terms(task, sources, pairs)
     placed = []
     for source, terms, number in zip(sources, found, numbers):
         k = placeable(task, source, terms, decoder.settings, max_positions)
@@ -211,9 +250,7 @@ def _check_side(
     it, `model_targets`, within the model's positions); else a UsageError naming the file and
     line. Returns the side lines as they are used (targets as the model writes them)."""
     path, task = asked.prefixes or asked.targets, decoder.task
-    total = read[-1][0] if read else 0
-    if total != len(side):
-        raise UsageError(f"{path} has {len(side)} line(s), {name} {total}: one a line of input")
+    _check_count(path, side, read, name)
     settings, limit = decoder.settings, decoder.model.max_positions
     used = [(number, source) for number, source in read if source is not None]
     if asked.targets is None:

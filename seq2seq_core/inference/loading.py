@@ -27,7 +27,8 @@ from ..data.members import (
     pick,
 )
 from ..decode.batched import Decoder, Forced, Output, TargetScore, prepared_sources
-from ..decode.search import Sampling, Wanted
+from ..decode.sampling import Sampling
+from ..decode.search import Wanted
 from ..errors import CheckpointError, UsageError
 from ..nn import precision
 from ..nn.model import Transformer

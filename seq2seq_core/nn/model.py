@@ -536,7 +536,7 @@ class Transformer(nn.Module):
         With `keep` (sentence numbers) the cache holds those sentences only from now on, in that
         order; index then lists g rows for each kept sentence, in the same order. Only the rows
         that change are copied, in place, when no copy reads a row another writes (as beam
-        search arranges: s2s.core.decode.search._stable_slots); otherwise all, via the spare
+        search arranges: s2s.core.decode.beam.stable_slots); otherwise all, via the spare
         buffer. On a CPU each moved row is one (strided) copy of its steps done, row to row:
         indexing would gather the rows into a temporary and scatter them back, twice the memory
         traffic (a GPU takes the indexing: one kernel)."""

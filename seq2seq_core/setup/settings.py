@@ -121,7 +121,7 @@ class Stop(str, Enum):
 
 
 class LengthPenalty(str, Enum):
-    """The length penalty's form (s2s.core.decode.search.length_penalty)."""
+    """The length penalty's form (s2s.core.decode.steps.length_penalty)."""
 
     gnmt = "gnmt"
     power = "power"

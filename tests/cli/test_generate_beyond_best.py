@@ -5,7 +5,8 @@ each bad option as one line before any decoding, with nothing written."""
 import json
 
 import pytest
-from s2s.core.decode.search import Sampling, length_penalty
+from s2s.core.decode.sampling import Sampling
+from s2s.core.decode.steps import length_penalty
 
 from cli_checks import fails, s2s, snapshot
 
@@ -117,6 +118,20 @@ def test_every_term_of_a_term_file_appears(demo_runs, lines, capsys, tmp_path):
     assert with_terms >= 2
 
 
+def test_each_line_holds_its_own_terms(demo_runs, lines, capsys, tmp_path):
+    """--line-terms: the terms of each line (TAB-separated targets, fairseq's --constraints
+    layout), whatever its source holds; a line without terms is as it was."""
+    per_line = ["kat", "", "mann berg\tkat", "", "", "", "", "berg"]
+    (tmp_path / "line_terms.tsv").write_text("".join(t + "\n" for t in per_line))
+    plain = generate(capsys, demo_runs["a"], lines)
+    termed = generate(capsys, demo_runs["a"], lines, "--line-terms", tmp_path / "line_terms.tsv")
+    for terms, out, before in zip(per_line, termed, plain):
+        wanted = [t for t in terms.split("\t") if t]
+        assert all(f" {t} " in f" {out} " for t in wanted), (terms, out)
+        if not wanted:
+            assert out == before
+
+
 def test_the_model_scores_given_outputs(demo_runs, lines, capsys, tmp_path):
     answers = [json.loads(x) for x in generate(capsys, demo_runs["a"], lines, "--nbest", "2")]
     targets = tmp_path / "targets.txt"
@@ -170,6 +185,9 @@ def test_the_python_api_decodes_as_generate_does(demo_runs, lines, capsys):
         (["--ensemble", "{parser}"], ["cannot ensemble", "parser", "vocabulary has"]),
         (["--terms", "{badterms}"], ["badterms.tsv, line 2", "source term<TAB>target term"]),
         (["--terms", "{unkterms}"], ["unkterms.tsv, line 1", "target vocabulary cannot spell"]),
+        (["--line-terms", "{short}"], ["short.txt has 1 line(s)"]),
+        (["--line-terms", "{unk}"], ["unk.txt, line 2", "cannot spell", "zzzq"]),
+        (["--line-terms", "{in}", "--score-targets", "{in}"], ["--score-targets", "--line-terms"]),
     ],
 )
 def test_bad_options_fail_in_one_line_writing_nothing(

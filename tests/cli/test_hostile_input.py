@@ -191,7 +191,7 @@ def test_score_refuses_a_resampling_seed_out_of_range(world, capsys):
 
 
 def test_the_python_api_checks_what_the_command_line_checks(world):
-    from s2s.core.decode.search import Sampling
+    from s2s.core.decode.sampling import Sampling
     from s2s.core.errors import UsageError
     from s2s.core.inference import load_run
 

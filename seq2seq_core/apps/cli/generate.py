@@ -82,6 +82,13 @@ def add(subparsers, common) -> None:
         "source term, its target term appears in every output (docs/decoding.md)",
     )
     s.add_argument(
+        "--line-terms",
+        dest="line_terms",
+        metavar="FILE",
+        help="terminology per line: for each input line, the target terms all its outputs "
+        "hold, TAB-separated (an empty line for none)",
+    )
+    s.add_argument(
         "--score-targets",
         dest="score_targets",
         metavar="FILE",
@@ -113,7 +120,7 @@ def run(args) -> int:
 
     overrides = search_overrides(args)
     asked = _asked(args, Asked, Wanted)
-    for path in (args.input, args.prefixes, args.terms, args.score_targets):
+    for path in (args.input, args.prefixes, args.terms, args.line_terms, args.score_targets):
         if path:
             readable(path)
     if args.output:
@@ -123,6 +130,7 @@ def run(args) -> int:
             (args.input, "the input file"),
             (args.prefixes, "--prefixes"),
             (args.terms, "--terms"),
+            (args.line_terms, "--line-terms"),
             (args.score_targets, "--score-targets"),
         ):
             if path and Path(args.output).exists() and Path(args.output).samefile(path):
@@ -165,10 +173,11 @@ def _asked(args, Asked, Wanted):
     if args.nbest < 1:
         raise UsageError(f"--nbest {args.nbest}: must be 1 or more")
     sampling = sampling_of(args)
-    if args.score_targets and (args.sampling or args.nbest > 1 or args.prefixes or args.terms):
+    searching = args.sampling or args.nbest > 1 or args.prefixes or args.terms or args.line_terms
+    if args.score_targets and searching:
         raise UsageError(
-            "--score-targets scores given outputs: it takes no --nbest, --sampling, --prefixes "
-            "or --terms"
+            "--score-targets scores given outputs: it takes no --nbest, --sampling, --prefixes, "
+            "--terms or --line-terms"
         )
     if args.mbr and args.nbest < 2:
         raise UsageError(f"--mbr {args.mbr} chooses among candidates: give --nbest 2 or more")
@@ -184,5 +193,6 @@ def _asked(args, Asked, Wanted):
         pretty=args.pretty,
         prefixes=args.prefixes,
         terms=args.terms,
+        line_terms=args.line_terms,
         targets=args.score_targets,
     )

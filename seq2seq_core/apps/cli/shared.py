@@ -120,7 +120,7 @@ def add_sampling_options(s) -> None:
 def sampling_of(args):
     """The `Sampling` the options ask for, or None; a value out of range, or a sampling option
     without --sampling, is a UsageError naming the option."""
-    from ...decode.search import Sampling
+    from ...decode.sampling import Sampling
     from ...errors import UsageError
 
     if args.sampling:

@@ -5,7 +5,8 @@ import math
 
 import pytest
 import torch
-from s2s.core.decode.search import length_penalty, search, top_k
+from s2s.core.decode.steps import length_penalty, top_k
+from s2s.core.decode.search import search
 from s2s.core.nn.model import Transformer
 from s2s.core.setup.settings import ModelConfig
 from s2s.core.task import Constraint, DecodeDefaults
@@ -338,7 +339,8 @@ def test_transformers_rule_ends_at_the_maximum_length_with_any_token():
 def test_a_sentences_samples_do_not_depend_on_its_batch_mates():
     """Sampling: the same line gives the same samples alone, in a batch of 5 and of 64, at any
     place in the batch; another seed gives others."""
-    from s2s.core.decode.search import Sampling, Wanted, nbest
+    from s2s.core.decode.sampling import Sampling
+    from s2s.core.decode.search import Wanted, nbest
 
     model = transformer()
     g = torch.Generator().manual_seed(4)

@@ -5,7 +5,9 @@ sentences leaving the batch, a batch searched in parts, dev search capped by the
 import pytest
 import torch
 from s2s.core.task import DecodeDefaults
-from s2s.core.decode.search import _keep_order, _stable_slots, search
+from s2s.core.decode.steps import keep_order
+from s2s.core.decode.beam import stable_slots
+from s2s.core.decode.search import search
 from s2s.core.nn.model import DecoderCache, Transformer
 from s2s.core.training.validation import LengthCap
 from s2s.core.vocab import EOS
@@ -19,7 +21,7 @@ def test_stable_slots_keep_parents_rows_and_copies_never_overlap(seed):
     parent = torch.randint(0, k, (b, k), generator=g)
     parent[0] = torch.arange(k)  # every hypothesis has one child: nothing moves
     parent[1] = 2  # all from one parent
-    slot = _stable_slots(parent)
+    slot = stable_slots(parent)
     for s, p in zip(slot.tolist(), parent.tolist()):
         assert sorted(s) == list(range(k))  # a permutation of the sentence's rows
         firsts = {q: j for j, q in reversed(list(enumerate(p)))}
@@ -49,7 +51,7 @@ def test_reorder_cache_moves_rows_as_index_select_does(kind):
     if kind == "stable":  # rows of a sentence from _stable_slots: only some move, in place
         parent = torch.randint(0, 2, (4, 2), generator=g)
         at = torch.empty_like(parent).scatter_(
-            1, _stable_slots(parent), torch.arange(2).expand(4, 2)
+            1, stable_slots(parent), torch.arange(2).expand(4, 2)
         )
         index = (torch.arange(4)[:, None] * 2 + parent.gather(1, at)).view(-1)
     else:  # a row is read by one copy and written by another: every row moves
@@ -63,10 +65,10 @@ def test_reorder_cache_moves_rows_as_index_select_does(kind):
 
 def test_sentences_leave_by_filling_their_places_from_the_end():
     done = torch.tensor([False, True, False, True, False, False])
-    keep = _keep_order(done)
+    keep = keep_order(done)
     assert keep.tolist() == [0, 4, 2, 5]  # 1 and 3 leave: the last two take their places
-    assert _keep_order(torch.tensor([True, False])).tolist() == [1]
-    assert _keep_order(torch.zeros(3, dtype=torch.bool)).tolist() == [0, 1, 2]
+    assert keep_order(torch.tensor([True, False])).tolist() == [1]
+    assert keep_order(torch.zeros(3, dtype=torch.bool)).tolist() == [0, 1, 2]
 
 
 @pytest.mark.parametrize("beam", [1, 3])
@@ -148,7 +150,7 @@ def test_top_k_off_the_cpu_is_one_torch_topk():
     """The chunked top-k pays on a CPU only; elsewhere a row's k best are torch.topk's one call."""
     from unittest import mock
 
-    from s2s.core.decode.search import top_k
+    from s2s.core.decode.steps import top_k
 
     x = mock.MagicMock(shape=(8, 37000))
     x.device.type = "cuda"

@@ -2,12 +2,19 @@
 the beam, n-best or sampling, within the length limit; term files and term matching."""
 
 import pytest
-from s2s.core.decode.search import Sampling, Wanted, nbest, search
+import itertools
+
+import torch
+from s2s.core.decode.banks import allocate
+from s2s.core.decode.sampling import Sampling
+from s2s.core.decode.search import Wanted, nbest, search
+from s2s.core.decode.steps import length_penalty
 from s2s.core.decode.terminology import Spelling, Terms, line_terms, placeable, read_terms
 from s2s.core.errors import DataError
 from s2s.core.task import DecodeDefaults
+from s2s.core.vocab import EOS
 
-from test_search import sources, transformer
+from test_search import ToyModel, log_probs, sources, transformer
 
 SETTINGS = dict(alpha=0.6, max_len_a=1.0, max_len_b=6)
 
@@ -148,3 +155,102 @@ def test_a_first_only_spelling_begins_the_output_or_not_at_all():
         constraint=Terms([[[start]]] * 4, 20),
     )
     assert all(h.tokens[:2] == [7, 8] for hyps in forced for h in hyps)
+
+
+def test_the_spelling_inside_a_sentence_does_not_begin_one():
+    """The spelling after a space of a term that has one for the start (" Hund" beside
+    "Hund") does not meet the term as the output's first tokens: there it would write a
+    leading space."""
+    model, src = transformer(), sources([3, 6, 2, 5])
+    terms = Terms([[[[5], Spelling((7,), first=True)]]] * 4, 20)
+    found = nbest(model, src, DecodeDefaults(beam=4, **SETTINGS), Wanted(n=4), constraint=terms)
+    for hyps in found:
+        assert all(holds(h.tokens[1:], [5]) or h.tokens[0] == 7 for h in hyps)
+    state = terms.initial("cpu")
+    assert terms.met(state, torch.tensor([[5, 7]] * 4)).tolist() == [[0, 1]] * 4
+
+
+def test_scores_are_the_models_own():
+    """No bonus: the score of an output with terms is its log-probability over the length
+    penalty, as without terms."""
+    model, src = transformer(), sources([3, 7, 5])
+    terms = [[[5, 6]], [[9], [11, 12, 13]], [[7, 7]]]
+    found = nbest(
+        model, src, DecodeDefaults(beam=4, **SETTINGS), Wanted(n=4), Terms(spelled(terms), 20)
+    )
+    for i, hyps in enumerate(found):
+        sums = log_probs(model, src[i : i + 1], [h.tokens for h in hyps])
+        for h, total in zip(hyps, sums):
+            assert h.score == pytest.approx(
+                total / length_penalty(len(h.tokens) + 1, 0.6), abs=1e-4
+            )
+
+
+@pytest.mark.parametrize("term", [[4, 3], [3, 3, 4]])
+def test_a_wide_beam_finds_the_best_output_that_holds_the_terms(term):
+    """A beam as wide as every prefix: the output is the best of those holding the term."""
+    vocab, max_len = 5, 6
+    model = ToyModel(vocab, ends_at=2.0)
+    src = torch.tensor([[3, 3, EOS], [4, 3, EOS]])
+    settings = DecodeDefaults(beam=2**max_len, alpha=0.6, max_len_a=0.0, max_len_b=max_len)
+    hyps = search(model, src, settings, Terms(spelled([[term]] * 2), vocab))
+    outputs = [list(y) for n in range(max_len + 1) for y in itertools.product([3, 4], repeat=n)]
+    outputs = [y for y in outputs if holds(y, term)]
+    for i, hyp in enumerate(hyps):
+        sums = log_probs(model, src[i : i + 1], outputs)
+        scores = [s / length_penalty(len(y) + 1, 0.6) for s, y in zip(sums, outputs)]
+        best = max(range(len(outputs)), key=scores.__getitem__)
+        assert hyp.tokens == outputs[best]
+        assert hyp.score == pytest.approx(scores[best], abs=1e-4)
+
+
+def test_a_bank_counts_the_terms_met():
+    terms = Terms(spelled([[[5, 6], [9]]]), 20)
+    state = terms.initial("cpu")
+    tokens = torch.tensor([[5, 6, 9, 7]])
+    assert terms.met(state, tokens).tolist() == [[0, 0, 1, 0]]
+    state = terms.advance(state, torch.tensor([5]))  # the first term begun: not yet met
+    assert terms.met(state, tokens).tolist() == [[0, 1, 1, 0]]
+    state = terms.advance(state, torch.tensor([7]))  # abandoned: 6 no longer completes it
+    assert terms.met(state, tokens).tolist() == [[0, 0, 1, 0]]
+
+
+class Sevens:
+    """A stand-in banked constraint: token 7 meets it, nothing else does."""
+
+    def candidates(self, state):
+        return torch.full((state[0].size(0), 1), 7)
+
+    def met(self, state, tokens):
+        return tokens.eq(7).long()
+
+
+def test_the_beam_is_dealt_out_bank_by_bank():
+    """Each bank's best first, then each bank's second best, a rank's higher score first: a
+    candidate that meets the constraint is taken second, however low its score."""
+    k, V = 2, 10
+    total = torch.full((1, k * V), -torch.inf)
+    total[0, :6] = torch.tensor([-1.0, -2.0, -3.0, -4.0, -5.0, -6.0])
+    total[0, 7], total[0, V + 7] = -50.0, -40.0  # token 7 from either row: bank 1
+    score, index = total.topk(2 * k)
+    state = (torch.zeros(k, 1),)
+    score, index, key = allocate(Sevens(), state, total, score, index, k)
+    assert index[0, :4].tolist() == [0, V + 7, 1, 7]
+    assert score[0, :4].tolist() == [-1.0, -40.0, -2.0, -50.0]
+    assert key[0].isfinite().sum() == 6  # 4 best, the row's best (token 0, once), two 7s
+
+
+def test_an_ensemble_places_the_terms():
+    from s2s.core.decode.ensemble import Ensemble
+
+    second = transformer()
+    with torch.no_grad():
+        for p in second.parameters():
+            p.add_(0.1 * torch.randn_like(p))
+    model, src = Ensemble([transformer(), second]), sources([3, 7, 5])
+    terms = [[[5, 6]], [[9], [11, 12, 13]], []]
+    found = nbest(
+        model, src, DecodeDefaults(beam=4, **SETTINGS), Wanted(n=2), Terms(spelled(terms), 20)
+    )
+    for ts, hyps in zip(terms, found):
+        assert len(hyps) == 2 and all(holds(h.tokens, t) for h in hyps for t in ts)
