@@ -46,7 +46,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
-from s2s.core.training import checkpoint  # noqa: E402
+from s2s.core.runs import checkpoint  # noqa: E402
 
 from bench.common import free_port, machine, write  # noqa: E402
 

@@ -18,7 +18,7 @@ ENGINE = Path(s2s.core.__file__).resolve().parent
 
 #: the wings of the engine, lowest first: a module imports only its own wing and those below
 #: it ("" is the root: the plugin contract (task, vocab, checks, errors) and file and text I/O)
-WINGS = ["", "setup", "data", "nn", "decode", "training", "inference", "apps"]
+WINGS = ["", "setup", "data", "nn", "decode", "runs", "training", "inference", "apps"]
 
 
 def _module_name(path: Path) -> str:
@@ -78,6 +78,21 @@ def test_a_wing_imports_only_the_wings_below_it():
         if WINGS.index(_wing(dep)) > WINGS.index(_wing(module))
     ]
     assert not upward, upward
+
+
+def test_inference_and_apps_use_training_only_for_the_trainer():
+    """What a run left on disk (its directory, checkpoints, log and result) and its processes
+    are the runs wing's: inference and apps read them there, and reach into training only to
+    train (`s2s train`, a sweep's runs, the quickstart)."""
+    graph = _imports()
+    used = {
+        f"{module} imports {dep}"
+        for module, deps in graph.items()
+        if _wing(module) in ("inference", "apps")
+        for dep in deps
+        if _wing(dep) == "training" and dep != "s2s.core.training.trainer"
+    }
+    assert not used, sorted(used)
 
 
 def test_no_import_circles():

@@ -37,7 +37,7 @@ from ..files import (
     replacing,
 )
 from ..inference import load_for_inference
-from ..training.rundir import run_dir_of
+from ..runs.directory import run_dir_of
 from ..vocab import BOS, EOS, SPECIALS
 
 log = logging.getLogger("s2s")

@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..files import no_such_run, own_outputs, record_outputs
-from ..training.runlog import read_metrics
+from ..runs.metrics import read_metrics
 
 NOT_METRICS = {"kind", "update", "elapsed", "loss", "nll", "ppl", "seconds"}
 

@@ -649,9 +649,9 @@ def serve(path, registry, options: ServeOptions) -> None:
     from ..inference.loading import load_ensemble
     from ..nn.precision import resolve_search
     from ..setup.config import load_config
-    from ..training.checkpoint import tested
-    from ..training.distributed import resolve_device
-    from ..training.rundir import run_dir_of
+    from ..runs.checkpoint import tested
+    from ..runs.distributed import resolve_device
+    from ..runs.directory import run_dir_of
     from .batcher import Batcher
     from .connections import Limits, guarded
 

@@ -375,7 +375,7 @@ def _trained(run_dir: Path) -> int | None:
     """The updates a finished run trained (its result.json's), or None: not finished, or it
     trained none (a budget too small: an untrained model's figures are no variant's), or its
     result.json is damaged (said in the log: resuming the run tests it again and rewrites it)."""
-    from ..training.result import read_result
+    from ..runs.result import read_result
 
     try:
         result = read_result(run_dir)
@@ -444,7 +444,7 @@ def run(sweep: Sweep, registry, quiet: bool = False) -> dict:
 # -- the table and the plots ----------------------------------------------------------------
 def _count_parameters(run_dir: Path) -> int | None:
     """Parameters of the model as trained (the newest rolling checkpoint); a tied matrix once."""
-    from ..training import checkpoint
+    from ..runs import checkpoint
 
     paths = checkpoint.listed(run_dir)
     if not paths:
@@ -493,8 +493,8 @@ def collect(sweep: Sweep, cfgs: list, registry=None) -> dict:
 
 def _run_row(sweep: Sweep, v: Variant, cfg, varied: list[str]) -> dict:
     """One run's settings and figures, from its result.json and metrics.jsonl."""
-    from ..training.result import read_result
-    from ..training.runlog import read_metrics
+    from ..runs.result import read_result
+    from ..runs.metrics import read_metrics
 
     run_dir = sweep.run_dir(v)
     result = read_result(run_dir)  # checked when the sweep started; a DataError names it

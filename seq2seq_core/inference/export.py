@@ -79,7 +79,7 @@ class ExportJob:
 def export(job: ExportJob, registry) -> Path:
     """Write the run's model (what `s2s generate RUN_DIR` decodes with) in format `job.to` into
     `job.output`."""
-    from ..training.rundir import run_dir_of
+    from ..runs.directory import run_dir_of
     from . import load_for_inference
 
     run_dir, to, output, quantization = job.run_dir, job.to, job.output, job.quantization

@@ -236,7 +236,7 @@ class RunConfig:
     max_nonfinite: int = setting(
         10, at_least(1)
     )  # stop after this many non-finite updates in a row
-    # several processes (s2s.core.training.distributed): a collective of training fails after
+    # several processes (s2s.core.runs.distributed): a collective of training fails after
     # timeout_minutes (a process that hangs stops the run); waiting for what rank 0 does alone
     # (first data preparation, the test decode, averaging checkpoints) fails only after wait_minutes
     timeout_minutes: float = setting(10.0, above(0))

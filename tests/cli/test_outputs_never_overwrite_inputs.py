@@ -21,7 +21,7 @@ import pytest
 from cli_checks import fails, s2s, snapshot
 from conftest import TINY_MODEL
 from s2s.core.apps.cli import main
-from s2s.core.training import checkpoint
+from s2s.core.runs import checkpoint
 
 TINY = [
     *TINY_MODEL,

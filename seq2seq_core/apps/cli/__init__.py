@@ -34,6 +34,21 @@ DESCRIPTION = (
 )
 
 
+class ConsoleFormat(logging.Formatter):
+    """The console's log lines: "12:01:05 train update 100: loss ...", the level named only for
+    warnings and errors ("12:01:05 WARNING ...")."""
+
+    def __init__(self):
+        super().__init__("%(asctime)s %(message)s", datefmt="%H:%M:%S")
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = super().format(record)
+        if record.levelno >= logging.WARNING:
+            stamp, _, message = line.partition(" ")
+            line = f"{stamp} {record.levelname} {message}"
+        return line
+
+
 def _add_common_options(parser: argparse.ArgumentParser, default) -> None:
     """--plugin, -q and -v. They go on the top parser (`s2s -v train`, default None) and on
     `common`, every command's parent (`s2s train -v`), whose default SUPPRESS leaves a value
@@ -102,8 +117,6 @@ def main(argv=None) -> int:
         args.overrides = [*args.overrides, *extra]
     elif extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
-    from ...training.runlog import ConsoleFormat
-
     console = logging.StreamHandler()
     console.setFormatter(ConsoleFormat())
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, handlers=[console])

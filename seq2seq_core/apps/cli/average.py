@@ -26,7 +26,7 @@ def add(subparsers, common) -> None:
 
 def run(args) -> int:
     from ...files import no_such_run
-    from ...training import checkpoint
+    from ...runs import checkpoint
 
     if args.last is not None and len(args.inputs) == 1 and not Path(args.inputs[0]).exists():
         raise no_such_run(args.inputs[0])

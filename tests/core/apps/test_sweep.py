@@ -18,7 +18,7 @@ from s2s.core.apps import sweep as sweep_mod
 from s2s.core.apps.cli import build_parser, main
 from s2s.core.errors import ConfigError, UsageError
 from s2s.core.setup.config import load_config
-from s2s.core.training import checkpoint
+from s2s.core.runs import checkpoint
 from s2s.core.training.trainer import Trainer, train
 
 GRID = ["--grid", "model.heads=1,2"]

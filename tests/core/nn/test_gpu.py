@@ -13,7 +13,7 @@ from s2s.core.decode.search import search
 from s2s.core.nn.model import Transformer
 from s2s.core.setup.config import load_config
 from s2s.core.setup.settings import ModelConfig
-from s2s.core.training import checkpoint
+from s2s.core.runs import checkpoint
 from s2s.core.training.trainer import train
 from s2s.core.vocab import EOS
 

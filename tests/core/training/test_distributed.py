@@ -28,7 +28,8 @@ from s2s.core.data.members import build_members, load_vocabularies
 from s2s.core.data import batches
 from s2s.core.nn.model import Transformer
 from s2s.core.setup.config import load_config
-from s2s.core.training import checkpoint, schedule
+from s2s.core.runs import checkpoint
+from s2s.core.training import schedule
 from s2s.core.training.trainer import Trainer, train
 
 UPDATES = 6

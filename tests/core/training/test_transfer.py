@@ -16,7 +16,7 @@ import torch
 from s2s.core.apps.cli import main
 from s2s.core.setup.config import load_config
 from s2s.core.setup.registry import Registry
-from s2s.core.training import checkpoint
+from s2s.core.runs import checkpoint
 from s2s.core.training.trainer import Trainer, train
 from conftest import TINY_MODEL
 
