@@ -75,7 +75,7 @@ def add(subparsers, common) -> None:
 
 
 def run(args) -> int:
-    from ..serve import ServeOptions, serve
+    from ..serve.server import ServeOptions, serve
 
     options = ServeOptions(
         task=args.task,
