@@ -130,10 +130,11 @@ def kill_at(procs: list[subprocess.Popen], run_dir: Path, update: int) -> int:
 
 
 def torchrun(args: list[str], log: Path, *options: str) -> subprocess.Popen:
-    """`torchrun OPTIONS -m s2s.core.apps.cli train -q demo ARGS`, gloo, restarts that connect."""
+    """`torchrun OPTIONS --no-python s2s train -q demo ARGS` (the console script beside this
+    Python), gloo, restarts that connect."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
     cmd = [sys.executable, "-m", "torch.distributed.run", *options]
-    cmd += ["-m", "s2s.core.apps.cli", "train", "-q", "demo", *args]
+    cmd += ["--no-python", str(Path(sys.executable).with_name("s2s")), "train", "-q", "demo", *args]
     return subprocess.Popen(cmd, env=env, stdout=open(log, "w"), stderr=subprocess.STDOUT)
 
 
