@@ -9,6 +9,7 @@ import ast
 import re
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 from s2s.core import errors
@@ -128,6 +129,49 @@ def test_the_formatter_and_pyflakes_pass_on_the_whole_repository():
         assert done.returncode == 0, (
             f"ruff {' '.join(check)}:\n{done.stdout[-3000:]}{done.stderr[-1000:]}"
         )
+
+
+#: a command line of each command, parsed as the shell would give it
+PARSED = [
+    ["tasks"],
+    ["prepare", "demo", "data.max_tokens=300"],
+    ["train", "demo", "-q", "model.layers=2"],
+    ["generate", "runs/x", "--input", "in.txt", "--beam", "2", "--sampling", "--top-p", "0.9"],
+    ["label", "runs/x", "--input", "in.txt", "--output", "out", "--keep", "0.5"],
+    ["score", "demo", "--hyp", "h.txt", "--ref", "r.txt", "--ci"],
+    ["rerank", "runs/x", "--input", "n.txt", "--weights", "1,0.5"],
+    ["average", "runs/x", "--last", "2"],
+    ["export", "runs/x", "--to", "safetensors", "--output", "out"],
+    ["import", "Helsinki-NLP/opus-mt-en-de", "--output", "runs/y"],
+    ["plot", "runs/x"],
+    ["sweep", "demo", "--grid", "model.heads=1,2", "--budget-updates", "5", "--dir", "d"],
+    ["attention", "runs/x", "--input", "in.txt", "--output", "out"],
+    ["serve", "runs/x", "--port", "0", "--precision", "fp32"],
+    ["quickstart", "optim.max_updates=10"],
+]
+
+
+def test_the_command_line_starts_and_parses_without_torch():
+    """`s2s --help`, each command's --help and the parsing of a command line of each import no
+    torch (a second and more) and no matplotlib: a command imports its work when it runs. The
+    imports inside `run` of apps/cli's modules are there for this test."""
+    code = textwrap.dedent(
+        f"""
+        import argparse, contextlib, io, sys
+        from s2s.core.apps.cli import build_parser, main
+        parser = build_parser()
+        commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        for argv in (["--help"], *([c, "--help"] for c in commands.choices)):
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
+                main(argv)
+        for argv in {PARSED!r}:
+            assert parser.parse_known_args(argv)[0].command == argv[0], argv
+        print(" ".join(m for m in ("torch", "matplotlib") if m in sys.modules))
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "", f"the command line's start-up imports {done.stdout}"
 
 
 def test_every_error_class_lives_in_errors():

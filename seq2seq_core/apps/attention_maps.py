@@ -290,6 +290,7 @@ def draw(page: Page, weights: np.ndarray, path: Path) -> Path:
     Colour follows the square root of a weight on one scale, 0 to 1, for every page (a uniform head
     looks as faint as it is), so that weights of 0.05 to 0.3, a spread-out head's, stay apart; the
     colour bar is marked in weights."""
+    # matplotlib when drawing only: the server reads this module's tokens and never draws
     from matplotlib import colormaps
     from matplotlib.colors import PowerNorm
     from matplotlib.figure import Figure

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from matplotlib.figure import Figure
+
 from ..files import no_such_run, own_outputs, record_outputs
 from ..runs.metrics import read_metrics
 
@@ -48,8 +50,6 @@ def _curves(
 def _figure(
     title: str, series: list[tuple[str, tuple]], ylabel: str, path: Path, unit: str = "hours"
 ) -> Path:
-    from matplotlib.figure import Figure
-
     fig = Figure(figsize=(11, 4), layout="constrained")
     by_update, by_time = fig.subplots(1, 2, sharey=True)
     for label, (updates, hours, values, band) in series:

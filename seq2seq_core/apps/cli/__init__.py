@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import traceback
 
 from ...errors import explain
 from . import (
@@ -127,8 +128,6 @@ def main(argv=None) -> int:
         return 130
     except Exception as e:  # noqa: BLE001 -- every error ends as one line; -v adds the traceback
         if args.verbose:
-            import traceback
-
             traceback.print_exc()
         message, code = explain(e, args.command)
         print(f"s2s {args.command}: error: {message}", file=sys.stderr)

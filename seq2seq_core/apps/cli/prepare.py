@@ -15,6 +15,7 @@ def add(subparsers, common) -> None:
 
 
 def run(args) -> int:
+    # the work imports torch: here, when the command runs, not at start-up (tests/test_house.py)
     from ...data.members import build_members, prepare_members
     from ...runs.distributed import Group
 

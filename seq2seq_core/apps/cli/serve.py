@@ -75,6 +75,7 @@ def add(subparsers, common) -> None:
 
 
 def run(args) -> int:
+    # the work imports torch: here, when the command runs, not at start-up (tests/test_house.py)
     from ..serve.server import ServeOptions, serve
 
     options = ServeOptions(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..summary import written_lines
 from ..sweep.variants import Sweep, grid, grid_item, read_variants
 from .shared import registry_of
 
@@ -79,10 +80,10 @@ def run(args) -> int:
         list(args.plugin or []),
         args.seeds,
     )
-    # the work imports torch (training): here, not at the top, so that parsing goes without it
-    from ..summary import written_lines
+    # the work imports torch: here, when the command runs, not at start-up (tests/test_house.py)
     from ..sweep.results import table
-    from ..sweep.runner import commands, run as run_sweep
+    from ..sweep.runner import commands
+    from ..sweep.runner import run as run_sweep
 
     if args.print_commands:
         print("\n".join(commands(plan, registry_of(args))))
