@@ -42,7 +42,7 @@ import torch  # noqa: E402
 from s2s.core.data.members import decode_settings  # noqa: E402
 from s2s.core.decode.batched import Decoder  # noqa: E402
 from s2s.core.inference import load_for_inference  # noqa: E402
-from s2s.core.resampling import scored  # noqa: E402
+from s2s.core.contract.resampling import scored  # noqa: E402
 from s2s.core.setup.config import load_config  # noqa: E402
 from s2s.core.setup.registry import Registry  # noqa: E402
 from s2s.core.runs.metrics import read_metrics  # noqa: E402

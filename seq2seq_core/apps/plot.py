@@ -4,7 +4,7 @@ One PNG per quantity, each with two panels, against updates and against training
 seconds, minutes or hours, whichever suits the run's length: `time_unit`):
 loss.png (training loss, dev loss), lr.png (the learning rate of equation 3) and one for each
 dev metric the task reports (bleu.png, f1.png, ...), shaded with its 95% interval where the run
-recorded one (`bleu_low`, `bleu_high`: the primary figure's, `s2s.core.resampling`). A
+recorded one (`bleu_low`, `bleu_high`: the primary figure's, `s2s.core.contract.resampling`). A
 multi-task run's figures carry their member's name (`parse/f1`): each PNG then draws one curve
 per member, and select.png the selection figure. matplotlib draws off-screen (Agg); no display
 is needed.

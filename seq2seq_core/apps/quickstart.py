@@ -12,7 +12,7 @@ from ..data.members import decode_settings
 from ..data.prepared import prepare_data
 from ..decode.batched import Decoder
 from ..inference import load_for_inference
-from ..task import Score
+from ..contract.task import Score
 from ..training.trainer import train
 
 

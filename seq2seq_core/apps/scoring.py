@@ -12,12 +12,12 @@ import logging
 import os
 from dataclasses import dataclass
 
-from .. import textio
+from ..data import textio
 from ..data.members import build_task
 from ..errors import ConfigError, DataError, UsageError
-from ..resampling import Difference, Resampling, compare, with_intervals
+from ..contract.resampling import Difference, Resampling, compare, with_intervals
 from ..setup.config import load_config, preset_names, single_task
-from ..task import Score, Task, checked_score
+from ..contract.task import Score, Task, checked_score
 
 log = logging.getLogger("s2s")
 

@@ -48,7 +48,7 @@ from ..files import remove_stale_temporaries
 from ..nn.model import Transformer
 from ..setup.settings import ModelConfig
 from ..data.pieces import Pieces
-from ..vocab import BOS, EOS, PAD, SPECIALS, UNK
+from ..contract.vocab import BOS, EOS, PAD, SPECIALS, UNK
 
 FORMATS = ("ctranslate2", "huggingface", "safetensors")
 MARKER = "s2s_export.json"  # in every export folder: the format, the source run, the files written

@@ -32,7 +32,7 @@ from ..errors import CheckpointError, UsageError
 from ..nn import precision
 from ..nn.model import Transformer
 from ..setup.config import load_config
-from ..task import DecodeDefaults, Task
+from ..contract.task import DecodeDefaults, Task
 from ..runs import checkpoint
 from ..runs.agreement import Read, check_config, check_members
 from ..runs.distributed import resolve_device

@@ -1,6 +1,6 @@
 """The settings of a run: one dataclass per component, each field with its default and the values it
-allows (`s2s.core.checks`). `s2s.core.setup.config` loads them from a preset and the command
-line."""
+allows (`s2s.core.contract.checks`). `s2s.core.setup.config` loads them from a preset and the
+command line."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, List, Optional
 
-from ..checks import (
+from ..contract.checks import (
     NOT_EMPTY,
     PROBABILITY,
     SEED_MAX,
@@ -110,7 +110,7 @@ class DataConfig:
 
 
 class Stop(str, Enum):
-    """Beam search's stopping rule (s2s.core.task.DecodeDefaults says what each means)."""
+    """Beam search's stopping rule (s2s.core.contract.task.DecodeDefaults says what each means)."""
 
     bound = "bound"
     beam = "beam"

@@ -17,15 +17,15 @@ from pathlib import Path
 from ..data.members import Member, decode_settings
 from ..decode.batched import Decoder
 from ..files import atomic_write_text
-from ..resampling import scored
-from ..task import Score
+from ..contract.resampling import scored
+from ..contract.task import Score
 
 
 def score_test_split(search_model, member: Member, decode, device, run_dir: Path) -> Score | None:
     """Decode `member`'s test split with `search_model` as the decode section `decode` says,
     write its outputs to RUN_DIR/test{.MEMBER}.hyp.txt and return their score, each figure with
-    its 95% interval (`s2s.core.resampling`, the defaults); None when the member has no test
-    split."""
+    its 95% interval (`s2s.core.contract.resampling`, the defaults); None when the member has no
+    test split."""
     if "test" not in member.data.splits:
         return None
     sources, refs = member.data.texts("test")

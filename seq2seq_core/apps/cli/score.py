@@ -10,7 +10,7 @@ import json
 import sys
 
 from ...errors import UsageError
-from ...resampling import LEVEL, RESAMPLES, SEED, TESTS, TRIALS, Resampling
+from ...contract.resampling import LEVEL, RESAMPLES, SEED, TESTS, TRIALS, Resampling
 from .shared import registry_of
 
 

@@ -16,7 +16,7 @@ from ...data.members import build_members, data_config
 from ...data.prepared import prepare_data
 from ...errors import DataError
 from ...files import atomic_write_text
-from ...resampling import SentenceStatistics, intervals
+from ...contract.resampling import SentenceStatistics, intervals
 from ...runs import checkpoint
 from ...runs.metrics import read_metrics
 from ...runs.result import read_result
@@ -131,8 +131,9 @@ def _over_seeds(seeds: list[dict]) -> dict:
 
 def _pooled(sweep: Sweep, v: Variant, cfg, registry) -> dict:
     """The primary test figure of the variant's seed runs pooled (every seed's output of a
-    sentence counted together, `s2s.core.resampling`), with its 95% interval from resampling
-    the test sentences; {} for a multi-task run or a task without per-sentence statistics."""
+    sentence counted together, `s2s.core.contract.resampling`), with its 95% interval from
+    resampling the test sentences; {} for a multi-task run or a task without per-sentence
+    statistics."""
     if registry is None or cfg.tasks is not None:
         return {}
     (member,) = build_members(cfg, registry)

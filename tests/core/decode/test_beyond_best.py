@@ -5,11 +5,11 @@ import itertools
 
 import pytest
 import torch
-from s2s.core.task import DecodeDefaults
+from s2s.core.contract.task import DecodeDefaults
 from s2s.core.decode.constraints import Prefix, joined
 from s2s.core.decode.ensemble import Ensemble
 from s2s.core.decode.search import Sampling, Wanted, length_penalty, nbest, search
-from s2s.core.vocab import EOS
+from s2s.core.contract.vocab import EOS
 
 from test_search import ToyModel, log_probs, sources, transformer
 

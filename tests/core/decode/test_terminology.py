@@ -5,7 +5,7 @@ import pytest
 from s2s.core.decode.search import Sampling, Wanted, nbest, search
 from s2s.core.decode.terminology import Spelling, Terms, line_terms, placeable, read_terms
 from s2s.core.errors import DataError
-from s2s.core.task import DecodeDefaults
+from s2s.core.contract.task import DecodeDefaults
 
 from test_search import sources, transformer
 

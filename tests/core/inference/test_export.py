@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 from s2s.core.decode.batched import Decoder
-from s2s.core.task import DecodeDefaults
+from s2s.core.contract.task import DecodeDefaults
 from conftest import MULTI30K, multi30k_slice, needs
 from s2s.core.apps.cli import main
 from s2s.core.data.prepared import prepare_data
