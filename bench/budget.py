@@ -42,10 +42,10 @@ import torch  # noqa: E402
 from s2s.core.data.members import decode_settings  # noqa: E402
 from s2s.core.decode.batched import Decoder  # noqa: E402
 from s2s.core.inference import load_for_inference  # noqa: E402
-from s2s.core.resampling import scored  # noqa: E402
+from s2s.core.contract.resampling import scored  # noqa: E402
 from s2s.core.setup.config import load_config  # noqa: E402
 from s2s.core.setup.registry import Registry  # noqa: E402
-from s2s.core.training.runlog import read_metrics  # noqa: E402
+from s2s.core.runs.metrics import read_metrics  # noqa: E402
 from s2s.core.training.trainer import train  # noqa: E402
 
 from bench.common import corpus_overrides, peak_rss_mib, write  # noqa: E402

@@ -88,9 +88,9 @@ def load(preset: str, run: str | None, cache_dir: str):
     from s2s.core.nn.model import Transformer
     from s2s.core.setup.config import load_config
     from s2s.core.setup.registry import Registry
-    from s2s.core.training import checkpoint
-    from s2s.core.training.rundir import run_dir_of
-    from s2s.core.training.runlog import read_metrics
+    from s2s.core.runs import checkpoint
+    from s2s.core.runs.directory import run_dir_of
+    from s2s.core.runs.metrics import read_metrics
 
     registry = Registry.installed()
     if run:

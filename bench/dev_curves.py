@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from s2s.core.training.runlog import read_metrics  # noqa: E402
+from s2s.core.runs.metrics import read_metrics  # noqa: E402
 
 from bench.common import table, write  # noqa: E402
 

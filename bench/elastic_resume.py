@@ -46,7 +46,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
-from s2s.core.training import checkpoint  # noqa: E402
+from s2s.core.runs import checkpoint  # noqa: E402
 
 from bench.common import free_port, machine, write  # noqa: E402
 
@@ -130,10 +130,11 @@ def kill_at(procs: list[subprocess.Popen], run_dir: Path, update: int) -> int:
 
 
 def torchrun(args: list[str], log: Path, *options: str) -> subprocess.Popen:
-    """`torchrun OPTIONS -m s2s.core.apps.cli train -q demo ARGS`, gloo, restarts that connect."""
+    """`torchrun OPTIONS --no-python s2s train -q demo ARGS` (the console script beside this
+    Python), gloo, restarts that connect."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
     cmd = [sys.executable, "-m", "torch.distributed.run", *options]
-    cmd += ["-m", "s2s.core.apps.cli", "train", "-q", "demo", *args]
+    cmd += ["--no-python", str(Path(sys.executable).with_name("s2s")), "train", "-q", "demo", *args]
     return subprocess.Popen(cmd, env=env, stdout=open(log, "w"), stderr=subprocess.STDOUT)
 
 

@@ -34,7 +34,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
-from s2s.core.apps import sweep  # noqa: E402
+from s2s.core.apps.sweep import runner  # noqa: E402
+from s2s.core.apps.sweep.variants import Sweep, Variant  # noqa: E402
 from s2s.core.errors import ConfigError  # noqa: E402
 from s2s.core.setup.config import load_config  # noqa: E402
 from s2s.core.setup.registry import Registry  # noqa: E402
@@ -118,14 +119,14 @@ def main() -> None:
     rows, skipped = available(
         [r for r in ROWS if not args.only or r[0] in args.only], common, registry
     )
-    plan = sweep.Sweep(
+    plan = Sweep(
         PRESET,
-        [sweep.Variant(name, overrides) for name, _, overrides, _ in rows],
+        [Variant(name, overrides) for name, _, overrides, _ in rows],
         {"minutes": args.minutes},
         Path(args.dir),
         common,
     )
-    results = sweep.run(plan, registry, quiet=True)
+    results = runner.run(plan, registry, quiet=True)
     out = []
     for (name, group, overrides, paper), row in zip(rows, results["rows"]):
         test = json.loads((Path(row["run_dir"]) / "result.json").read_text()).get("test", {})

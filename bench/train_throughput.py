@@ -200,7 +200,7 @@ def timed_run(
 ) -> dict:
     """One `s2s train` subprocess (this checkout's, or `tree`'s: a commit's, from
     bench.common.commit_tree), stopped once its steady-state span is `seconds` long."""
-    from s2s.core.training.runlog import read_metrics
+    from s2s.core.runs.metrics import read_metrics
 
     cmd = [
         *s2s_command(tree),

@@ -63,7 +63,7 @@ from s2s.core.data.members import decode_settings  # noqa: E402
 from s2s.core.inference import load_for_inference  # noqa: E402
 from s2s.core.setup.config import load_config  # noqa: E402
 from s2s.core.setup.registry import Registry  # noqa: E402
-from s2s.core.training.runlog import read_metrics  # noqa: E402
+from s2s.core.runs.metrics import read_metrics  # noqa: E402
 from s2s.core.training.trainer import train  # noqa: E402
 
 from bench.budget import gold_figures  # noqa: E402

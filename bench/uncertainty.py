@@ -92,7 +92,7 @@ def paired(preset: str, figure: str, best: str) -> list[dict]:
 
 def cost(repeats: int = 3) -> dict:
     """`s2s score --ci` against `s2s score` on 3,000 sentences, interleaved, medians."""
-    from s2s.core.resampling import Resampling, intervals
+    from s2s.core.contract.resampling import Resampling, intervals
     from s2s.plugins.translation import metrics
 
     where, outputs = files("multi30k_en_de")

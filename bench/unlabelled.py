@@ -161,7 +161,7 @@ def curves(args, runs: dict, key: str, title: str, name: str) -> str:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from s2s.core.training.runlog import read_metrics
+    from s2s.core.runs.metrics import read_metrics
 
     fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=100)
     for label, folder in runs.items():

@@ -71,8 +71,8 @@ def _keep_freed_memory() -> list[str]:
 
 MALLOC_SET = _keep_freed_memory()
 
-from .task import DataError, DecodeDefaults, Score, Task, TaskConfig
-from .vocab import BOS, EOS, PAD, SPECIALS, UNK
+from .contract.task import DataError, DecodeDefaults, Score, Task, TaskConfig
+from .contract.vocab import BOS, EOS, PAD, SPECIALS, UNK
 
 __all__ = [
     "RUNTIME_ENV",

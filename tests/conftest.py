@@ -11,6 +11,7 @@ from __future__ import annotations
 import s2s.core  # noqa: E402,F401  before torch: the CPU runtime defaults (s2s.core.RUNTIME_ENV)
 
 import os
+import sys
 from pathlib import Path
 
 import pytest  # noqa: E402
@@ -194,12 +195,17 @@ def demo_process_run(run_dir: Path, cache: Path, *extra: str, preset: str = "dem
     ]
 
 
+#: the `s2s` console script installed beside this Python: what torchrun starts (`--no-python s2s`,
+#: docs/training-at-scale.md)
+S2S = str(Path(sys.executable).with_name("s2s"))
+
+
 def train_argv(run_dir: Path, cache: Path, *extra: str) -> list[str]:
-    """`-m s2s.core.apps.cli train -q demo` with `demo_process_run`'s overrides: what follows
-    python or torchrun in a test that trains in processes."""
+    """`--no-python s2s train -q demo` with `demo_process_run`'s overrides: what follows
+    torchrun's options in a test that trains in processes, as docs/training-at-scale.md has it."""
     return [
-        "-m",
-        "s2s.core.apps.cli",
+        "--no-python",
+        S2S,
         "train",
         "-q",
         "demo",

@@ -9,6 +9,7 @@ import ast
 import re
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 from s2s.core import errors
@@ -17,8 +18,8 @@ ENGINE = Path(s2s.core.__file__).resolve().parent
 
 
 #: the wings of the engine, lowest first: a module imports only its own wing and those below
-#: it ("" is the root: the plugin contract (task, vocab, checks, errors) and file and text I/O)
-WINGS = ["", "setup", "data", "nn", "decode", "training", "inference", "apps"]
+#: it ("" is the root: errors, files and progress bars; "contract" what a plugin implements)
+WINGS = ["", "contract", "setup", "data", "nn", "decode", "runs", "training", "inference", "apps"]
 
 
 def _module_name(path: Path) -> str:
@@ -59,25 +60,38 @@ def test_every_engine_module_lives_in_a_wing():
     for module in _imports():
         assert _wing(module) in WINGS, module
     root = {m for m in _imports() if _wing(m) == ""}
-    assert root == {
-        f"s2s.core{x}"
-        for x in (
-            *("", ".errors", ".files", ".progress", ".task", ".vocab", ".textio", ".checks"),
-            ".resampling",
-        )
-    }, root
+    assert root == {f"s2s.core{x}" for x in ("", ".errors", ".files", ".progress")}, root
 
 
 def test_a_wing_imports_only_the_wings_below_it():
-    """Imports inside functions count: they run as surely as the module-level ones, later."""
+    """Imports inside functions count: they run as surely as the module-level ones, later. The
+    package itself (`s2s.core`) is the plugin author's one import: it exports the contract's
+    names, and imports that wing alone."""
     graph = _imports()
+    assert {_wing(dep) for dep in graph["s2s.core"]} <= {"", "contract"}, graph["s2s.core"]
     upward = [
         f"{module} imports {dep}"
         for module, deps in graph.items()
+        if module != "s2s.core"
         for dep in deps
         if WINGS.index(_wing(dep)) > WINGS.index(_wing(module))
     ]
     assert not upward, upward
+
+
+def test_inference_and_apps_use_training_only_for_the_trainer():
+    """What a run left on disk (its directory, checkpoints, log and result) and its processes
+    are the runs wing's: inference and apps read them there, and reach into training only to
+    train (`s2s train`, a sweep's runs, the quickstart)."""
+    graph = _imports()
+    used = {
+        f"{module} imports {dep}"
+        for module, deps in graph.items()
+        if _wing(module) in ("inference", "apps")
+        for dep in deps
+        if _wing(dep) == "training" and dep != "s2s.core.training.trainer"
+    }
+    assert not used, sorted(used)
 
 
 def test_no_import_circles():
@@ -113,6 +127,49 @@ def test_the_formatter_and_pyflakes_pass_on_the_whole_repository():
         assert done.returncode == 0, (
             f"ruff {' '.join(check)}:\n{done.stdout[-3000:]}{done.stderr[-1000:]}"
         )
+
+
+#: a command line of each command, parsed as the shell would give it
+PARSED = [
+    ["tasks"],
+    ["prepare", "demo", "data.max_tokens=300"],
+    ["train", "demo", "-q", "model.layers=2"],
+    ["generate", "runs/x", "--input", "in.txt", "--beam", "2", "--sampling", "--top-p", "0.9"],
+    ["label", "runs/x", "--input", "in.txt", "--output", "out", "--keep", "0.5"],
+    ["score", "demo", "--hyp", "h.txt", "--ref", "r.txt", "--ci"],
+    ["rerank", "runs/x", "--input", "n.txt", "--weights", "1,0.5"],
+    ["average", "runs/x", "--last", "2"],
+    ["export", "runs/x", "--to", "safetensors", "--output", "out"],
+    ["import", "Helsinki-NLP/opus-mt-en-de", "--output", "runs/y"],
+    ["plot", "runs/x"],
+    ["sweep", "demo", "--grid", "model.heads=1,2", "--budget-updates", "5", "--dir", "d"],
+    ["attention", "runs/x", "--input", "in.txt", "--output", "out"],
+    ["serve", "runs/x", "--port", "0", "--precision", "fp32"],
+    ["quickstart", "optim.max_updates=10"],
+]
+
+
+def test_the_command_line_starts_and_parses_without_torch():
+    """`s2s --help`, each command's --help and the parsing of a command line of each import no
+    torch (a second and more) and no matplotlib: a command imports its work when it runs. The
+    imports inside `run` of apps/cli's modules are there for this test."""
+    code = textwrap.dedent(
+        f"""
+        import argparse, contextlib, io, sys
+        from s2s.core.apps.cli import build_parser, main
+        parser = build_parser()
+        commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        for argv in (["--help"], *([c, "--help"] for c in commands.choices)):
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
+                main(argv)
+        for argv in {PARSED!r}:
+            assert parser.parse_known_args(argv)[0].command == argv[0], argv
+        print(" ".join(m for m in ("torch", "matplotlib") if m in sys.modules))
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "", f"the command line's start-up imports {done.stdout}"
 
 
 def test_every_error_class_lives_in_errors():

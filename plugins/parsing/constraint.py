@@ -1,7 +1,7 @@
 """Tree-constrained search: only well-formed linearised trees over the source's words.
 
-`TreeConstraint` is the parsing task's `s2s.core.task.Constraint`. It admits exactly the token
-sequences of linearise.py for some tree over the n source words:
+`TreeConstraint` is the parsing task's `s2s.core.contract.task.Constraint`. It admits exactly the
+token sequences of linearise.py for some tree over the n source words:
 
 * one top-level phrase; every ")X" closes the innermost open phrase, whose label is X;
 * no phrase is empty; exactly n leaves; EOS only once the tree is complete;
@@ -26,8 +26,8 @@ from __future__ import annotations
 from typing import Sequence
 
 import torch
-from s2s.core.task import Constraint
-from s2s.core.vocab import EOS, PAD, SPECIALS, UNK
+from s2s.core.contract.task import Constraint
+from s2s.core.contract.vocab import EOS, PAD, SPECIALS, UNK
 from torch import Tensor
 
 from .linearise import PLACEHOLDER, PUNCTUATION_TAGS, TAG_SCHEMES, punctuation_tags

@@ -353,15 +353,15 @@ def evalb(gold: Iterable[str], test: Iterable[str]) -> EvalbResult:
 
 
 def sentence_statistics(result: EvalbResult, primary: str = "f1"):
-    """Each sentence's bracket counts, for intervals and paired tests (`s2s.core.resampling`):
-    matched, gold and test brackets of a valid sentence (EVALB's totals: error and skipped
-    sentences add nothing), and gold and test brackets over all sentences (`f1_all`'s: a
-    skipped sentence's gold brackets count as missed, an error sentence's test brackets as
-    wrong). Their sums give EVALB's recall, precision and f1 and the _all figures, `primary`
-    first; a zero denominator gives 0, as EVALB prints."""
+    """Each sentence's bracket counts, for intervals and paired tests
+    (`s2s.core.contract.resampling`): matched, gold and test brackets of a valid sentence (EVALB's
+    totals: error and skipped sentences add nothing), and gold and test brackets over all sentences
+    (`f1_all`'s: a skipped sentence's gold brackets count as missed, an error sentence's test
+    brackets as wrong). Their sums give EVALB's recall, precision and f1 and the _all figures,
+    `primary` first; a zero denominator gives 0, as EVALB prints."""
     import numpy as np
 
-    from s2s.core.resampling import SentenceStatistics, f_measure
+    from s2s.core.contract.resampling import SentenceStatistics, f_measure
 
     rows = np.array(
         [
@@ -421,6 +421,6 @@ def gold_brackets_all(rows: Sequence[Sentence], gold: Sequence[str]) -> list[int
 
 def evalb_files(gold_path, test_path) -> EvalbResult:
     """`evalb -p COLLINS.prm gold_path test_path`: one tree per line in each file."""
-    from s2s.core.textio import read_lines  # lines end at "\n" only
+    from s2s.core.data.textio import read_lines  # lines end at "\n" only
 
     return evalb(read_lines(gold_path), read_lines(test_path))

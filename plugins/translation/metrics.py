@@ -11,7 +11,7 @@ own (`moses.RULES`), `tok:moses-generic+atat` for any other.
 
 `statistics` gives each sentence's counts behind the three (sacreBLEU's own sufficient
 statistics: n-gram matches and totals, lengths), for intervals and paired tests
-(`s2s.core.resampling`); the figures of resampled counts are sacreBLEU's own computation.
+(`s2s.core.contract.resampling`); the figures of resampled counts are sacreBLEU's own computation.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from s2s.core.errors import DataError
-from s2s.core.resampling import SentenceStatistics, joined, sacrebleu_statistics
+from s2s.core.contract.resampling import SentenceStatistics, joined, sacrebleu_statistics
 from sacrebleu.metrics import BLEU, CHRF
 
 from . import moses

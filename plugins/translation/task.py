@@ -16,12 +16,12 @@ from itertools import islice
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
-from s2s.core.checks import one_of, setting
+from s2s.core.contract.checks import one_of, setting
 from s2s.core.data import moses_bpe, pieces
 from s2s.core.data.subwords import MODELS, Subwords, smallest_vocab
 from s2s.core.errors import ConfigError, DataError
-from s2s.core.task import DecodeDefaults, Score, Task, TaskConfig
-from s2s.core.vocab import Shareable
+from s2s.core.contract.task import DecodeDefaults, Score, Task, TaskConfig
+from s2s.core.contract.vocab import Shareable
 
 from . import metrics, moses
 from .languages import LANGUAGE, UNSEGMENTED

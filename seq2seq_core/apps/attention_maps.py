@@ -22,7 +22,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from .. import textio
+from ..data import textio
 from ..data.idspace import N_SPECIAL
 from ..data.members import decode_settings
 from ..data.batches import chunks
@@ -37,8 +37,8 @@ from ..files import (
     replacing,
 )
 from ..inference import load_for_inference
-from ..training.rundir import run_dir_of
-from ..vocab import BOS, EOS, SPECIALS
+from ..runs.directory import run_dir_of
+from ..contract.vocab import BOS, EOS, SPECIALS
 
 log = logging.getLogger("s2s")
 
@@ -290,6 +290,7 @@ def draw(page: Page, weights: np.ndarray, path: Path) -> Path:
     Colour follows the square root of a weight on one scale, 0 to 1, for every page (a uniform head
     looks as faint as it is), so that weights of 0.05 to 0.3, a spread-out head's, stay apart; the
     colour bar is marked in weights."""
+    # matplotlib when drawing only: the server reads this module's tokens and never draws
     from matplotlib import colormaps
     from matplotlib.colors import PowerNorm
     from matplotlib.figure import Figure

@@ -4,7 +4,7 @@ One PNG per quantity, each with two panels, against updates and against training
 seconds, minutes or hours, whichever suits the run's length: `time_unit`):
 loss.png (training loss, dev loss), lr.png (the learning rate of equation 3) and one for each
 dev metric the task reports (bleu.png, f1.png, ...), shaded with its 95% interval where the run
-recorded one (`bleu_low`, `bleu_high`: the primary figure's, `s2s.core.resampling`). A
+recorded one (`bleu_low`, `bleu_high`: the primary figure's, `s2s.core.contract.resampling`). A
 multi-task run's figures carry their member's name (`parse/f1`): each PNG then draws one curve
 per member, and select.png the selection figure. matplotlib draws off-screen (Agg); no display
 is needed.
@@ -14,8 +14,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from matplotlib.figure import Figure
+
 from ..files import no_such_run, own_outputs, record_outputs
-from ..training.runlog import read_metrics
+from ..runs.metrics import read_metrics
 
 NOT_METRICS = {"kind", "update", "elapsed", "loss", "nll", "ppl", "seconds"}
 
@@ -48,8 +50,6 @@ def _curves(
 def _figure(
     title: str, series: list[tuple[str, tuple]], ylabel: str, path: Path, unit: str = "hours"
 ) -> Path:
-    from matplotlib.figure import Figure
-
     fig = Figure(figsize=(11, 4), layout="constrained")
     by_update, by_time = fig.subplots(1, 2, sharey=True)
     for label, (updates, hours, values, band) in series:

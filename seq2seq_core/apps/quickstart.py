@@ -8,7 +8,12 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from ..task import Score
+from ..data.members import decode_settings
+from ..data.prepared import prepare_data
+from ..decode.batched import Decoder
+from ..inference import load_for_inference
+from ..contract.task import Score
+from ..training.trainer import train
 
 
 @dataclass(frozen=True)
@@ -25,12 +30,6 @@ class QuickstartResult:
 def quickstart(cfg, registry, quiet: bool = False) -> QuickstartResult:
     """Train `cfg` (the demo preset with any overrides), load the run as `s2s generate` would,
     decode its test split and score it against the references beside the copy baseline."""
-    from ..data.members import decode_settings
-    from ..data.prepared import prepare_data
-    from ..decode.batched import Decoder
-    from ..inference import load_for_inference
-    from ..training.trainer import train
-
     t0 = time.time()
     train(cfg, registry, quiet=quiet)
     cfg, member, model = load_for_inference(cfg.run.dir, registry)

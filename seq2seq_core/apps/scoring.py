@@ -9,10 +9,15 @@ resampling`: the difference, its interval and a p-value)."""
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass
 
-from ..resampling import Difference, Resampling
-from ..task import Score
+from ..data import textio
+from ..data.members import build_task
+from ..errors import ConfigError, DataError, UsageError
+from ..contract.resampling import Difference, Resampling, compare, with_intervals
+from ..setup.config import load_config, preset_names, single_task
+from ..contract.task import Score, Task, checked_score
 
 log = logging.getLogger("s2s")
 
@@ -20,10 +25,6 @@ log = logging.getLogger("s2s")
 def task_named(name: str, overrides, registry):
     """The task `name` stands for, with the command line's `overrides`: a task's defaults
     (`translation task.tgt_lang=fr`), else a preset's one task; else a ConfigError naming both."""
-    from ..data.members import build_task
-    from ..errors import ConfigError
-    from ..setup.config import load_config, preset_names, single_task
-
     if name in registry.names():  # the task's defaults, with the overrides (e.g. task.tgt_lang=fr)
         cfg = load_config(None, [f"task.name={name}", *overrides], registry=registry)
     elif name in preset_names():
@@ -39,8 +40,6 @@ def task_named(name: str, overrides, registry):
 def score_files(task, ref, hyp, src=None) -> Score:
     """`task`'s score of the lines of `hyp` against those of `ref` (with the source lines of
     `src`, for a metric that reads them); a DataError when the two files differ in length."""
-    from ..task import checked_score
-
     refs, (hyps,), srcs = _read(ref, [hyp], src)
     return checked_score(task, task.score(hyps, refs, srcs))  # a plugin's answer, checked
 
@@ -48,9 +47,6 @@ def score_files(task, ref, hyp, src=None) -> Score:
 def _read(ref, hyps: list, src) -> tuple[list[str], list[list[str]], list[str] | None]:
     """The lines of the reference, each hypothesis file and the source file; a DataError when
     the reference has no lines or a hypothesis file's line count differs from it."""
-    from .. import textio
-    from ..errors import DataError
-
     refs = textio.read_lines(ref)  # lines end at "\n" only
     if not refs:  # no figure means anything over no sentences (and a metric may fail on none)
         raise DataError(f"{ref} is empty: no reference lines to score against")
@@ -130,10 +126,6 @@ def resampled_report(task, ref, hyps: list, src, how: Resampling) -> Report:
     """Each hypothesis file's score and the intervals of its figures, and each file after the
     first compared with the first; a UsageError before any work when the task gives no
     per-sentence statistics or `how` is out of range."""
-    from ..errors import UsageError
-    from ..resampling import compare, with_intervals
-    from ..task import Task, checked_score
-
     problem = how.problem()
     if problem:
         raise UsageError(problem)
@@ -160,8 +152,6 @@ def resampled_report(task, ref, hyps: list, src, how: Resampling) -> Report:
 
 
 def _same_file(a, b) -> bool:
-    import os
-
     try:
         return os.path.samefile(a, b)
     except OSError:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from ..task import Score
+from ..contract.task import Score
 
 
 def _arg(path) -> str:

@@ -1,8 +1,8 @@
 """The id space of a run's members: where each member's ids sit in the model's embeddings.
 
 With one member the run's ids are the task's own. With several, the engine maps
-each member's ids into one space: the specials (`s2s.core.vocab.SPECIALS`) are shared and the
-other ids of member k are shifted past those of the members before it, so no two members share
+each member's ids into one space: the specials (`s2s.core.contract.vocab.SPECIALS`) are shared and
+the other ids of member k are shifted past those of the members before it, so no two members share
 an embedding or output row. Every source then starts with its member's task token (Johnson et
 al., 2017), placed after all the source vocabularies. When every member shares one vocabulary
 between its source and target, the run does too (source and target spaces are one and all
@@ -21,8 +21,8 @@ from typing import Sequence
 import torch
 
 from ..errors import DataError
-from ..task import Constraint
-from ..vocab import SPECIALS
+from ..contract.task import Constraint
+from ..contract.vocab import SPECIALS
 
 N_SPECIAL = len(SPECIALS)
 

@@ -16,7 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from ..errors import ConfigError, DataError, TrainingError
 from ..setup.settings import Stop
-from ..task import Constraint, DecodeDefaults, Task
+from ..contract.task import Constraint, DecodeDefaults, Task
 from . import joint
 from .idspace import N_SPECIAL, IdMap, MappedConstraint, join
 from .prepared import prepare_data as prepare_data

@@ -24,7 +24,7 @@ from typing import Sequence
 
 from ..errors import DataError
 from ..files import atomic_write_text
-from ..vocab import EOS, PAD, SPECIALS, UNK
+from ..contract.vocab import EOS, PAD, SPECIALS, UNK
 
 KIND = "moses_bpe"
 FILES = ("moses_bpe.src.json", "moses_bpe.tgt.json")  # a run directory's source and target sides

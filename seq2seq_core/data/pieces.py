@@ -25,7 +25,7 @@ from typing import Sequence
 
 from ..errors import DataError
 from ..files import atomic_write_text
-from ..vocab import EOS, PAD, SPECIALS, UNK
+from ..contract.vocab import EOS, PAD, SPECIALS, UNK
 
 KIND = "sentencepiece"
 FILES = ("pieces.src.json", "pieces.tgt.json")  # a run directory's source and target sides

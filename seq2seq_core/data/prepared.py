@@ -41,11 +41,12 @@ import numpy as np
 import torch
 from omegaconf import OmegaConf
 
-from .. import files, textio
+from .. import files
+from . import textio
 from ..errors import DataError, plugin_error
 from ..files import atomic_write_text
-from ..task import Task
-from ..vocab import BOS, EOS, PAD, SPECIALS
+from ..contract.task import Task
+from ..contract.vocab import BOS, EOS, PAD, SPECIALS
 
 log = logging.getLogger("s2s")
 CHUNK = 20_000  # pairs encoded per call to the tokenizer

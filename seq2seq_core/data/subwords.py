@@ -14,7 +14,7 @@ which byte-level text never contains, and every byte gets a continuation piece, 
 back to <unk>. A pre-token longer than `MAX_WORD` characters (never natural text; word-piece
 matching is quadratic in it) is the one thing still encoded as <unk>.
 
-The ids of `s2s.core.vocab.SPECIALS` are 0..3. Those tokens are not matched in text: "<s>"
+The ids of `s2s.core.contract.vocab.SPECIALS` are 0..3. Those tokens are not matched in text: "<s>"
 in a sentence is three ordinary characters.
 """
 
@@ -30,7 +30,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from ..errors import DataError
 from ..files import atomic_write_text
-from ..vocab import SPECIALS, UNK
+from ..contract.vocab import SPECIALS, UNK
 
 MODELS = ("bpe", "wordpiece")
 CONTINUATION = "\uff03\uff03"  # "＃＃"

@@ -20,8 +20,8 @@ import torch
 
 from ..data.batches import chunks
 from ..errors import plugin_error
-from ..task import DecodeDefaults, Task
-from ..vocab import BOS, EOS, PAD, UNK
+from ..contract.task import DecodeDefaults, Task
+from ..contract.vocab import BOS, EOS, PAD, UNK
 from .constraints import Prefix, joined
 from .mbr import expected_utilities
 from .terminology import Terms

@@ -7,8 +7,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ..task import DecodeDefaults
-from ..vocab import BOS, EOS, PAD
+from ..contract.task import DecodeDefaults
+from ..contract.vocab import BOS, EOS, PAD
 from . import constraints
 from .banks import allocate
 from .steps import Stepper, keep_order, penalty, top_k

@@ -1,6 +1,6 @@
-"""Constraints the engine adds to a task's own (`s2s.core.task.Constraint`): a target prefix
-forced on each output (`Prefix`), and two constraints at once (`Both`), so that a forced prefix
-or a terminology list works beside the parser's tree constraint, through the same hook.
+"""Constraints the engine adds to a task's own (`s2s.core.contract.task.Constraint`): a target
+prefix forced on each output (`Prefix`), and two constraints at once (`Both`), so that a forced
+prefix or a terminology list works beside the parser's tree constraint, through the same hook.
 """
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from typing import Sequence
 
 import torch
 
-from ..task import Constraint
-from ..vocab import PAD
+from ..contract.task import Constraint
+from ..contract.vocab import PAD
 
 
 class Prefix(Constraint):

@@ -2,13 +2,14 @@
 server and the Python API: target prefixes, terms (source term, target term), target lines to
 score (read as the model writes them, `Task.output_target`: a parser's tree linearised).
 
-A given token sequence is text, never the vocabulary's special tokens (`s2s.core.vocab.SPECIALS`
-as the vocabulary reads them: </s> in a prefix ended the output after its first part, <pad>
-emptied the line, a </s> target line was scored as the end token): each is refused, naming it.
-Identical term pairs are merged (each copy counted against the length limit and the server's
-bound before); one source term with two different targets is refused, since both would be forced
-into every output. Each check returns what is wrong as text (or raises `UsageError` whose message
-starts with where, `where(i)`), for the caller to name its file and line or its request field.
+A given token sequence is text, never the vocabulary's special tokens
+(`s2s.core.contract.vocab.SPECIALS` as the vocabulary reads them: </s> in a prefix ended the output
+after its first part, <pad> emptied the line, a </s> target line was scored as the end token): each
+is refused, naming it. Identical term pairs are merged (each copy counted against the length limit
+and the server's bound before); one source term with two different targets is refused, since both
+would be forced into every output. Each check returns what is wrong as text (or raises `UsageError`
+whose message starts with where, `where(i)`), for the caller to name its file and line or its
+request field.
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ from __future__ import annotations
 from typing import Callable, Sequence
 
 from ..errors import DataError, UsageError, plugin_error
-from ..task import DecodeDefaults, Task
-from ..vocab import BOS, EOS, PAD, SPECIALS, UNK
+from ..contract.task import DecodeDefaults, Task
+from ..contract.vocab import BOS, EOS, PAD, SPECIALS, UNK
 
 
 def special_tokens(encode, text: str) -> list[str]:

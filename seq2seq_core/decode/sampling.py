@@ -12,8 +12,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ..checks import SEED_MAX, number_problem, shown, whole_number_problem
-from ..vocab import BOS, EOS, PAD
+from ..contract.checks import SEED_MAX, number_problem, shown, whole_number_problem
+from ..contract.vocab import BOS, EOS, PAD
 from .steps import Stepper, keep_order
 
 

@@ -10,7 +10,7 @@ The maximum output length of a sentence is int(max_len_a * |x| + max_len_b) toke
 |x| counting the source's non-pad tokens (its EOS included), and at most what the model's
 positions allow. PAD and BOS are never generated.
 
-A constraint (`s2s.core.task.Constraint`, from `Task.constraint`) narrows the search to the
+A constraint (`s2s.core.contract.task.Constraint`, from `Task.constraint`) narrows the search to the
 outputs a task admits: its state rides along with every hypothesis as rows of tensors, advanced
 by the token each row takes and moved with the rows when the beam is reordered, and at each step
 the tokens it does not allow get log-probability -inf (the others keep the model's own).
@@ -23,10 +23,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ..checks import shown
+from ..contract.checks import shown
 from ..setup.settings import Stop
-from ..task import DecodeDefaults
-from ..vocab import EOS, PAD
+from ..contract.task import DecodeDefaults
+from ..contract.vocab import EOS, PAD
 from .beam import beam_search, greedy
 from .sampling import Sampling, sample, sentence_generators
 from .steps import Stepper, penalty
@@ -123,12 +123,12 @@ def nbest(
     drawn for each source instead (`sample`; the beam plays no part), ranked by score. The
     model is put in eval mode for the search and given back in the mode it came in.
     `settings.stop` is beam search's stopping rule, "bound" or "beam" (see
-    s2s.core.task.DecodeDefaults). Any model with the
+    s2s.core.contract.task.DecodeDefaults). Any model with the
     Transformer's encode / decode / init_cache / decode_step / reorder_cache and
     `max_positions` will do (an `s2s.core.decode.ensemble.Ensemble` does); when its init_cache
     takes `capacity` it is told the number of steps, and when its reorder_cache takes `keep`,
     sentences leave the batch as soon as their search is over. `constraint` (a
-    `s2s.core.task.Constraint` for these B sources) limits the tokens each step may take.
+    `s2s.core.contract.task.Constraint` for these B sources) limits the tokens each step may take.
 
     On a CPU at most ROWS_PER_SEARCH hypotheses (beam x sentences) are searched at once, the
     sentences in order: the self-attention cache of a search grows with its rows times its

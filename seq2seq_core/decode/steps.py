@@ -12,8 +12,8 @@ import inspect
 import torch
 from torch import Tensor
 
-from ..task import DecodeDefaults
-from ..vocab import BOS, EOS, PAD
+from ..contract.task import DecodeDefaults
+from ..contract.vocab import BOS, EOS, PAD
 
 
 def length_penalty(length, alpha: float, form: str = "gnmt"):

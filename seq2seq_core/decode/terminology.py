@@ -1,5 +1,5 @@
 """Terminology: when a source line holds a source term of a term list, its target term appears in
-the output, as a constraint of the search (`s2s.core.task.Constraint`).
+the output, as a constraint of the search (`s2s.core.contract.task.Constraint`).
 
 A term list is a UTF-8 file of lines `source term<TAB>target term` (`read_terms`). A line's terms
 are those whose source side occurs in the line as the task tokenises it (a run of the line's
@@ -28,10 +28,10 @@ from typing import Sequence
 
 import torch
 
-from .. import textio
+from ..data import textio
 from ..errors import DataError
-from ..task import Constraint
-from ..vocab import EOS, PAD
+from ..contract.task import Constraint
+from ..contract.vocab import EOS, PAD
 
 
 def read_terms(path: str | Path) -> list[tuple[str, str]]:

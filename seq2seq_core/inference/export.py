@@ -48,7 +48,7 @@ from ..files import remove_stale_temporaries
 from ..nn.model import Transformer
 from ..setup.settings import ModelConfig
 from ..data.pieces import Pieces
-from ..vocab import BOS, EOS, PAD, SPECIALS, UNK
+from ..contract.vocab import BOS, EOS, PAD, SPECIALS, UNK
 
 FORMATS = ("ctranslate2", "huggingface", "safetensors")
 MARKER = "s2s_export.json"  # in every export folder: the format, the source run, the files written
@@ -79,7 +79,7 @@ class ExportJob:
 def export(job: ExportJob, registry) -> Path:
     """Write the run's model (what `s2s generate RUN_DIR` decodes with) in format `job.to` into
     `job.output`."""
-    from ..training.rundir import run_dir_of
+    from ..runs.directory import run_dir_of
     from . import load_for_inference
 
     run_dir, to, output, quantization = job.run_dir, job.to, job.output, job.quantization

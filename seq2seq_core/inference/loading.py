@@ -33,11 +33,11 @@ from ..errors import CheckpointError, UsageError
 from ..nn import precision
 from ..nn.model import Transformer
 from ..setup.config import load_config
-from ..task import DecodeDefaults, Task
-from ..training import checkpoint
-from ..training.agreement import Read, check_config, check_members
-from ..training.distributed import resolve_device
-from ..training.rundir import run_dir_of
+from ..contract.task import DecodeDefaults, Task
+from ..runs import checkpoint
+from ..runs.agreement import Read, check_config, check_members
+from ..runs.distributed import resolve_device
+from ..runs.directory import run_dir_of
 
 log = logging.getLogger("s2s")
 

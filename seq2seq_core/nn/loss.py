@@ -8,7 +8,7 @@ import threading
 import torch
 import torch.nn.functional as F
 
-from ..vocab import PAD
+from ..contract.vocab import PAD
 from .precision import padded_rows
 
 

@@ -3,9 +3,9 @@
 A preset names its task (`task.name`); the task section is then checked against that task's own
 `Config` dataclass. Any unknown key or wrongly typed value fails at once with the dotted key and the
 nearest valid one; values out of the range a field declares, non-finite numbers and broken relations
-(heads dividing d_model, ...) fail the same way (`s2s.core.checks.check_sections`, once the config
-is merged), before any data is read. Each component receives only its own section. Preset files stay
-YAML; task keys are typed by the task's own Config once `task.name` is known.
+(heads dividing d_model, ...) fail the same way (`s2s.core.contract.checks.check_sections`, once the
+config is merged), before any data is read. Each component receives only its own section. Preset
+files stay YAML; task keys are typed by the task's own Config once `task.name` is known.
 
 Command-line overrides `KEY=VALUE` are split at the first "=", and the value converted only by
 the declared type of its field (`typed_value`): a string is kept exactly (a "#", a newline,
@@ -28,7 +28,7 @@ from typing import Any, Union
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from .. import checks
+from ..contract import checks
 from ..errors import ConfigError
 from .settings import SECTIONS, Config, MemberConfig
 

@@ -23,7 +23,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 
 from ..errors import RegistryError
-from ..task import Task
+from ..contract.task import Task
 
 GROUP = "s2s.tasks"
 NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")  # what a task name may be

@@ -1,6 +1,6 @@
 """The settings of a run: one dataclass per component, each field with its default and the values it
-allows (`s2s.core.checks`). `s2s.core.setup.config` loads them from a preset and the command
-line."""
+allows (`s2s.core.contract.checks`). `s2s.core.setup.config` loads them from a preset and the
+command line."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, List, Optional
 
-from ..checks import (
+from ..contract.checks import (
     NOT_EMPTY,
     PROBABILITY,
     SEED_MAX,
@@ -110,7 +110,7 @@ class DataConfig:
 
 
 class Stop(str, Enum):
-    """Beam search's stopping rule (s2s.core.task.DecodeDefaults says what each means)."""
+    """Beam search's stopping rule (s2s.core.contract.task.DecodeDefaults says what each means)."""
 
     bound = "bound"
     beam = "beam"
@@ -236,7 +236,7 @@ class RunConfig:
     max_nonfinite: int = setting(
         10, at_least(1)
     )  # stop after this many non-finite updates in a row
-    # several processes (s2s.core.training.distributed): a collective of training fails after
+    # several processes (s2s.core.runs.distributed): a collective of training fails after
     # timeout_minutes (a process that hangs stops the run); waiting for what rank 0 does alone
     # (first data preparation, the test decode, averaging checkpoints) fails only after wait_minutes
     timeout_minutes: float = setting(10.0, above(0))

@@ -4,7 +4,8 @@
 run.average_last checkpoints (or, without averaging, the model as trained) or the best validated
 model (checkpoint_best.pt), whichever scores higher on the same dev sentences (section 6.1
 averages the last checkpoints). `Trainer.test` tests it, each member with `score_test_split`,
-and writes result.json, which names it, with `write_result`. These helpers take what they work
+and writes result.json, which names it, with `write_result` (`s2s.core.runs.result` reads it
+back). These helpers take what they work
 on as arguments; the Trainer holds the model and the run's state.
 """
 
@@ -14,18 +15,17 @@ import json
 from pathlib import Path
 
 from ..data.members import Member, decode_settings
-from ..errors import DataError
 from ..decode.batched import Decoder
 from ..files import atomic_write_text
-from ..resampling import scored
-from ..task import Score
+from ..contract.resampling import scored
+from ..contract.task import Score
 
 
 def score_test_split(search_model, member: Member, decode, device, run_dir: Path) -> Score | None:
     """Decode `member`'s test split with `search_model` as the decode section `decode` says,
     write its outputs to RUN_DIR/test{.MEMBER}.hyp.txt and return their score, each figure with
-    its 95% interval (`s2s.core.resampling`, the defaults); None when the member has no test
-    split."""
+    its 95% interval (`s2s.core.contract.resampling`, the defaults); None when the member has no
+    test split."""
     if "test" not in member.data.splits:
         return None
     sources, refs = member.data.texts("test")
@@ -44,36 +44,3 @@ def write_result(run_dir: Path, chosen: dict, tested: dict, several: bool) -> di
         chosen["test"] = tested if several else next(iter(tested.values()))
     atomic_write_text(run_dir / "result.json", json.dumps(chosen, indent=1))
     return chosen
-
-
-def read_result(run_dir: Path) -> dict | None:
-    """RUN_DIR/result.json as `write_result` wrote it, or None where the run has none yet.
-
-    Raises DataError naming the file when it is not the object `write_result` writes: not JSON,
-    not an object, an update that is not a count, test figures that are not figure -> number
-    (one task) or member -> figures (several)."""
-    path = Path(run_dir) / "result.json"
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return None
-    except (OSError, UnicodeDecodeError) as e:
-        raise DataError(f"{path} cannot be read ({e})") from None
-    try:
-        result = json.loads(text)
-    except ValueError as e:
-        raise DataError(f"{path} is not JSON ({e})") from None
-    if not isinstance(result, dict):
-        raise DataError(f"{path} holds a {type(result).__name__}, not a run's result object")
-    update, test = result.get("update"), result.get("test", {})
-    if not isinstance(update, int) or isinstance(update, bool) or update < 0:
-        raise DataError(f'{path}: "update" is {update!r}, not a count of updates')
-    if not isinstance(test, dict):
-        raise DataError(f'{path}: "test" is {test!r}, not figures')
-    several = test and "signature" not in test
-    for member, figures in test.items() if several else [("", test)]:
-        first = next(iter(figures.values()), None) if isinstance(figures, dict) else None
-        if figures and not isinstance(first, (int, float)):
-            where = f'"test" of member {member!r}' if member else '"test"'
-            raise DataError(f"{path}: {where} is {figures!r}, not figure -> number")
-    return result

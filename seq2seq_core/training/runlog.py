@@ -3,8 +3,9 @@
 metrics.jsonl holds one JSON object per line: kind (train | valid | test | stopped), update,
 elapsed training seconds, then the figures. A multi-task run adds each member's figures under
 `MEMBER/FIGURE` keys (`parse/loss`, `translate/bleu`); `s2s plot` draws one curve per member.
-Only rank 0 writes. The console shows a record on one line (`shown`); a valid record's line
-names only the figures a person watches (a parser's EVALB gives dozens), metrics.jsonl has all.
+Only rank 0 writes; `s2s.core.runs.metrics` reads the file back. The console shows a record on
+one line (`shown`); a valid record's line names only the figures a person watches (a parser's
+EVALB gives dozens), metrics.jsonl has all.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import logging
 from pathlib import Path
 
 from ..files import atomic_write_text
+from ..runs.metrics import read_metrics
 
 log = logging.getLogger("s2s")
 
@@ -63,37 +65,6 @@ def shown(record: dict) -> str:
         figures = " ".join(f"{k} {_value(v)}" for k, v in rest.items())
     elapsed = f" elapsed {record['elapsed']:g} s" if "elapsed" in record else ""
     return f"{record.get('kind', '?')} update {record.get('update', '?')}: {figures}{elapsed}"
-
-
-class ConsoleFormat(logging.Formatter):
-    """The console's log lines: "12:01:05 train update 100: loss ...", the level named only for
-    warnings and errors ("12:01:05 WARNING ...")."""
-
-    def __init__(self):
-        super().__init__("%(asctime)s %(message)s", datefmt="%H:%M:%S")
-
-    def format(self, record: logging.LogRecord) -> str:
-        line = super().format(record)
-        if record.levelno >= logging.WARNING:
-            stamp, _, message = line.partition(" ")
-            line = f"{stamp} {record.levelname} {message}"
-        return line
-
-
-def read_metrics(run_dir: Path) -> list[dict]:
-    """The run's records, oldest first; a torn last line (a killed run) is passed over."""
-    path = Path(run_dir) / "metrics.jsonl"
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} does not exist: not a run directory of `s2s train`")
-    records = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(record, dict) and "update" in record:
-            records.append(record)
-    return records
 
 
 def tensorboard_writer(run_dir: Path, purge_step: int):

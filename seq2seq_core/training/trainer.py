@@ -5,9 +5,9 @@ One update = `optim.update_freq` token-count batches per process, all of one mem
 and divided by the number of target tokens in the whole update (all batches, all processes),
 so 2 processes with batch B, 1 process with batch 2B and 1 process with batch B and update_freq
 2 take the same step. Each process trains on its own share of the batches
-(DistributedDataParallel over `s2s.core.training.distributed.Group`); only rank 0 writes files.
+(DistributedDataParallel over `s2s.core.runs.distributed.Group`); only rank 0 writes files.
 
-One training holds a run directory at a time (`s2s.core.training.rundir.claim`). Running the
+One training holds a run directory at a time (`s2s.core.runs.directory.claim`). Running the
 same command on the same run directory resumes from the newest readable checkpoint: model,
 optimiser, loss scale, update count and every member's data position, which is one sequence of
 batches for all processes (`s2s.core.training.schedule`); every batch's dropout masks are drawn
@@ -37,10 +37,11 @@ from ..files import atomic_write_text
 from ..nn import precision
 from ..nn.model import Transformer
 from ..nn.optim import adam, lrate
-from ..vocab import PAD
-from . import checkpoint, result, rundir, transfer
-from .agreement import Read, check_members
-from .distributed import Group
+from ..contract.vocab import PAD
+from ..runs import checkpoint, directory
+from ..runs.agreement import Read, check_members
+from ..runs.distributed import Group
+from . import result, transfer
 from .prefetch import Prefetch
 from .rng import seed_dropout, seed_everything
 from .runlog import RunLog
@@ -76,7 +77,7 @@ class Trainer:
             resumed = self._start_from(registry, source)
         except BaseException:  # a new run that fails in setup leaves no folder behind
             if self.lock is not None:
-                rundir.release(self.run_dir, self.lock)
+                directory.release(self.run_dir, self.lock)
                 self.lock = None
             raise
         self._write_run_files(resumed)
@@ -92,11 +93,11 @@ class Trainer:
             torch.set_num_threads(run.threads)
 
     def _setup_run_dir(self) -> None:
-        """Rank 0's hold on the run directory (`rundir.claim`): one training at a time."""
+        """Rank 0's hold on the run directory (`directory.claim`): one training at a time."""
         self.lock = None
 
         def claim():
-            self.lock = rundir.claim(self.run_dir)
+            self.lock = directory.claim(self.run_dir)
 
         self.group.agreed(claim, rank0_only=True)
 
@@ -274,7 +275,7 @@ class Trainer:
 
         def vocabularies():
             # parameters in fp32 plus Adam's two moments: 12 bytes a parameter per checkpoint
-            rundir.check_run_dir(
+            directory.check_run_dir(
                 self.run_dir, need_bytes=self.n_params * 12 * (self.cfg.run.keep_last + 1)
             )
             for m in self.members:

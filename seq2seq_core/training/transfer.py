@@ -29,8 +29,8 @@ from ..data.idspace import N_SPECIAL
 from ..data.members import build_members, load_vocabularies, pick
 from ..errors import CheckpointError, ConfigError, UsageError
 from ..setup.config import load_config
-from . import checkpoint
-from .rundir import run_dir_of
+from ..runs import checkpoint
+from ..runs.directory import run_dir_of
 
 log = logging.getLogger("s2s")
 

@@ -31,9 +31,9 @@ import torch
 from ..data.members import Member, decode_settings
 from ..data.batches import token_batches
 from ..decode.batched import Decoder
-from ..resampling import scored
-from ..task import Constraint
-from ..vocab import EOS
+from ..contract.resampling import scored
+from ..contract.task import Constraint
+from ..contract.vocab import EOS
 from . import heap
 from .rng import rng_preserved
 

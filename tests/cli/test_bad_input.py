@@ -736,7 +736,7 @@ def test_damaged_and_stale_cache_are_rebuilt(world):
 def test_unforeseen_error_is_one_line_and_v_shows_the_traceback(world):
     plugin = world["root"] / "boom_plugin.py"
     plugin.write_text(
-        "from s2s.core.task import Task\n\n\nclass Boom(Task):\n    name = 'boom'\n\n"
+        "from s2s.core.contract.task import Task\n\n\nclass Boom(Task):\n    name = 'boom'\n\n"
         "    def read_split(self, split):\n        return iter([('a', 'b')])\n\n"
         "    def build_vocab(self, pairs):\n        return 1 / 0\n"
     )

@@ -23,7 +23,7 @@ from cli_checks import fails, s2s, snapshot
 from omegaconf import OmegaConf
 from s2s.core.apps.cli import main
 from s2s.core.setup.config import preset_path
-from s2s.core.training import checkpoint
+from s2s.core.runs import checkpoint
 from conftest import TINY_MODEL
 
 TINY = [
@@ -248,7 +248,7 @@ def test_where_a_task_reads_its_data_is_not_compared():
     from s2s.core.data.members import build_members
     from s2s.core.setup.config import load_config
     from s2s.core.setup.registry import Registry
-    from s2s.core.training.agreement import config_difference
+    from s2s.core.runs.agreement import config_difference
 
     registry = Registry.installed()
     cfg = load_config("multi30k_en_de", registry=registry)

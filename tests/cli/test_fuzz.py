@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from s2s.core.apps.cli import main
-from s2s.core.checks import declared
+from s2s.core.contract.checks import declared
 from s2s.core.errors import ConfigError, DataError, RegistryError
 from s2s.core.setup.config import load_config
 from s2s.core.setup.registry import Registry

@@ -413,7 +413,7 @@ def test_init_keep_schedule_from_a_finished_source_is_refused(world, capsys, tmp
 
 
 def checkpoint_update(run: Path) -> int:
-    from s2s.core.training import checkpoint
+    from s2s.core.runs import checkpoint
 
     return checkpoint.tested(run)[0]["update"]
 

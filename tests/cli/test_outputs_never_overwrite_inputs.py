@@ -21,7 +21,7 @@ import pytest
 from cli_checks import fails, s2s, snapshot
 from conftest import TINY_MODEL
 from s2s.core.apps.cli import main
-from s2s.core.training import checkpoint
+from s2s.core.runs import checkpoint
 
 TINY = [
     *TINY_MODEL,
@@ -380,7 +380,7 @@ def test_plugin_postprocess_that_returns_no_line(world, loud_run, capsys):
 
 # -- 5. a plugin's score is checked where the engine receives it -----------------------------
 BAD_SCORES = """
-from s2s.core.task import Score
+from s2s.core.contract.task import Score
 from s2s.plugins.demo import DemoTask
 
 
@@ -405,7 +405,7 @@ class TextScore(DemoTask):
         return Score("bleu", "high")
 """
 SCORE_CASES = [
-    ("not_a_score", "NotAScore", "not a s2s.core.task.Score"),
+    ("not_a_score", "NotAScore", "not a s2s.core.Score"),
     ("nan_score", "NanScore", "not finite"),
     ("text_score", "TextScore", "not a number"),
 ]
@@ -431,7 +431,7 @@ def test_plugin_score_that_is_no_score(world, capsys, task, cls, why):
 
 def test_checked_score_passes_a_good_score_as_a_float():
     import numpy as np
-    from s2s.core.task import Score, checked_score
+    from s2s.core.contract.task import Score, checked_score
     from s2s.plugins.demo import DemoTask
 
     score = checked_score(DemoTask.__new__(DemoTask), Score("bleu", np.float32(3.5), {"n": 1}))

@@ -87,8 +87,7 @@ def commands(page: Path):
     """Every `s2s` command in the page's ```bash blocks: (where, the line, argv after `s2s`).
 
     Backslash continuations are joined; a line may hold several commands (`&&`, `|`, `;`), and
-    redirections are dropped. `python -m s2s.core.apps.cli ...` and `torchrun ... -m s2s.core.apps.cli ...`
-    count as `s2s ...`."""
+    redirections are dropped. `torchrun ... --no-python s2s ...` counts as `s2s ...`."""
     for first, body in bash_blocks(text(page)):
         lines = body.split("\n")
         n = 0
@@ -119,15 +118,9 @@ def commands(page: Path):
                         skip = True
                     else:
                         words.append(token)
-                argv = None
-                if words and words[0] == "s2s":
-                    argv = words[1:]
-                elif (
-                    "-m" in words
-                    and words.index("-m") + 1 < len(words)
-                    and words[words.index("-m") + 1] == "s2s.core.apps.cli"
-                ):
-                    argv = words[words.index("-m") + 2 :]
+                # torchrun's processes: `--no-python s2s ARGS`
+                start_at = words.index("--no-python") + 1 if "--no-python" in words else 0
+                argv = words[start_at + 1 :] if words[start_at : start_at + 1] == ["s2s"] else None
                 if argv is not None:
                     yield f"{rel(page)}:{first + start}", line.strip(), argv
 

@@ -356,7 +356,7 @@ def test_options_before_the_command_and_help_everywhere():
 
 def test_a_plugin_module_in_the_current_folder(tmp_path):
     (tmp_path / "my_chars.py").write_text(
-        "from s2s.core.task import Task\n\nclass Chars(Task):\n    name = 'chars'\n",
+        "from s2s.core.contract.task import Task\n\nclass Chars(Task):\n    name = 'chars'\n",
         encoding="utf-8",
     )
     result = subprocess.run(

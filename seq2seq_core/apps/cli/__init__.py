@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import traceback
 
 from ...errors import explain
 from . import (
@@ -32,6 +33,21 @@ DESCRIPTION = (
     "The `s2s` command: tasks, prepare, train, generate, label, score, rerank, average, export, "
     "import, plot, sweep, attention, serve, quickstart."
 )
+
+
+class ConsoleFormat(logging.Formatter):
+    """The console's log lines: "12:01:05 train update 100: loss ...", the level named only for
+    warnings and errors ("12:01:05 WARNING ...")."""
+
+    def __init__(self):
+        super().__init__("%(asctime)s %(message)s", datefmt="%H:%M:%S")
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = super().format(record)
+        if record.levelno >= logging.WARNING:
+            stamp, _, message = line.partition(" ")
+            line = f"{stamp} {record.levelname} {message}"
+        return line
 
 
 def _add_common_options(parser: argparse.ArgumentParser, default) -> None:
@@ -102,8 +118,6 @@ def main(argv=None) -> int:
         args.overrides = [*args.overrides, *extra]
     elif extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
-    from ...training.runlog import ConsoleFormat
-
     console = logging.StreamHandler()
     console.setFormatter(ConsoleFormat())
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, handlers=[console])
@@ -114,8 +128,6 @@ def main(argv=None) -> int:
         return 130
     except Exception as e:  # noqa: BLE001 -- every error ends as one line; -v adds the traceback
         if args.verbose:
-            import traceback
-
             traceback.print_exc()
         message, code = explain(e, args.command)
         print(f"s2s {args.command}: error: {message}", file=sys.stderr)

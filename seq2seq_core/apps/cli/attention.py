@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import sys
 
+from ..summary import written_lines
 from .shared import registry_of
 
 
@@ -36,8 +37,8 @@ def add(subparsers, common) -> None:
 
 
 def run(args) -> int:
+    # the work imports torch: here, when the command runs, not at start-up (tests/test_house.py)
     from ..attention_maps import AttentionRequest, draw_attention
-    from ..summary import written_lines
 
     request = AttentionRequest(
         input=args.input,

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ...files import no_such_run
+
 
 def add(subparsers, common) -> None:
     s = subparsers.add_parser(
@@ -25,8 +27,8 @@ def add(subparsers, common) -> None:
 
 
 def run(args) -> int:
-    from ...files import no_such_run
-    from ...training import checkpoint
+    # the work imports torch: here, when the command runs, not at start-up (tests/test_house.py)
+    from ...runs import checkpoint
 
     if args.last is not None and len(args.inputs) == 1 and not Path(args.inputs[0]).exists():
         raise no_such_run(args.inputs[0])

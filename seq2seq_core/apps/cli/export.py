@@ -3,6 +3,7 @@ CTranslate2, Hugging Face or safetensors, then say how to load it."""
 
 from __future__ import annotations
 
+from ..summary import export_lines
 from .shared import registry_of
 
 
@@ -32,8 +33,8 @@ def add(subparsers, common) -> None:
 
 
 def run(args) -> int:
+    # the work imports torch: here, when the command runs, not at start-up (tests/test_house.py)
     from ...inference.export import ExportJob, export
-    from ..summary import export_lines
 
     job = ExportJob(args.run_dir, args.to, args.output, args.quantization, args.force)
     out = export(job, registry_of(args))

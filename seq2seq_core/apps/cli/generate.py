@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from ...errors import UsageError
+from ...files import not_a_run_file, readable, writable
 from .shared import (
     add_sampling_options,
     add_search_options,
@@ -114,8 +115,8 @@ def run(args) -> int:
     so that what a plugin prints never lands among the output lines; the output goes to the
     real stdout. Options are checked before any model is loaded.
     """
+    # the work imports torch: here, when the command runs, not at start-up (tests/test_house.py)
     from ...decode.search import Wanted
-    from ...files import not_a_run_file, readable, writable
     from ...inference.generate import Asked, Job, generate_file
 
     overrides = search_overrides(args)

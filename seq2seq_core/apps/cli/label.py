@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import sys
 
+from ...files import readable
 from .shared import (
     add_sampling_options,
     add_search_options,
@@ -55,8 +56,8 @@ def add(subparsers, common) -> None:
 
 
 def run(args) -> int:
+    # the work imports torch: here, when the command runs, not at start-up (tests/test_house.py)
     from ...decode.search import Wanted
-    from ...files import readable
     from ...inference.labelling import Labelling, label
 
     readable(args.input)

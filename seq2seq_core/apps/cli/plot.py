@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..summary import written_lines
+
 
 def add(subparsers, common) -> None:
     s = subparsers.add_parser(
@@ -20,8 +22,8 @@ def add(subparsers, common) -> None:
 
 
 def run(args) -> int:
+    # the work imports matplotlib: here, when the command runs, not at start-up (tests/test_house.py)
     from ..plot import plot_run
-    from ..summary import written_lines
 
     paths = plot_run(Path(args.run_dir), Path(args.output) if args.output else None)
     print(

@@ -15,8 +15,9 @@ def add(subparsers, common) -> None:
 
 
 def run(args) -> int:
+    # the work imports torch: here, when the command runs, not at start-up (tests/test_house.py)
     from ...data.members import build_members, prepare_members
-    from ...training.distributed import Group
+    from ...runs.distributed import Group
 
     cfg, reg = config_of(args)
     members = build_members(cfg, reg)  # a multi-task preset: each member, as training prepares it

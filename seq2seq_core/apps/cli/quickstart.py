@@ -19,6 +19,7 @@ def add(subparsers, common) -> None:
 
 
 def run(args) -> int:
+    # the work imports torch: here, when the command runs, not at start-up (tests/test_house.py)
     from ..quickstart import quickstart
 
     cfg, reg = config_of(args)

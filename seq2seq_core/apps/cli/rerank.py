@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 
 from ...errors import UsageError
+from ...files import atomic_write_text
+from ...data.textio import read_lines
 
 
 def add(subparsers, common) -> None:
@@ -39,9 +41,9 @@ def add(subparsers, common) -> None:
 
 
 def run(args) -> int:
+    # the work imports torch: here, when the command runs, not at start-up (tests/test_house.py)
     from ...inference import load_run
     from ...inference.rerank import Scorers, choose, features, tune
-    from ...textio import read_lines
 
     if args.nbest < 2:
         raise UsageError(f"--nbest {args.nbest}: reranking needs 2 or more candidates")
@@ -86,8 +88,6 @@ def run(args) -> int:
     picked = [cands[j].text for cands, j in zip(candidates, choose(rows, weights))]
     text = "".join(line.replace("\n", " ") + "\n" for line in picked)
     if args.output:
-        from ...files import atomic_write_text
-
         atomic_write_text(args.output, text)
     else:
         sys.stdout.write(text)

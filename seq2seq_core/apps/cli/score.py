@@ -9,7 +9,8 @@ import contextlib
 import json
 import sys
 
-from ...resampling import LEVEL, RESAMPLES, SEED, TESTS, TRIALS, Resampling
+from ...errors import UsageError
+from ...contract.resampling import LEVEL, RESAMPLES, SEED, TESTS, TRIALS, Resampling
 from .shared import registry_of
 
 
@@ -79,7 +80,7 @@ def add(subparsers, common) -> None:
 
 
 def run(args) -> int:
-    from ...errors import UsageError
+    # the work imports torch: here, when the command runs, not at start-up (tests/test_house.py)
     from ..scoring import resampled_report, score_files, task_named
 
     how = Resampling(args.resamples, args.level, args.seed, args.test, args.trials)

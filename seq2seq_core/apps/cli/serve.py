@@ -75,7 +75,8 @@ def add(subparsers, common) -> None:
 
 
 def run(args) -> int:
-    from ..serve import ServeOptions, serve
+    # the work imports torch: here, when the command runs, not at start-up (tests/test_house.py)
+    from ..serve.server import ServeOptions, serve
 
     options = ServeOptions(
         task=args.task,

@@ -4,18 +4,18 @@ that decode files (`s2s generate`, `s2s label`)."""
 
 from __future__ import annotations
 
+from ...errors import UsageError
+from ...setup.config import load_config
+from ...setup.registry import Registry
+
 
 def registry_of(args):
     """The tasks the command may use: the installed entry points and each `--plugin` given."""
-    from ...setup.registry import Registry
-
     return Registry.installed(args.plugin or [])
 
 
 def config_of(args):
     """(config, registry) of a command that takes PRESET [key=value ...]."""
-    from ...setup.config import load_config
-
     registry = registry_of(args)
     registry.not_a_preset(args.preset)  # `s2s train translation`: name its presets
     return load_config(args.preset, args.overrides, registry=registry), registry
@@ -120,8 +120,8 @@ def add_sampling_options(s) -> None:
 def sampling_of(args):
     """The `Sampling` the options ask for, or None; a value out of range, or a sampling option
     without --sampling, is a UsageError naming the option."""
+    # the work imports torch: here, when the command runs, not at start-up (tests/test_house.py)
     from ...decode.sampling import Sampling
-    from ...errors import UsageError
 
     if args.sampling:
         sampling = Sampling(args.temperature, args.top_k, args.top_p, args.seed, args.epsilon)

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .. import sweep  # apps/sweep.py: the variants, the manifest, the table and plots
+from ..summary import written_lines
+from ..sweep.variants import Sweep, grid, grid_item, read_variants
 from .shared import registry_of
 
 
@@ -27,7 +28,7 @@ def add(subparsers, common) -> None:
         "--grid",
         action="append",
         metavar="KEY=V1,V2",
-        type=sweep.grid_item,
+        type=grid_item,
         help="vary KEY (repeatable: the cartesian product)",
     )
     which.add_argument(
@@ -64,13 +65,13 @@ def add(subparsers, common) -> None:
 
 
 def run(args) -> int:
-    variants = sweep.read_variants(args.variants) if args.variants else sweep.grid(args.grid)
+    variants = read_variants(args.variants) if args.variants else grid(args.grid)
     budget = (
         {"updates": args.budget_updates}
         if args.budget_updates is not None
         else {"minutes": args.budget_minutes}
     )
-    plan = sweep.Sweep(
+    plan = Sweep(
         args.preset,
         variants,
         budget,
@@ -79,15 +80,18 @@ def run(args) -> int:
         list(args.plugin or []),
         args.seeds,
     )
-    if args.print_commands:
-        print("\n".join(sweep.commands(plan, registry_of(args))))
-        return 0
-    from ..summary import written_lines
+    # the work imports torch: here, when the command runs, not at start-up (tests/test_house.py)
+    from ..sweep.results import table
+    from ..sweep.runner import commands
+    from ..sweep.runner import run as run_sweep
 
-    results = sweep.run(plan, registry_of(args), quiet=args.quiet)
+    if args.print_commands:
+        print("\n".join(commands(plan, registry_of(args))))
+        return 0
+    results = run_sweep(plan, registry_of(args), quiet=args.quiet)
     written = [Path(args.dir) / "results.md", Path(args.dir) / "results.json", *results["plots"]]
     print(
-        sweep.table(results)
+        table(results)
         + "\n".join(
             written_lines(
                 written, f"the table is results.md; each variant's run directory is {args.dir}/NAME"

@@ -3,6 +3,7 @@ presets of tasks/."""
 
 from __future__ import annotations
 
+from ...setup.config import preset_names
 from .shared import registry_of
 
 
@@ -17,7 +18,6 @@ def run(args) -> int:
     width = max(len(n) for n in reg.names()) if reg.names() else 4
     for name in reg.names():
         print(f"{name:<{width}}  {reg.origin(name)}")
-    from ...setup.config import preset_names
 
     print(f"\npresets (tasks/): {', '.join(preset_names())}")
     return 0

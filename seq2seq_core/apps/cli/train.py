@@ -10,6 +10,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from ..summary import train_lines
 from .shared import config_of
 
 
@@ -32,13 +33,12 @@ def run(args) -> int:
     if args.print_config:
         print(OmegaConf.to_yaml(cfg), end="")
         return 0
+    # the work imports torch: here, when the command runs, not at start-up (tests/test_house.py)
     from ...training.trainer import train
 
     result = train(cfg, reg, quiet=args.quiet)
     if args.json:
         print(json.dumps(result))
     elif int(os.environ.get("RANK", 0)) == 0:  # under torchrun, one summary
-        from ..summary import train_lines
-
         print("\n".join(train_lines(result, Path(cfg.run.dir), args.preset)))
     return 0

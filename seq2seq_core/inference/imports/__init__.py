@@ -25,7 +25,7 @@ from ...errors import ImportModelError
 from ...files import remove_stale_temporaries, sha256
 from ...nn.model import Transformer
 from ...setup.config import load_config
-from ...training import checkpoint
+from ...runs import checkpoint
 from ..export import MARKER
 from . import fairseq, marian
 from .common import ImportJob

@@ -13,7 +13,7 @@ from ...data import moses_bpe
 from ...data.moses_bpe import MosesBPE, read_fairseq_dictionary
 from ...errors import DataError, ImportModelError
 from ...files import sha256
-from ...vocab import BOS
+from ...contract.vocab import BOS
 from .common import ImportJob, Imported, layer_weights
 
 #: checkpoint names looked for in a folder: fairseq's hub archives' and fairseq-train's

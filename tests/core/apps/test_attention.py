@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from s2s.core.task import DecodeDefaults
+from s2s.core.contract.task import DecodeDefaults
 from conftest import task_keys, tiny_run
 from omegaconf import OmegaConf
 from s2s.core.apps.cli import main

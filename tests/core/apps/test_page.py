@@ -1,5 +1,5 @@
 """The page of `s2s serve` in a real headless browser (Debian's chromium, driven by selenium), and
-the tree drawing it shows (`s2s.core.apps.treesvg`).
+the tree drawing it shows (`s2s.core.apps.serve.treesvg`).
 
 The browser test loads the page from a real server, types sentences, runs them, and checks what
 the page shows: the outputs of POST /generate, a drawn tree (an <svg class="tree"> in the DOM)
@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 from conftest import NLTK_DATA, needs
-from s2s.core.apps import treesvg
-from s2s.core.apps.serve import MAX_CHARS
+from s2s.core.apps.serve import treesvg
+from s2s.core.apps.serve.requests import MAX_CHARS
 from test_serve import parser, post, server
 
 CHROMIUM, DRIVER = shutil.which("chromium"), shutil.which("chromedriver")

@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 from cli_checks import s2s
-from s2s.core.task import DecodeDefaults
+from s2s.core.contract.task import DecodeDefaults
 from conftest import NLTK_DATA, free_port, needs, task_keys, tiny_run
-from s2s.core.apps.serve import (
+from s2s.core.apps.serve.requests import (
     MAX_BODY,
     MAX_CHARS,
     MAX_SAMPLES,

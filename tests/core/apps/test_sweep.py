@@ -14,11 +14,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from s2s.core.apps import sweep as sweep_mod
+from s2s.core.apps.sweep.runner import configs
+from s2s.core.apps.sweep.variants import Sweep, read_variants
 from s2s.core.apps.cli import build_parser, main
 from s2s.core.errors import ConfigError, UsageError
 from s2s.core.setup.config import load_config
-from s2s.core.training import checkpoint
+from s2s.core.runs import checkpoint
 from s2s.core.training.trainer import Trainer, train
 
 GRID = ["--grid", "model.heads=1,2"]
@@ -239,7 +240,7 @@ def test_a_variants_file_names_and_nests_overrides(tmp_path, registry):
         "- name: base\n- {model.heads: 1, model.pre_norm: true}\n"
         "- model: {dropout: 0.0}\n  optim: {label_smoothing: 0}\n"
     )
-    variants = sweep_mod.read_variants(path)
+    variants = read_variants(path)
     assert [v.name for v in variants] == [
         "base",
         "heads-1_pre_norm-true",
@@ -247,18 +248,18 @@ def test_a_variants_file_names_and_nests_overrides(tmp_path, registry):
     ]
     assert variants[1].overrides == ["model.heads=1", "model.pre_norm=true"]
     assert variants[2].overrides == ["model.dropout=0.0", "optim.label_smoothing=0"]
-    plan = sweep_mod.Sweep("demo", variants, {"minutes": 2.5}, tmp_path / "sw")
-    cfgs = sweep_mod.configs(plan, registry)
+    plan = Sweep("demo", variants, {"minutes": 2.5}, tmp_path / "sw")
+    cfgs = configs(plan, registry)
     assert cfgs[0].run.max_minutes == 2.5 and cfgs[0].optim.max_updates == 10_000_000
     assert cfgs[1].model.pre_norm is True and cfgs[2].model.dropout == 0.0
     path.write_text("- name: a\n- name: a\n  model.heads: 1\n")
     with pytest.raises(ConfigError, match="variants.yaml.*'a'"):
-        sweep_mod.read_variants(path)
+        read_variants(path)
     path.write_text("model.heads: 1\n")
     with pytest.raises(ConfigError, match="variants.yaml: must be a YAML list"):
-        sweep_mod.read_variants(path)
+        read_variants(path)
     with pytest.raises(UsageError, match="nothing.yaml: no such file"):
-        sweep_mod.read_variants(tmp_path / "nothing.yaml")
+        read_variants(tmp_path / "nothing.yaml")
 
 
 def test_a_sweep_stopped_mid_variant_resumes_it_bitwise_and_skips_the_finished_one(

@@ -5,13 +5,13 @@ import itertools
 
 import pytest
 import torch
-from s2s.core.task import DecodeDefaults
+from s2s.core.contract.task import DecodeDefaults
 from s2s.core.decode.constraints import Prefix, joined
 from s2s.core.decode.ensemble import Ensemble
 from s2s.core.decode.sampling import Sampling
 from s2s.core.decode.search import Wanted, nbest, search
 from s2s.core.decode.steps import length_penalty
-from s2s.core.vocab import EOS
+from s2s.core.contract.vocab import EOS
 
 from test_search import ToyModel, log_probs, sources, transformer
 

@@ -4,13 +4,13 @@ sentences leaving the batch, a batch searched in parts, dev search capped by the
 
 import pytest
 import torch
-from s2s.core.task import DecodeDefaults
+from s2s.core.contract.task import DecodeDefaults
 from s2s.core.decode.steps import keep_order
 from s2s.core.decode.beam import stable_slots
 from s2s.core.decode.search import search
 from s2s.core.nn.model import DecoderCache, Transformer
 from s2s.core.training.validation import LengthCap
-from s2s.core.vocab import EOS
+from s2s.core.contract.vocab import EOS
 from test_search import sources, transformer
 
 

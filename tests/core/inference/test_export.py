@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 from s2s.core.decode.batched import Decoder
-from s2s.core.task import DecodeDefaults
+from s2s.core.contract.task import DecodeDefaults
 from conftest import MULTI30K, multi30k_slice, needs
 from s2s.core.apps.cli import main
 from s2s.core.data.prepared import prepare_data
@@ -24,7 +24,7 @@ from s2s.core.inference import load_for_inference, load_run
 from s2s.core.inference.deployed import decode_ctranslate2, decode_huggingface
 from s2s.core.inference.export import load_safetensors, to_ctranslate2
 from s2s.core.setup.config import load_config
-from s2s.core.training import checkpoint
+from s2s.core.runs import checkpoint
 from s2s.core.training.trainer import train
 
 needs_ct2 = pytest.mark.skipif(
@@ -333,7 +333,7 @@ def _imports_back_bitwise(run_dir, exported, again):
     checkpoint bit for bit, and the run's task, model and decode sections."""
     from omegaconf import OmegaConf
     from s2s.core.apps.cli import main
-    from s2s.core.training.checkpoint import listed, load, tested
+    from s2s.core.runs.checkpoint import listed, load, tested
 
     assert main(["import", str(exported), "--output", str(again)]) == 0
     first, _ = tested(Path(run_dir))

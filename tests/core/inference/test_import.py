@@ -136,7 +136,7 @@ def test_import_weights_equal_the_source(opus_mt):
 
     from s2s.core.data.pieces import Pieces
     from s2s.core.inference.export import permutation
-    from s2s.core.training.checkpoint import listed, load
+    from s2s.core.runs.checkpoint import listed, load
 
     folder, run, _ = opus_mt
     theirs = load_file(str(folder / "model.safetensors"))
@@ -191,7 +191,7 @@ def test_export_of_an_import_imports_back_bitwise(opus_mt, tmp_path, capsys):
     transformers decodes the export as it decodes the original."""
     from bench.opus_mt import hf_generate
 
-    from s2s.core.training.checkpoint import listed, load
+    from s2s.core.runs.checkpoint import listed, load
 
     folder, run, test = opus_mt
     exported, again = tmp_path / "hf", tmp_path / "again"

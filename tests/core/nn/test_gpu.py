@@ -8,14 +8,14 @@ import json
 import pytest
 import torch
 from omegaconf import OmegaConf
-from s2s.core.task import DecodeDefaults
+from s2s.core.contract.task import DecodeDefaults
 from s2s.core.decode.search import search
 from s2s.core.nn.model import Transformer
 from s2s.core.setup.config import load_config
 from s2s.core.setup.settings import ModelConfig
-from s2s.core.training import checkpoint
+from s2s.core.runs import checkpoint
 from s2s.core.training.trainer import train
-from s2s.core.vocab import EOS
+from s2s.core.contract.vocab import EOS
 
 pytestmark = [
     pytest.mark.gpu,

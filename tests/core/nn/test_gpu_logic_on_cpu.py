@@ -25,7 +25,7 @@ from s2s.core.nn.model import Transformer
 from s2s.core.setup.config import load_config
 from s2s.core.setup.registry import Registry
 from s2s.core.setup.settings import DataConfig, ModelConfig
-from s2s.core.training import distributed
+from s2s.core.runs import distributed
 from torch.utils._python_dispatch import TorchDispatchMode
 
 CUDA = torch.device("cuda")

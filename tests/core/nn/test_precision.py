@@ -9,7 +9,7 @@ import sys
 
 import pytest
 import torch
-from s2s.core.task import DecodeDefaults
+from s2s.core.contract.task import DecodeDefaults
 from s2s.core import MALLOC_SETTINGS, RUNTIME_ENV
 from s2s.core.decode.search import search
 from s2s.core.nn import precision

@@ -9,7 +9,7 @@ padded to the longer of the two), so that every update of every run covers the s
 
 Dropout is off in the 2B comparison (one batch draws other masks than two) and on between 2
 processes and update_freq 2, whose masks are the same. The 2-process run is launched as users do,
-`torchrun --standalone --nproc_per_node 2 -m s2s.core.apps.cli train ...`, on gloo. After several
+`torchrun --standalone --nproc_per_node 2 --no-python s2s train ...`, on gloo. After several
 updates at a large learning rate, parameters and Adam's first moment (a linear function of the
 gradients, so it also catches a wrong normalisation, which Adam's step alone would hide) agree
 to 1e-5 relative; the per-update losses logged agree too.
@@ -23,12 +23,13 @@ import sys
 import numpy as np
 import pytest
 import torch
-from conftest import task_keys
+from conftest import S2S, task_keys
 from s2s.core.data.members import build_members, load_vocabularies
 from s2s.core.data import batches
 from s2s.core.nn.model import Transformer
 from s2s.core.setup.config import load_config
-from s2s.core.training import checkpoint, schedule
+from s2s.core.runs import checkpoint
+from s2s.core.training import schedule
 from s2s.core.training.trainer import Trainer, train
 
 UPDATES = 6
@@ -144,8 +145,8 @@ def test_two_processes_equal_one_with_twice_the_batch_and_with_update_freq_2(
             "torch.distributed.run",
             "--standalone",
             "--nproc_per_node=2",
-            "-m",
-            "s2s.core.apps.cli",
+            "--no-python",
+            S2S,
             "train",
             "-q",
             preset,

@@ -18,7 +18,7 @@ import pytest
 import torch
 from conftest import demo_process_run
 from s2s.core.setup.config import load_config
-from s2s.core.training import checkpoint
+from s2s.core.runs import checkpoint
 from s2s.core.training.trainer import train
 
 pytestmark = pytest.mark.slow
@@ -30,7 +30,8 @@ DRIVER = textwrap.dedent(
     import os, signal, sys
     import s2s.core
     import torch
-    from s2s.core.training import checkpoint, trainer
+    from s2s.core.runs import checkpoint
+    from s2s.core.training import trainer
     from s2s.core.apps.cli import main
 
     where, nth = sys.argv[1], int(sys.argv[2])

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from conftest import free_port, train_argv
-from s2s.core.training import checkpoint
+from s2s.core.runs import checkpoint
 
 pytestmark = pytest.mark.slow
 UPDATES = 50

@@ -13,10 +13,10 @@ from s2s.core.data.idspace import MappedConstraint, join
 from s2s.core.data.members import Member, build_members
 from s2s.core.errors import ConfigError, DataError
 from s2s.core.setup.config import load_config
-from s2s.core.training.runlog import read_metrics
+from s2s.core.runs.metrics import read_metrics
 from s2s.core.training.schedule import draw
 from s2s.core.training.trainer import train
-from s2s.core.vocab import EOS, SPECIALS
+from s2s.core.contract.vocab import EOS, SPECIALS
 
 SMALL = ("train_size=300", "valid_size=8", "test_size=6")
 

@@ -3,7 +3,7 @@ group again, and s2s resumes from the newest checkpoint on its own, to the param
 never stopped (bit for bit on CPU: the same processes, so the same path); metrics.jsonl marks each
 restart. A run directory that another training holds stops every attempt with one line naming
 its lock. torchrun runs with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1, which its restarts need
-(`s2s.core.training.distributed.SHARED_STORE`).
+(`s2s.core.runs.distributed.SHARED_STORE`).
 """
 
 import json
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import train_argv
-from s2s.core.training import checkpoint, rundir
+from s2s.core.runs import checkpoint, directory
 
 pytestmark = pytest.mark.slow
 UPDATES = 150
@@ -108,7 +108,7 @@ def test_a_worker_killed_twice_under_max_restarts_resumes_to_the_unbroken_run(tm
 def test_a_run_directory_another_training_holds_stops_every_attempt_naming_the_lock(tmp_path):
     run = tmp_path / "held"
     run.mkdir()
-    lock = rundir.claim(run)
+    lock = directory.claim(run)
     try:
         log = tmp_path / "held.log"
         proc = _torchrun(run, tmp_path / "cache", log, restarts=1)

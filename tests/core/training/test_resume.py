@@ -30,7 +30,7 @@ from s2s.core.apps.cli import main
 from s2s.core.data.members import build_task
 from s2s.core.errors import ConfigError, TrainingError
 from s2s.core.setup.config import load_config
-from s2s.core.training import checkpoint, rundir
+from s2s.core.runs import checkpoint, directory
 from s2s.core.training.trainer import train
 
 UPDATES, KILL_AT = 100, 30
@@ -417,7 +417,9 @@ def test_checkpoints_every_m_minutes_and_learning_curves(registry, tiny, monkeyp
 
 def test_a_full_disk_fails_before_training(registry, tiny, monkeypatch):
     cfg = _cfg(registry, tiny, "optim.max_updates=2")
-    monkeypatch.setattr(rundir.shutil, "disk_usage", lambda path: types.SimpleNamespace(free=1000))
+    monkeypatch.setattr(
+        directory.shutil, "disk_usage", lambda path: types.SimpleNamespace(free=1000)
+    )
     with pytest.raises(TrainingError, match=r"0 MiB free, checkpoints need about \d+ MiB"):
         train(cfg, registry, quiet=True)
     assert not (Path(cfg.run.dir) / "metrics.jsonl").exists() and not checkpoint.listed(cfg.run.dir)

@@ -10,7 +10,7 @@ import torch
 from s2s.core.decode.batched import Decoder
 from s2s.core.errors import TrainingError
 from s2s.core.setup.config import load_config
-from s2s.core.training import checkpoint
+from s2s.core.runs import checkpoint
 from s2s.core.training.trainer import train
 
 

@@ -16,7 +16,7 @@ import torch
 from s2s.core.apps.cli import main
 from s2s.core.setup.config import load_config
 from s2s.core.setup.registry import Registry
-from s2s.core.training import checkpoint
+from s2s.core.runs import checkpoint
 from s2s.core.training.trainer import Trainer, train
 from conftest import TINY_MODEL
 
@@ -130,7 +130,7 @@ def test_rows_are_carried_by_token_string_when_the_vocabulary_differs(source, re
 
 
 def load_vocab(run: Path):
-    from s2s.core.vocab import WordTokenizer
+    from s2s.core.contract.vocab import WordTokenizer
 
     return WordTokenizer.load(run / "vocab.json")
 

@@ -2,11 +2,11 @@
 
 A task turns raw (source, target) pairs into ids and hypotheses back into text, and scores them.
 The engine owns the model, the data pipeline, training and decoding and never imports a task by
-name; a task imports only this module and `s2s.core.vocab`.
+name; a task imports only this module and `s2s.core.contract.vocab`.
 
 A plugin writes what is its own: `read_split`, `build_vocab` (which sets `src_vocab` and
-`tgt_vocab`, objects of the `s2s.core.vocab.Vocabulary` protocol, one object twice when shared)
-and `score`; optionally `prepare_source` (raw input text), `postprocess`, `display`,
+`tgt_vocab`, objects of the `s2s.core.contract.vocab.Vocabulary` protocol, one object twice when
+shared) and `score`; optionally `prepare_source` (raw input text), `postprocess`, `display`,
 `constraint`, `output_target` (an output line as the model writes it) and `statistics`
 (per-sentence counts, for intervals and paired tests).
 Everything else about vocabularies has a default built on those two objects: sizes, sharing,
@@ -18,7 +18,7 @@ it anywhere, on any thread. What a task counts about post-processing (parsing: r
 it counts in `score`, which validation and test hand the decoded hypotheses, before
 post-processing, with their sources.
 
-Every vocabulary reserves the ids in `SPECIALS` (see `s2s.core.vocab`): 0 <pad>, 1 <s>,
+Every vocabulary reserves the ids in `SPECIALS` (see `s2s.core.contract.vocab`): 0 <pad>, 1 <s>,
 2 </s>, 3 <unk>. Tokenizers trained with the `tokenizers` library get them by listing
 `SPECIALS` first among their special tokens.
 """
@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Iterator, Sequence
 
-from .errors import DataError, plugin_error
+from ..errors import DataError, plugin_error
 from .vocab import Shareable, Vocabulary, WordTokenizer
 
 if TYPE_CHECKING:
@@ -71,7 +71,7 @@ class Score:
     figures: dict = field(default_factory=dict)
     signature: str = ""
     # figure -> its confidence interval {"value", "low", "high", "mean"}: set by the engine from
-    # `Task.statistics` (`s2s.core.resampling.scored`), not by a plugin
+    # `Task.statistics` (`s2s.core.contract.resampling.scored`), not by a plugin
     intervals: dict = field(default_factory=dict)
 
     def as_dict(self) -> dict:
@@ -253,8 +253,8 @@ class Task:
 
     def shareable(self, side: str) -> Shareable | None:
         """What this task's `side` ("src" / "tgt") vocabulary is, for sharing it with other
-        members of a run (`multitask.shared_vocab`; see `s2s.core.vocab.Shareable`), or None: not
-        shared. Decided by the config alone (it is asked before any vocabulary exists)."""
+        members of a run (`multitask.shared_vocab`; see `s2s.core.contract.vocab.Shareable`), or
+        None: not shared. Decided by the config alone (it is asked before any vocabulary exists)."""
         return None
 
     def tokenizers(self):
@@ -350,9 +350,9 @@ class Task:
         hypotheses: Sequence[str],
         references: Sequence[str],
         sources: Sequence[str] | None = None,
-    ) -> "s2s.core.resampling.SentenceStatistics | None":  # noqa: F821
+    ) -> "s2s.core.contract.resampling.SentenceStatistics | None":  # noqa: F821
         """Each sentence's counts behind the figures `score` gives, for confidence intervals
-        and paired tests (`s2s.core.resampling`: `s2s score --ci`, `--hyp A --hyp B`), with
+        and paired tests (`s2s.core.contract.resampling`: `s2s score --ci`, `--hyp A --hyp B`), with
         the same arguments as `score`; None (the default): this task gives none, and its
         figures have no interval. The figures of all rows summed must equal `score`'s."""
         return None
@@ -363,9 +363,7 @@ def checked_score(task, result) -> Score:
     (as a float); else a PluginError naming the plugin and `score`. The engine calls it where
     it receives a score: `s2s score`, validation and test."""
     if not isinstance(result, Score):
-        raise plugin_error(
-            task, "score", f"returned {type(result).__name__}, not a s2s.core.task.Score"
-        )
+        raise plugin_error(task, "score", f"returned {type(result).__name__}, not a s2s.core.Score")
     value = result.value
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise plugin_error(

@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterable, Iterator, NamedTuple
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 
 class Allowed(NamedTuple):

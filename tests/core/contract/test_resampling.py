@@ -1,6 +1,6 @@
-"""Confidence intervals and paired tests (s2s.core.resampling) for every built-in task: BLEU's
-and chrF's intervals are sacreBLEU's own, F1's are EVALB recomputed on each resample, a system
-against itself differs by 0 with p = 1, a clearly better one has p < 0.05, a seed repeats."""
+"""Confidence intervals and paired tests (s2s.core.contract.resampling) for every built-in task:
+BLEU's and chrF's intervals are sacreBLEU's own, F1's are EVALB recomputed on each resample, a
+system against itself differs by 0 with p = 1, a clearly better one has p < 0.05, a seed repeats."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import random
 import numpy as np
 import pytest
 from omegaconf import OmegaConf
-from s2s.core import resampling
-from s2s.core.resampling import Resampling, compare, intervals, resample_indices
+from s2s.core.contract import resampling
+from s2s.core.contract.resampling import Resampling, compare, intervals, resample_indices
 from s2s.plugins.demo import DemoTask
 from s2s.plugins.parsing import ParsingTask
 from s2s.plugins.parsing.evalb import evalb
@@ -222,7 +222,7 @@ def test_a_task_without_statistics_says_so(tmp_path, capsys):
     plugin = tmp_path / "plain_plugin.py"
     plugin.write_text(
         "from s2s.plugins.demo import DemoTask\n"
-        "from s2s.core.task import Task\n"
+        "from s2s.core.contract.task import Task\n"
         "class Plain(DemoTask):\n"
         "    name = 'plain'\n"
         "    statistics = Task.statistics\n"

@@ -4,8 +4,8 @@ a side of a task's vocabulary is when members share it (`Shareable`).
 The engine pads with PAD, starts every target with BOS and ends it with EOS; a task's tokenizer
 must give these ids to the tokens in `SPECIALS` (list them first when training with the
 `tokenizers` library). A task keeps its vocabularies as objects of the `Vocabulary` protocol,
-and `s2s.core.task.Task` does the rest with them. `WordTokenizer` serves tasks whose text is
-already split into tokens (the demo, linearised trees).
+and `s2s.core.contract.task.Task` does the rest with them. `WordTokenizer` serves tasks whose text
+is already split into tokens (the demo, linearised trees).
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Protocol, Sequence, runtime_checkable
 
-from .errors import DataError
-from .files import atomic_write_text
+from ..errors import DataError
+from ..files import atomic_write_text
 
 SPECIALS = ["<pad>", "<s>", "</s>", "<unk>"]
 PAD, BOS, EOS, UNK = range(4)
