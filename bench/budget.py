@@ -107,7 +107,7 @@ def searches(task, model, sources: list[str], settings, max_sentences: int, sear
             t0 = time.time()
             hyps = Decoder(
                 model, searched or task, settings, torch.device("cpu"), max_sentences
-            ).hypotheses(sources)
+            ).generate(sources, postprocess=False)
             trees, repaired = task.rebuild(hyps, sources)
             seconds = time.time() - t0
             out["constrained" if constrained else "unconstrained"] = {
@@ -287,7 +287,7 @@ def test_scores(run_dir: str, reg, name: str | None) -> dict:
         decode_settings(own, cfg_run.decode),
         torch.device("cpu"),
         cfg_run.decode.max_sentences,
-    ).hypotheses(sources)
+    ).generate(sources, postprocess=False)
     decode_s = time.time() - t1
     score = scored(task, hyps, refs, sources)  # each figure with its 95% interval
     row = {

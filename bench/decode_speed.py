@@ -25,7 +25,7 @@ JSON says which kind of model was measured and gives mean output and reference l
 also times beam 21 with the tree constraint on and off on the same model
 (`constrained_vs_unconstrained`; target: constrained >= 0.8x the unconstrained rate).
 
-Rates are those of `s2s generate`'s path (s2s.core.decode.batched.decode_sources: sentences sorted by
+Rates are those of `s2s generate`'s path (s2s.core.decode.batched.Decoder.generate: sentences sorted by
 length, `--max-sentences` at a time, on CPU `--threads` batches at once, one thread each); the
 clock covers tokenising, search and turning ids back into text; medians of `--repeats` runs,
 the variants interleaved. Full recompute (the decoder re-run over the whole prefix at every step) is quadratic in the
@@ -136,7 +136,7 @@ def load(preset: str, run: str | None, cache_dir: str):
 def batches_of(
     task, sources: list[str], max_sentences: int
 ) -> list[tuple[list[int], torch.Tensor]]:
-    """(sentence numbers, padded source ids + EOS) per batch, sorted by length as `decode_sources` does."""
+    """(sentence numbers, padded source ids + EOS) per batch, sorted by length as `generate` does."""
     from s2s.core.data.batches import chunks
     from s2s.core.decode.batched import source_batch
 
@@ -161,7 +161,7 @@ def decode_batch(model, task, sources, batch, settings, incremental: bool) -> fl
 
 
 def rates(model, task, sources, variants: dict, repeats: int, max_sentences: int) -> dict:
-    """For each variant (name -> decoding settings): sentences/s of `decode_sources` (what `s2s
+    """For each variant (name -> decoding settings): sentences/s of `generate` (what `s2s
     generate` runs: tokenise, search batches of similar length, ids to text) over all sources,
     the median of `repeats` runs, variants interleaved so that a change in the machine's load
     touches them alike. Also the rate had the process had its threads' cores to itself
@@ -184,7 +184,7 @@ def rates(model, task, sources, variants: dict, repeats: int, max_sentences: int
             for name, settings in variants.items():
                 counter[0] = 0
                 t0, c0 = time.perf_counter(), time.process_time()
-                outputs[name] = Decoder(model, task, settings, "cpu", max_sentences).decode_sources(
+                outputs[name] = Decoder(model, task, settings, "cpu", max_sentences).generate(
                     sources
                 )
                 runs[name].append((time.perf_counter() - t0, time.process_time() - c0))
@@ -224,7 +224,7 @@ def rates(model, task, sources, variants: dict, repeats: int, max_sentences: int
 
 
 def constraint_speed(model, task, sources, settings, repeats: int, max_sentences: int) -> dict:
-    """Parsing: sentences/s of `decode_sources` with the tree constraint on and off (task setting
+    """Parsing: sentences/s of `generate` with the tree constraint on and off (task setting
     `constrained`), same model and settings, interleaved, medians of `repeats` runs; with the
     repairs the unconstrained outputs needed (the constrained ones need none by construction)."""
     from s2s.core.decode.batched import Decoder
@@ -235,7 +235,9 @@ def constraint_speed(model, task, sources, settings, repeats: int, max_sentences
             for on in (True, False):
                 task.cfg.constrained = on
                 t0 = time.perf_counter()  # search, ids to text, trees: what translate does
-                hyps = Decoder(model, task, settings, "cpu", max_sentences).hypotheses(sources)
+                hyps = Decoder(model, task, settings, "cpu", max_sentences).generate(
+                    sources, postprocess=False
+                )
                 repaired[on] = task.rebuild(hyps, sources)[1]
                 runs[on].append(time.perf_counter() - t0)
     finally:
@@ -334,11 +336,11 @@ def versus_ctranslate2(
         for name, s in searches:
             variants[f"s2s_{name}"] = lambda s=s: Decoder(
                 model, task, s, "cpu", max_sentences
-            ).decode_sources(sources)
+            ).generate(sources)
             for p, m in searched.items():  # s2s's other precisions, as decode.precision loads them
                 variants[f"s2s_{p}_{name}"] = lambda s=s, m=m: Decoder(
                     m, task, s, "cpu", max_sentences
-                ).decode_sources(sources)
+                ).generate(sources)
             if not name.endswith("_stop_beam"):  # CTranslate2 has its own rule
                 for q in translators:
                     variants[f"ct2_{q}_{name}"] = lambda q=q, s=s: ct2(q, s)
@@ -411,9 +413,7 @@ def precision_rates(
     for _ in range(repeats):
         for name, (p, s) in variants.items():
             t0 = time.perf_counter()
-            outputs[name] = Decoder(models[p], task, s, "cpu", max_sentences).decode_sources(
-                sources
-            )
+            outputs[name] = Decoder(models[p], task, s, "cpu", max_sentences).generate(sources)
             seconds[name].append(time.perf_counter() - t0)
     result = {}
     for name, (p, s) in variants.items():

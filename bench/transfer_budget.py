@@ -107,7 +107,7 @@ def scores(
             decode_settings(task.task, cfg.decode),
             torch.device("cpu"),
             cfg.decode.max_sentences,
-        ).hypotheses(sources)
+        ).generate(sources, postprocess=False)
         score = task.score(hyps, refs, sources)
         out[split] = {
             score.name: score.value,

@@ -36,7 +36,7 @@ def quickstart(cfg, registry, quiet: bool = False) -> QuickstartResult:
     sources, refs = prepare_data(member.task, cfg.data, quiet=True).texts("test")
     device = next(model.parameters()).device
     decoder = Decoder(model, member, decode_settings(member, cfg.decode), device)
-    hyps = decoder.decode_sources(sources)
+    hyps = decoder.generate(sources)
     trained = member.score(hyps, refs, sources)
     baseline = member.score(sources, refs, sources)
     return QuickstartResult(

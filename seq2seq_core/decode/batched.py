@@ -1,7 +1,7 @@
 """Batched decoding, shared by validation, the test at the end of a run, `s2s generate` and the
 server: a `Decoder` (a model, its task and settings, the device) encodes source lines with the
-task, searches them in batches of similar length and decodes them back to text (`candidates`;
-the single best: `hypotheses`), post-processed (`outputs`; the single best: `decode_sources`).
+task, searches them in batches of similar length and decodes them back to text (`candidates`),
+post-processed (`outputs`); `generate` is the single best of either, as `Run.generate` is.
 A caller may want the n best or drawn samples (`Wanted`), or outputs that start with a given
 prefix or hold given terms (`Forced`; `given` checks them). Input typed by a person goes
 through the task's `prepare_source` first (`prepared_sources`); words the vocabulary lacks are
@@ -105,9 +105,14 @@ class Decoder:
     device: torch.device | str = "cpu"
     max_sentences: int = 0
 
-    def decode_sources(self, sources: Sequence[str], progress=None, raw=False) -> list[str]:
-        """The task's output line for every source line, in input order: the first of
-        `outputs`."""
+    def generate(
+        self, sources: Sequence[str], progress=None, raw: bool = False, postprocess: bool = True
+    ) -> list[str]:
+        """The single best output line of every source line, in input order: the first of
+        `outputs` (of `candidates`, the target string before the task's post-processing, with
+        `postprocess=False`: what validation and the test at the end score)."""
+        if not postprocess:
+            return [first.text for first, *_ in self.candidates(sources, progress=progress)]
         return [first.text for first, *_ in self.outputs(sources, progress=progress, raw=raw)]
 
     def outputs(
@@ -137,11 +142,6 @@ class Decoder:
         if wanted.mbr is not None:
             found = [_by_utility(outs, wanted.mbr) for outs in found]
         return found
-
-    def hypotheses(self, sources: Sequence[str], progress=None) -> list[str]:
-        """The decoded target string (before post-processing) for every source line, in input
-        order: the first of `candidates`."""
-        return [first.text for first, *_ in self.candidates(sources, progress=progress)]
 
     @torch.no_grad()
     def candidates(

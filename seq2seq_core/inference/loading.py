@@ -3,7 +3,7 @@
 `load_for_inference` reads a run directory (or a checkpoint in one) back into the config, the task
 and the model. `hypotheses` is what `s2s generate`, validation and test evaluation share: encode the
 sources, decode them in batches of similar length with the task's defaults (overridden by the decode
-section) and turn ids back into text. `decode_sources` applies the task's post-processing to them
+section) and turn ids back into text. `generate` applies the task's post-processing to them
 (`s2s generate`); validation and test hand `Task.score` the hypotheses with their sources, so that a
 task counts what its post-processing did there, and `postprocess` keeps no state. Input typed by a
 person (`s2s generate`, the server) goes through the task's `prepare_source` first
@@ -45,7 +45,7 @@ log = logging.getLogger("s2s")
 def load_for_inference(path: str | Path, registry, overrides=(), task: str | None = None):
     """(cfg, member, model) from a run directory (the checkpoint its run tested) or a checkpoint
     file inside one. The member is the run's task `task` (None: its only one) in the run's id
-    space, which `decode_sources` serves as it serves a task; the model is on the configured device,
+    space, which `generate` serves as it serves a task; the model is on the configured device,
     in decode.precision, in eval mode."""
     p = Path(path)
     run_dir = run_dir_of(p)

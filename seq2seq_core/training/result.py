@@ -30,7 +30,9 @@ def score_test_split(search_model, member: Member, decode, device, run_dir: Path
         return None
     sources, refs = member.data.texts("test")
     settings = decode_settings(member.task, decode)
-    hyps = Decoder(search_model, member, settings, device, decode.max_sentences).hypotheses(sources)
+    hyps = Decoder(search_model, member, settings, device, decode.max_sentences).generate(
+        sources, postprocess=False
+    )
     outputs = (member.postprocess(h, s) for h, s in zip(hyps, sources))
     atomic_write_text(run_dir / f"test{member.infix}.hyp.txt", "".join(h + "\n" for h in outputs))
     return scored(member, hyps, refs, sources)  # with 95% intervals where the task can give them

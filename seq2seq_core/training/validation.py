@@ -146,7 +146,7 @@ def dev_score(search_model, member: Member, group, cfg):
     if cfg.run.valid_beam:
         settings = replace(settings, beam=min(settings.beam, cfg.run.valid_beam))
     decoder = Decoder(search_model, searched, settings, group.device, cfg.decode.max_sentences)
-    hyps = decoder.hypotheses(sources[group.rank :: group.world])
+    hyps = decoder.generate(sources[group.rank :: group.world], postprocess=False)
     heap.release()  # the search's caches, free now, are not kept on top of training's heap
     shares = group.gather(hyps)
     hyps = [shares[i % group.world][i // group.world] for i in range(len(sources))]

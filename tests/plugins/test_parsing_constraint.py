@@ -253,8 +253,8 @@ def test_repairs_are_counted_right_when_batches_are_decoded_on_several_threads()
     threads = torch.get_num_threads()
     try:
         torch.set_num_threads(2)
-        hyps = Decoder(model, task, settings, "cpu", 2).hypotheses(sentences)
-        trees = Decoder(model, task, settings, "cpu", 2).decode_sources(sentences)
+        hyps = Decoder(model, task, settings, "cpu", 2).generate(sentences, postprocess=False)
+        trees = Decoder(model, task, settings, "cpu", 2).generate(sentences)
     finally:
         torch.set_num_threads(threads)
     expected = [delinearise(h, s, "vinyals") for h, s in zip(hyps, sentences)]
@@ -285,7 +285,7 @@ def test_a_wide_beam_gives_each_thread_a_batch_of_one_search_and_the_same_trees(
     threads = torch.get_num_threads()
     try:
         torch.set_num_threads(1)
-        alone = Decoder(model, task, settings, "cpu", 8).decode_sources(sentences)
+        alone = Decoder(model, task, settings, "cpu", 8).generate(sentences)
         sizes = []
 
         def recorded(model, src, *args):
@@ -295,7 +295,7 @@ def test_a_wide_beam_gives_each_thread_a_batch_of_one_search_and_the_same_trees(
         monkeypatch.setattr(batched, "nbest", recorded)
         monkeypatch.setitem(decoding.ROWS_PER_SEARCH, "cpu", 2 * settings.beam)
         torch.set_num_threads(2)
-        split = Decoder(model, task, settings, "cpu", 8).decode_sources(sentences)
+        split = Decoder(model, task, settings, "cpu", 8).generate(sentences)
     finally:
         torch.set_num_threads(threads)
     assert sorted(sizes) == [2, 2, 2] and split == alone

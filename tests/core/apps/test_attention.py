@@ -180,7 +180,7 @@ def test_attention_maps_of_a_run(demo_run, tmp_path, registry):
     records = [_check_json(out / f"{n}.json", every) for n in (1, 2)]
     searched = Decoder(
         model, member, decode_settings(member, cfg.decode), torch.device("cpu")
-    ).hypotheses(sources)
+    ).generate(sources, postprocess=False)
     assert [r["hypothesis"] for r in records] == searched
     assert records[0]["source_tokens"] == sources[0].split() + ["</s>"]
     assert records[0]["decoder_input_tokens"][1:] == searched[0].split()
@@ -227,7 +227,9 @@ def test_one_layer_and_head_and_a_multitask_member(multitask_run, tmp_path, regi
     settings = decode_settings(member, OmegaConf.merge(cfg.decode, {"beam": 2}))
     assert (
         record["hypothesis"]
-        == Decoder(model, member, settings, torch.device("cpu")).hypotheses(sources[:1])[0]
+        == Decoder(model, member, settings, torch.device("cpu")).generate(
+            sources[:1], postprocess=False
+        )[0]
     )
 
 

@@ -201,9 +201,9 @@ def test_batches_searched_in_parallel_equal_one_after_another(registry, tiny):
     model.load_state_dict(checkpoint.load(checkpoint.listed(cfg.run.dir)[-1])["model"])
     sources = [s for s, _ in task.read_split("test")]
     settings = decode_settings(task, cfg.decode)
-    serial = Decoder(model, task, settings, "cpu", 3).decode_sources(sources)
+    serial = Decoder(model, task, settings, "cpu", 3).generate(sources)
     torch.set_num_threads(2)
-    parallel = Decoder(model, task, settings, "cpu", 3).decode_sources(sources)
+    parallel = Decoder(model, task, settings, "cpu", 3).generate(sources)
     assert torch.get_num_threads() == 2
     assert parallel == serial and len(serial) == 20
 
@@ -279,9 +279,9 @@ def test_run_valid_beam_narrows_only_the_dev_search(registry, tiny, monkeypatch)
     beams = []
 
     class Recording(validation.Decoder):
-        def hypotheses(self, sources, progress=None):
+        def generate(self, sources, progress=None, raw=False, postprocess=True):
             beams.append(self.settings.beam)
-            return super().hypotheses(sources, progress)
+            return super().generate(sources, progress, raw, postprocess)
 
     monkeypatch.setattr(validation, "Decoder", Recording)
     for valid_beam, expected in ((1, 1), (50, 4), (0, 4)):
@@ -334,9 +334,9 @@ def test_a_budget_spent_while_validating_ends_the_run_at_that_update(registry, t
     import s2s.core.training.validation as validation
 
     class Slow(validation.Decoder):
-        def hypotheses(self, sources, progress=None):
+        def generate(self, sources, progress=None, raw=False, postprocess=True):
             time.sleep(4.0)  # longer than the whole budget below
-            return super().hypotheses(sources, progress)
+            return super().generate(sources, progress, raw, postprocess)
 
     monkeypatch.setattr(validation, "Decoder", Slow)
     cfg = _cfg(
