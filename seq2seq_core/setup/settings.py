@@ -23,6 +23,7 @@ from ..checks import (
 )
 from ..errors import ConfigError
 
+CLEAN_RULES = ("empty", "same", "duplicate")  # s2s.core.data.cleaning
 _DEVICE = re.compile(r"auto|cpu|mps|cuda(:\d+)?")
 
 
@@ -107,6 +108,22 @@ class DataConfig:
     cache_dir: str = setting(
         ".cache/s2s", NOT_EMPTY, path=True
     )  # prepared data, keyed by the task section
+    # the training split is cut into shards of this many pairs, binarised by `workers` processes
+    # (0: one per core this process may use); a shard whose pairs did not change is kept when
+    # the corpus grows or changes (s2s.core.data.shards)
+    shard_pairs: int = setting(1_000_000, at_least(1000))
+    workers: int = setting(0, at_least(0))
+    # the vocabulary is trained on the first vocab_sample training pairs (0: on all of them)
+    vocab_sample: int = setting(1_000_000, at_least(0))
+    # cleaning rules for the training pairs besides max_len and max_len_ratio, each counted
+    # (s2s.core.data.cleaning): empty (a side empty), same (source == target), duplicate (a pair
+    # seen before in its shard)
+    clean: List[str] = setting_list(
+        Allowed(
+            lambda v: set(v) <= set(CLEAN_RULES),
+            f"a list of {', '.join(CLEAN_RULES)} (e.g. [empty,same,duplicate])",
+        )
+    )
 
 
 class Stop(str, Enum):
