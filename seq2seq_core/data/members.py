@@ -19,6 +19,8 @@ from ..setup.settings import Stop
 from ..task import Constraint, DecodeDefaults, Task
 from . import joint
 from .idspace import N_SPECIAL, IdMap, MappedConstraint, join
+from .augment import Augment
+from .prepared import padded
 from .prepared import prepare_data as prepare_data
 
 
@@ -45,6 +47,7 @@ class Member:
         # None: the run shares none (multitask.shared_vocab off)
         self.share: dict[str, int] | None = None
         self.data = None  # s2s.core.data.prepared.Prepared, once prepared
+        self.augment = None  # s2s.core.data.augment.Augment: noise on training sources
 
     @property
     def decoding(self):
@@ -55,8 +58,14 @@ class Member:
         return self.task.terminology
 
     def batch(self, split: str, indices) -> dict:
-        """The padded tensors of `split`'s pairs `indices` (see data.Split.batch), in run ids."""
-        b = self.data.splits[split].batch(indices)
+        """The padded tensors of `split`'s pairs `indices` (see data.Split.batch), in run ids;
+        training sources noised (`augment`) when `indices` carry their epoch (`batches.taken`)."""
+        epoch = getattr(indices, "epoch", None)
+        if split == "train" and self.augment is not None and epoch is not None:
+            srcs, tgts = self.data.splits[split].ids(indices)
+            b = padded(self.augment.sources(self.task, srcs, indices, epoch), tgts)
+        else:
+            b = self.data.splits[split].batch(indices)
         return {
             **b,
             "src": self.ids.src(b["src"]),
@@ -148,6 +157,7 @@ def build_members(cfg, registry) -> list[Member]:
         if cfg.multitask.shared_vocab:
             joint.assign(members)
     for m in members:
+        m.augment = Augment.of(cfg.data, cfg.run.seed)
         decoding = decode_settings(m.task, cfg.decode)
         stops = [str(s) for s in Stop]
         if decoding.beam < 1 or str(decoding.stop) not in stops:

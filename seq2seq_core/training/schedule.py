@@ -21,7 +21,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..data.batches import epoch_batches
+from ..data.batches import epoch_batches, taken
 
 
 def probabilities(members: list, temperature: float) -> np.ndarray:
@@ -82,7 +82,7 @@ class Stream:
             self._batches = None
             return self.next()
         self.pos += 1
-        return self._batches[self.pos - 1]
+        return taken(self._batches[self.pos - 1], self.epoch)
 
     def update_batches(self) -> list[np.ndarray]:
         """This process's batches of the next update (its `Share` of the next `slots`)."""
