@@ -3,7 +3,10 @@
 The training pairs are read once, in order, and cut into shards of `data.shard_pairs` pairs. Each
 shard's text is written aside (hashed as it is written), then cleaned (`s2s.core.data.cleaning`),
 encoded and binarised into `train.NNNNN.*` by one of `data.workers` processes (0: one per core
-this process may use; a corpus of one shard is binarised in this process). The manifest names
+this process may use; a corpus of one shard is binarised in this process). A worker is `python -m
+s2s.core.data.shards` given the pickled task: it imports only what binarising needs, encodes in
+one thread, and does not depend on how the calling program was started (no `__main__` guard
+needed); one that fails is named with its shard and its last line of error, in one line. The manifest names
 each shard's inputs: the files of the split, the range of pairs it holds and their hash.
 
 A shard is content-addressed: its key is the hash of its pairs, the vocabulary and the cleaning
@@ -16,14 +19,16 @@ shard is full re-binarises only the new shards.
 
 from __future__ import annotations
 
-import concurrent.futures as cf
 import hashlib
+import importlib.util
 import json
 import logging
-import multiprocessing
 import os
 import pickle
 import shutil
+import subprocess
+import sys
+import time
 from itertools import chain, islice
 from pathlib import Path
 
@@ -172,60 +177,112 @@ def _link(source: Path, target: Path) -> None:
 
 
 class _Pool:
-    """Shard jobs run by worker processes (started at the second job), at most `n` at once, in
-    this process when there are not two jobs to share or `n` is 1."""
+    """Shard jobs run by worker processes, at most `n` at once, each `python -m
+    s2s.core.data.shards` with the pickled task (so that nothing depends on how the calling
+    program was started, and a worker imports only what binarising needs); in this process when
+    `n` is 1 or there are not two jobs to share."""
 
-    def __init__(self, task, n: int):
-        self.task, self.n = task, n
-        self.pool: cf.ProcessPoolExecutor | None = None
+    def __init__(self, task, n: int, tmp: Path):
+        self.task, self.n, self.tmp = task, n, tmp
+        self.pickled: Path | None = None
         self.waiting: list = []  # the first job, held until a second one comes
-        self.running: dict = {}  # future -> shard index
+        self.running: dict = {}  # shard index -> (process, out prefix)
         self.done: dict = {}  # shard index -> its counts
 
     def submit(self, index: int, *job) -> None:
         if self.n <= 1:
             self.done[index] = binarise_shard(self.task, *job)
             return
-        if self.pool is None and not self.waiting:
+        if self.pickled is None and not self.waiting:
             self.waiting = [(index, job)]
             return
-        if self.pool is None:
-            self.pool = cf.ProcessPoolExecutor(
-                self.n, mp_context=multiprocessing.get_context("spawn")
-            )
+        if self.pickled is None:
+            log.info("training shards binarised by %d worker processes", self.n)
+            self.pickled = self.tmp / ".task.pickle"
+            self.pickled.write_bytes(pickle.dumps(self.task))
             for i, j in self.waiting:
                 self._start(i, j)
             self.waiting = []
         while len(self.running) >= self.n:  # no more text written aside than the workers take
-            self._collect(cf.FIRST_COMPLETED)
+            self._collect(all_of_them=False)
         self._start(index, job)
 
     def _start(self, index: int, job) -> None:
-        self.running[self.pool.submit(binarise_shard, self.task, *job)] = index
+        text, out, cfg = job
+        env = {
+            **os.environ,
+            "TOKENIZERS_PARALLELISM": "false",  # one thread each (`_work`)
+            "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),  # what this process imports
+        }
+        with open(f"{out}.json", "wb") as said, open(f"{out}.log", "wb") as log_file:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", __name__, str(self.pickled), text, out, json.dumps(cfg)],
+                stdout=said,
+                stderr=log_file,
+                env=env,
+            )
+        self.running[index] = (proc, out)
 
-    def _collect(self, when) -> None:
-        finished, _ = cf.wait(list(self.running), return_when=when)
-        for future in finished:
-            self.done[self.running.pop(future)] = future.result()
+    def _collect(self, all_of_them: bool) -> None:
+        while self.running:
+            for index, (proc, out) in list(self.running.items()):
+                if proc.poll() is None:
+                    continue
+                del self.running[index]
+                result = Path(f"{out}.json").read_text(encoding="utf-8", errors="replace")
+                said = Path(f"{out}.log").read_text(encoding="utf-8", errors="replace")
+                os.unlink(f"{out}.json")
+                os.unlink(f"{out}.log")
+                if proc.returncode != 0:
+                    last = (said.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
+                    raise DataError(
+                        f"the worker process binarising {Path(out).name} failed: {last}"
+                    )
+                self.done[index] = json.loads(result.strip().splitlines()[-1])
+                if not all_of_them:
+                    return
+            if self.running:
+                time.sleep(0.05)
 
     def finish(self) -> dict:
         for index, job in self.waiting:  # one job: no process to start
             self.done[index] = binarise_shard(self.task, *job)
-        if self.running:
-            self._collect(cf.ALL_COMPLETED)
+        self._collect(all_of_them=True)
         return self.done
 
     def close(self) -> None:
-        if self.pool is not None:
-            self.pool.shutdown(wait=True, cancel_futures=True)
+        for proc, out in self.running.values():  # an error elsewhere: they stop too
+            proc.kill()
+            proc.wait()
+        if self.pickled is not None:
+            self.pickled.unlink(missing_ok=True)
+
+
+def _work(argv: list[str]) -> int:
+    """A worker process: binarise one shard (`_Pool`), print its counts as JSON."""
+    from . import subwords
+    from ..errors import S2SError
+
+    subwords.THREADS = 1  # the workers are one per core already
+    pickled, text, out, cfg = argv
+    try:
+        task = pickle.loads(Path(pickled).read_bytes())
+        print(json.dumps(binarise_shard(task, text, out, json.loads(cfg))))
+    except S2SError as e:
+        print(f"{type(e).__name__}: {e}", file=sys.stderr)
+        return 2
+    return 0
 
 
 def _parallel(task, n: int) -> int:
     """`n` workers if the task can be sent to them (a plugin loaded from a file may not be)."""
     if n <= 1:
         return 1
+    module = type(task).__module__
     try:
         pickle.dumps(task)
+        if importlib.util.find_spec(module) is None:
+            raise ImportError(f"no module {module!r} to import")
     except Exception as e:  # noqa: BLE001 -- whatever pickling a plugin's object raises
         log.warning(
             "task %r cannot be sent to worker processes (%s: %s): its training shards are "
@@ -253,7 +310,7 @@ def build_train(task, pairs, tmp: Path, data_cfg, old: Path | None, vocab_sha: s
             previous = {e["key"]: e for e in manifest.get("shards", [])}
         except (OSError, ValueError, KeyError, TypeError):
             previous = {}
-    pool = _Pool(task, _parallel(task, workers(data_cfg)))
+    pool = _Pool(task, _parallel(task, workers(data_cfg)), tmp)
     entries, start, index, reused = [], 0, 0, 0
     try:
         while True:
@@ -327,3 +384,7 @@ def build_train(task, pairs, tmp: Path, data_cfg, old: Path | None, vocab_sha: s
         "tgt_tokens": sum(e["tgt_tokens"] for e in entries),
     }
     return stats, entries
+
+
+if __name__ == "__main__":
+    sys.exit(_work(sys.argv[1:]))

@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 from s2s.core.data.prepared import MANIFEST, prepare_data
+from s2s.core.errors import DataError
 from s2s.core.setup.settings import DataConfig
+from s2s.plugins.demo import DemoTask
 
 from cli_checks import fails, s2s, snapshot
 from conftest import MULTI30K, corpus
@@ -158,3 +160,22 @@ def test_bad_data_settings_fail_in_one_line(tmp_path, capsys, override, needle):
     before = snapshot(tmp_path)
     result = s2s(capsys, "prepare", "demo", override, f"data.cache_dir={tmp_path / 'c'}")
     fails(result, before, needle)
+
+
+class _FailsInWorkers(DemoTask):
+    """The demo task, whose sources cannot be encoded in any process but the one that made it."""
+
+    def encode_source(self, lines):
+        if os.getpid() != self.parent:
+            raise DataError("a line this task cannot encode")
+        return super().encode_source(lines)
+
+
+def test_a_worker_process_that_fails_is_named_in_one_line_and_leaves_nothing(registry, tmp_path):
+    task = _demo(registry, train_size=2500)
+    task.__class__ = _FailsInWorkers
+    task.parent = os.getpid()
+    cache = tmp_path / "cache"
+    with pytest.raises(DataError, match=r"worker process binarising train\.0000\d failed: "):
+        prepare_data(task, _data(cache, shard_pairs=1000, workers=2), quiet=True)
+    assert not cache.exists() or not any(p.is_dir() for p in cache.iterdir())
