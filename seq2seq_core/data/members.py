@@ -36,6 +36,7 @@ class Member:
         self, name: str, task: Task, weight: float = 1.0, select: float = 1.0, alone: bool = True
     ):
         self.name, self.task, self.weight, self.select = name, task, weight, select
+        self.stage_weights: list[float] = []  # its weight in stages 1, 2, ... (multitask.stages)
         # a run's only member keeps a single-task run's names: figures `bleu`, not `NAME/bleu`;
         # test.hyp.txt, not test.NAME.hyp.txt; vocabulary files in the run directory itself
         self.prefix = "" if alone else f"{name}/"
@@ -154,6 +155,8 @@ def build_members(cfg, registry) -> list[Member]:
             Member(name, build_task(m.task, registry), m.weight, m.select, alone=False)
             for name, m in cfg.tasks.items()
         ]
+        for m, section in zip(members, cfg.tasks.values()):
+            m.stage_weights = list(section.stage_weights)
         if cfg.multitask.shared_vocab:
             joint.assign(members)
     for m in members:
