@@ -106,15 +106,16 @@ def child(
         )
         return
     timings = {"tokenizer_s": 0.0}
-    build_vocab = task.build_vocab
+    build_vocab = type(task).build_vocab
 
-    def timed_build_vocab(pairs):
+    def timed_build_vocab(self, pairs):
         t0 = time.perf_counter()
-        build_vocab(pairs)
+        build_vocab(self, pairs)
         timings["tokenizer_s"] = time.perf_counter() - t0
-        del task.build_vocab  # the task's own again: a closure cannot be sent to the workers
 
-    task.build_vocab = timed_build_vocab
+    # timed on the class, not the instance: the task must still pickle for the workers (an
+    # instance attribute made the add-a-shard run of prepare_shards.json binarise in one process)
+    type(task).build_vocab = timed_build_vocab
     rss_before = peak_rss_mib()
 
     def cpu():

@@ -1,10 +1,13 @@
 """Prepared data: ids binarised into memory-mapped files (batched by `s2s.core.data.batches`).
 
-`prepare_data` reads each split through the task, trains its vocabulary on the training pairs,
-encodes the pairs in chunks and appends the ids to flat int32 files; only the per-pair lengths
-are held in memory (8 bytes a pair), so a corpus of tens of millions of pairs never sits in
-Python lists. The result is cached under a key derived from the task section and the length
-filters, and written to a temporary folder renamed into place once complete.
+`prepare_data` reads each split through the task, trains its vocabulary on the first
+data.vocab_sample training pairs, encodes the pairs in chunks and appends the ids to flat int32
+files: the training split in shards, cleaned and binarised by worker processes
+(`s2s.core.data.shards`), read back as one split (`Shards`), the dev and test splits here, whole.
+Only per-pair offsets are kept (memory-mapped for the shards), so a corpus of tens of millions
+of pairs never sits in Python lists. The result is cached under a key derived from the task
+section and the data settings, and written to a temporary folder renamed into place once
+complete; a rebuild takes over the previous build's unchanged shards and vocabulary.
 
 The cache cannot lie: its manifest (`prepared.json`) holds the SHA-256 of every file in it and the
 fingerprint (size, mtime, content hash) of every file the task read while preparing, by any reader
