@@ -6,10 +6,13 @@ as `validation` (our "valid") and newstest2014 as `test`. Rows look like
 target languages. `local_dir` reads a copy in the same schema instead, offline: either a folder
 written by `DatasetDict.save_to_disk` (arrow) or parquet files named by split as the hub names them
 (`train-00000-of-00003.parquet`, `validation-*.parquet`, `test-*.parquet`, or `{split}/*.parquet`),
-optionally under a `de-en`/`fr-en` subfolder.
+optionally under a `de-en`/`fr-en` or `data` subfolder. Any corpus in this schema (a
+`translation` column of {language: sentence}) is read the same way.
 
-Rows are read in batches from memory-mapped arrow (or streamed from parquet), never collected
-into Python lists.
+Rows are read in batches from memory-mapped arrow, or streamed from parquet one record batch at
+a time (pyarrow's `iter_batches`, files opened by Python so that the prepared cache fingerprints
+them), never collected into Python lists: a corpus of tens of millions of pairs in parquet
+shards is prepared without being held in memory.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ def _local(root: Path, config: str, split: str):
 
     if not root.is_dir():
         raise DataError(f"WMT14 local copy {root} does not exist")
-    for base in (root / config, root):
+    for base in (root / config, root / "data", root):
         if (base / "dataset_dict.json").is_file():
             saved = datasets.load_from_disk(str(base))
             if split not in saved:
@@ -55,14 +58,31 @@ def _local(root: Path, config: str, split: str):
             + sorted(base.glob(f"{split}/*.parquet"))
         )
         if files:
-            return datasets.load_dataset(
-                "parquet", data_files={split: [str(f) for f in files]}, split=split, streaming=True
-            )
+            return ParquetFiles(files)
     raise DataError(
         f"WMT14 local copy {root}: no split {split!r} found (looked for dataset_dict.json, "
         f"{split}/state.json, {split}-*.parquet, {split}.parquet, {split}/*.parquet in "
         f"{root / config} and {root})"
     )
+
+
+class ParquetFiles:
+    """Parquet files read in order, one record batch at a time (`iter`, as `datasets` names it)."""
+
+    def __init__(self, paths: list[Path]):
+        self.paths = paths
+
+    def iter(self, batch_size: int):
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        for path in self.paths:
+            with open(path, "rb") as f:
+                try:
+                    for batch in pq.ParquetFile(f).iter_batches(batch_size=batch_size):
+                        yield batch.to_pydict()
+                except (pa.ArrowException, OSError) as e:
+                    raise DataError(f"{path}: not a readable parquet file ({e})") from None
 
 
 def load(

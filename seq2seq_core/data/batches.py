@@ -42,6 +42,20 @@ def token_batches(
     return batches
 
 
+class Taken(np.ndarray):
+    """A training batch's indices, with the epoch they were taken in (`taken`): what a pair's
+    augmentation is seeded with (`s2s.core.data.augment`)."""
+
+    def __array_finalize__(self, obj):
+        self.epoch = getattr(obj, "epoch", None)
+
+
+def taken(indices: np.ndarray, epoch: int) -> Taken:
+    out = np.asarray(indices).view(Taken)
+    out.epoch = epoch
+    return out
+
+
 def epoch_batches(split: Split, max_tokens: int, seed: int, epoch: int) -> list[np.ndarray]:
     """Every batch of `epoch`, in the order training takes them: one list, the same for any
     number of processes (`s2s.core.training.schedule.Stream` shares each update's batches out)."""

@@ -19,6 +19,8 @@ from ..setup.settings import Stop
 from ..contract.task import Constraint, DecodeDefaults, Task
 from . import joint
 from .idspace import N_SPECIAL, IdMap, MappedConstraint, join
+from .augment import Augment
+from .prepared import padded
 from .prepared import prepare_data as prepare_data
 
 
@@ -34,6 +36,7 @@ class Member:
         self, name: str, task: Task, weight: float = 1.0, select: float = 1.0, alone: bool = True
     ):
         self.name, self.task, self.weight, self.select = name, task, weight, select
+        self.stage_weights: list[float] = []  # its weight in stages 1, 2, ... (multitask.stages)
         # a run's only member keeps a single-task run's names: figures `bleu`, not `NAME/bleu`;
         # test.hyp.txt, not test.NAME.hyp.txt; vocabulary files in the run directory itself
         self.prefix = "" if alone else f"{name}/"
@@ -45,6 +48,7 @@ class Member:
         # None: the run shares none (multitask.shared_vocab off)
         self.share: dict[str, int] | None = None
         self.data = None  # s2s.core.data.prepared.Prepared, once prepared
+        self.augment = None  # s2s.core.data.augment.Augment: noise on training sources
 
     @property
     def decoding(self):
@@ -55,8 +59,14 @@ class Member:
         return self.task.terminology
 
     def batch(self, split: str, indices) -> dict:
-        """The padded tensors of `split`'s pairs `indices` (see data.Split.batch), in run ids."""
-        b = self.data.splits[split].batch(indices)
+        """The padded tensors of `split`'s pairs `indices` (see data.Split.batch), in run ids;
+        training sources noised (`augment`) when `indices` carry their epoch (`batches.taken`)."""
+        epoch = getattr(indices, "epoch", None)
+        if split == "train" and self.augment is not None and epoch is not None:
+            srcs, tgts = self.data.splits[split].ids(indices)
+            b = padded(self.augment.sources(self.task, srcs, indices, epoch), tgts)
+        else:
+            b = self.data.splits[split].batch(indices)
         return {
             **b,
             "src": self.ids.src(b["src"]),
@@ -145,9 +155,12 @@ def build_members(cfg, registry) -> list[Member]:
             Member(name, build_task(m.task, registry), m.weight, m.select, alone=False)
             for name, m in cfg.tasks.items()
         ]
+        for m, section in zip(members, cfg.tasks.values()):
+            m.stage_weights = list(section.stage_weights)
         if cfg.multitask.shared_vocab:
             joint.assign(members)
     for m in members:
+        m.augment = Augment.of(cfg.data, cfg.run.seed)
         decoding = decode_settings(m.task, cfg.decode)
         stops = [str(s) for s in Stop]
         if decoding.beam < 1 or str(decoding.stop) not in stops:

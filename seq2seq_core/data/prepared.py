@@ -1,10 +1,13 @@
 """Prepared data: ids binarised into memory-mapped files (batched by `s2s.core.data.batches`).
 
-`prepare_data` reads each split through the task, trains its vocabulary on the training pairs,
-encodes the pairs in chunks and appends the ids to flat int32 files; only the per-pair lengths
-are held in memory (8 bytes a pair), so a corpus of tens of millions of pairs never sits in
-Python lists. The result is cached under a key derived from the task section and the length
-filters, and written to a temporary folder renamed into place once complete.
+`prepare_data` reads each split through the task, trains its vocabulary on the first
+data.vocab_sample training pairs, encodes the pairs in chunks and appends the ids to flat int32
+files: the training split in shards, cleaned and binarised by worker processes
+(`s2s.core.data.shards`), read back as one split (`Shards`), the dev and test splits here, whole.
+Only per-pair offsets are kept (memory-mapped for the shards), so a corpus of tens of millions
+of pairs never sits in Python lists. The result is cached under a key derived from the task
+section and the data settings, and written to a temporary folder renamed into place once
+complete; a rebuild takes over the previous build's unchanged shards and vocabulary.
 
 The cache cannot lie: its manifest (`prepared.json`) holds the SHA-256 of every file in it and the
 fingerprint (size, mtime, content hash) of every file the task read while preparing, by any reader
@@ -33,7 +36,7 @@ import shutil
 import socket
 import weakref
 from dataclasses import dataclass, field
-from itertools import chain, islice
+from itertools import islice
 from pathlib import Path
 from typing import Sequence
 
@@ -46,11 +49,13 @@ from . import textio
 from ..errors import DataError, plugin_error
 from ..files import atomic_write_text
 from ..contract.task import Task
-from ..contract.vocab import BOS, EOS, PAD, SPECIALS
+from ..contract.vocab import BOS, PAD, SPECIALS
+from . import shards
+from .cleaning import summary
+from .shards import CHUNK, _with_eos
 
 log = logging.getLogger("s2s")
-CHUNK = 20_000  # pairs encoded per call to the tokenizer
-FORMAT = 2  # bump when the on-disk layout changes
+FORMAT = 3  # bump when the on-disk layout changes (3: the training split in shards)
 MANIFEST = "prepared.json"
 
 
@@ -63,6 +68,9 @@ def cache_key(task: Task, data_cfg) -> str:
         else task.cfg,
         "max_len": data_cfg.max_len,
         "max_len_ratio": data_cfg.max_len_ratio,
+        "clean": sorted(data_cfg.clean),
+        "shard_pairs": data_cfg.shard_pairs,
+        "vocab_sample": data_cfg.vocab_sample,
     }
     return hashlib.sha1(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
@@ -82,12 +90,14 @@ class Split:
     tgt_off: np.ndarray
 
     @classmethod
-    def load(cls, directory: Path, name: str) -> "Split":
+    def load(cls, directory: Path, name: str, mapped: bool = False) -> "Split":
+        """`mapped`: the offsets memory-mapped, not read (a shard of a large split)."""
         fds = [os.open(directory / f"{name}.{side}.bin", os.O_RDONLY) for side in ("src", "tgt")]
+        mode = "r" if mapped else None
         split = cls(
             *fds,
-            np.load(directory / f"{name}.src.off.npy"),
-            np.load(directory / f"{name}.tgt.off.npy"),
+            np.load(directory / f"{name}.src.off.npy", mmap_mode=mode),
+            np.load(directory / f"{name}.tgt.off.npy", mmap_mode=mode),
         )
         for fd in fds:
             weakref.finalize(split, os.close, fd)  # closed with the split
@@ -104,25 +114,91 @@ class Split:
     def tgt_lens(self) -> np.ndarray:
         return np.diff(self.tgt_off)
 
+    @property
+    def tokens(self) -> tuple[int, int]:
+        """Source and target tokens, </s> included."""
+        return int(self.src_off[-1]), int(self.tgt_off[-1])
+
+    def ids(self, indices: Sequence[int]) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """The source and target ids (each ending with EOS) of the pairs `indices`."""
+        return _read(self.src, self.src_off, indices), _read(self.tgt, self.tgt_off, indices)
+
     def batch(self, indices: Sequence[int]) -> dict:
         """Padded tensors: src [B,S] (ids+EOS), tgt_in [B,T] (BOS+ids), tgt_out [B,T] (ids+EOS)."""
-        srcs, tgts = _read(self.src, self.src_off, indices), _read(self.tgt, self.tgt_off, indices)
-        B, S, T = len(indices), max(len(s) for s in srcs), max(len(t) for t in tgts)
-        src = np.full((B, S), PAD, dtype=np.int64)
-        tgt_in = np.full((B, T), PAD, dtype=np.int64)
-        tgt_out = np.full((B, T), PAD, dtype=np.int64)
-        for b, (s, t) in enumerate(zip(srcs, tgts)):
-            src[b, : len(s)] = s
-            tgt_out[b, : len(t)] = t
-            tgt_in[b, 0] = BOS
-            tgt_in[b, 1 : len(t)] = t[:-1]
-        ntokens = int(sum(len(t) for t in tgts))
-        return {
-            "src": torch.from_numpy(src),
-            "tgt_in": torch.from_numpy(tgt_in),
-            "tgt_out": torch.from_numpy(tgt_out),
-            "ntokens": ntokens,
-        }
+        return padded(*self.ids(indices))
+
+
+class Shards:
+    """A split binarised in shards (`s2s.core.data.shards`), read as one: pair i of the split is
+    pair i - start of the shard holding it."""
+
+    def __init__(self, parts: list[Split]):
+        self.parts = parts
+        self.starts = np.cumsum([0] + [len(p) for p in parts])
+        self._lens = None
+
+    @classmethod
+    def load(cls, directory: Path, name: str) -> "Shards":
+        names = sorted(p.name[: -len(".src.bin")] for p in directory.glob(f"{name}.*.src.bin"))
+        return cls([Split.load(directory, n, mapped=True) for n in names])
+
+    def __len__(self) -> int:
+        return int(self.starts[-1])
+
+    def _both_lens(self) -> tuple[np.ndarray, np.ndarray]:
+        if self._lens is None:
+            self._lens = tuple(
+                np.concatenate([np.diff(getattr(p, f"{side}_off")) for p in self.parts])
+                for side in ("src", "tgt")
+            )
+        return self._lens
+
+    @property
+    def src_lens(self) -> np.ndarray:
+        return self._both_lens()[0]
+
+    @property
+    def tgt_lens(self) -> np.ndarray:
+        return self._both_lens()[1]
+
+    @property
+    def tokens(self) -> tuple[int, int]:
+        both = [p.tokens for p in self.parts]
+        return sum(s for s, _ in both), sum(t for _, t in both)
+
+    def ids(self, indices: Sequence[int]) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        indices = np.asarray(indices, np.int64)
+        which = np.searchsorted(self.starts, indices, side="right") - 1
+        srcs, tgts = [None] * len(indices), [None] * len(indices)
+        for k in np.unique(which):
+            at = np.flatnonzero(which == k)
+            s, t = self.parts[k].ids(indices[at] - self.starts[k])
+            for j, a in enumerate(at):
+                srcs[a], tgts[a] = s[j], t[j]
+        return srcs, tgts
+
+    def batch(self, indices: Sequence[int]) -> dict:
+        return padded(*self.ids(indices))
+
+
+def padded(srcs: list[np.ndarray], tgts: list[np.ndarray]) -> dict:
+    """The batch of pairs (see `Split.batch`)."""
+    B, S, T = len(srcs), max(len(s) for s in srcs), max(len(t) for t in tgts)
+    src = np.full((B, S), PAD, dtype=np.int64)
+    tgt_in = np.full((B, T), PAD, dtype=np.int64)
+    tgt_out = np.full((B, T), PAD, dtype=np.int64)
+    for b, (s, t) in enumerate(zip(srcs, tgts)):
+        src[b, : len(s)] = s
+        tgt_out[b, : len(t)] = t
+        tgt_in[b, 0] = BOS
+        tgt_in[b, 1 : len(t)] = t[:-1]
+    ntokens = int(sum(len(t) for t in tgts))
+    return {
+        "src": torch.from_numpy(src),
+        "tgt_in": torch.from_numpy(tgt_in),
+        "tgt_out": torch.from_numpy(tgt_out),
+        "ntokens": ntokens,
+    }
 
 
 def _read(fd: int, off: np.ndarray, indices: Sequence[int]) -> list[np.ndarray]:
@@ -150,7 +226,10 @@ class Prepared:
     ) -> "Prepared":
         """The splits `names` in `directory`; with `fit` (model.max_positions, whether each source
         gets a task token), a dev or test pair too long for the model fails now, naming its line."""
-        splits = {s: Split.load(directory, s) for s in names}
+        splits = {
+            s: Shards.load(directory, s) if s == "train" else Split.load(directory, s)
+            for s in names
+        }
         for name, split in splits.items():
             if fit is None or name == "train":  # training pairs are filtered by data.max_len
                 continue
@@ -183,6 +262,11 @@ class Prepared:
         }
         return cls(directory, splits, pairs, texts)
 
+    @property
+    def manifest(self) -> dict:
+        """The folder's manifest: each split's counts (`splits`), the shards, the vocabulary."""
+        return json.loads((self.directory / MANIFEST).read_text(encoding="utf-8"))
+
     def texts(self, split: str) -> tuple[list[str], list[str]]:
         """The raw source and reference lines of an evaluation split."""
         return self._texts[split]
@@ -206,30 +290,16 @@ def _checked_pairs(task: Task, split: str, pairs):
         yield pair
 
 
-def _with_eos(ids: list, lens: np.ndarray, keep: np.ndarray) -> np.ndarray:
-    """The kept sequences of `ids` (lengths lens - 1), each followed by EOS, as one int32 array."""
-    flat = np.fromiter(chain.from_iterable(ids), np.int32, int(lens.sum() - len(lens)))
-    ends = np.cumsum(lens)  # one past each sequence's EOS in the output
-    out = np.full(ends[-1] if len(ends) else 0, EOS, np.int32)
-    is_id = np.ones(len(out), bool)
-    is_id[ends - 1] = False
-    out[is_id] = flat
-    return out if keep.all() else out[np.repeat(keep, lens)]
-
-
-def _binarise(task: Task, split: str, directory: Path, data_cfg, progress) -> dict:
-    """Encode the pairs of `split` into directory/{split}.*; return counts of what was kept.
-    Beside the dev and test splits their text is kept too (what validation and the test score
-    against)."""
-    keep_text = split != "train"
+def _binarise(task: Task, split: str, directory: Path, progress) -> dict:
+    """Encode the pairs of the dev or test split `split` into directory/{split}.*, their text
+    beside them (what validation and the test score against); return its counts. They are never
+    cleaned or filtered: the run is scored on all of them."""
     pairs = _checked_pairs(task, split, task.read_split(split))
-    kept = dropped = 0
+    kept = 0
     src_lens, tgt_lens = [np.zeros(1, np.int64)], [np.zeros(1, np.int64)]
-    text = (
-        [open(directory / f"{split}.{side}.txt", "w", encoding="utf-8") for side in ("src", "ref")]
-        if keep_text
-        else []
-    )
+    text = [
+        open(directory / f"{split}.{side}.txt", "w", encoding="utf-8") for side in ("src", "ref")
+    ]
     with (
         open(directory / f"{split}.src.bin", "wb") as fs,
         open(directory / f"{split}.tgt.bin", "wb") as ft,
@@ -243,21 +313,14 @@ def _binarise(task: Task, split: str, directory: Path, data_cfg, progress) -> di
             ls = np.fromiter((len(s) + 1 for s in s_ids), np.int64, len(s_ids))
             lt = np.fromiter((len(t) + 1 for t in t_ids), np.int64, len(t_ids))
             keep = np.ones(len(chunk), bool)
-            if not keep_text:  # length filters apply to training data only
-                keep &= (ls <= data_cfg.max_len) & (lt <= data_cfg.max_len)
-                if data_cfg.max_len_ratio:
-                    keep &= np.maximum(ls, lt) / np.minimum(ls, lt) <= data_cfg.max_len_ratio
-            idx = np.flatnonzero(keep)
             fs.write(_with_eos(s_ids, ls, keep).tobytes())
             ft.write(_with_eos(t_ids, lt, keep).tobytes())
-            src_lens.append(ls[idx])
-            tgt_lens.append(lt[idx])
-            for j in idx:
-                if keep_text:
-                    text[0].write(srcs[j].replace("\n", " ") + "\n")
-                    text[1].write(tgts[j].replace("\n", " ") + "\n")
-            kept += len(idx)
-            dropped += len(chunk) - len(idx)
+            src_lens.append(ls)
+            tgt_lens.append(lt)
+            for s, t in chunk:
+                text[0].write(s.replace("\n", " ") + "\n")
+                text[1].write(t.replace("\n", " ") + "\n")
+            kept += len(chunk)
             progress.update(len(chunk))
     for f in text:
         f.close()
@@ -267,7 +330,7 @@ def _binarise(task: Task, split: str, directory: Path, data_cfg, progress) -> di
         )
     np.save(directory / f"{split}.src.off.npy", np.cumsum(np.concatenate(src_lens)))
     np.save(directory / f"{split}.tgt.off.npy", np.cumsum(np.concatenate(tgt_lens)))
-    return {"pairs": kept, "filtered": dropped}
+    return {"pairs": kept, "filtered": 0}
 
 
 @contextlib.contextmanager
@@ -360,7 +423,7 @@ def _build_into(task: Task, data_cfg, root: Path, directory: Path, quiet: bool) 
     except OSError as e:
         raise DataError(f"data.cache_dir {root} is not writable: {e.strerror or e}") from None
     try:
-        _build(task, data_cfg, tmp, quiet)
+        _build(task, data_cfg, tmp, quiet, directory if directory.is_dir() else None)
         if directory.exists():  # stale or damaged: switched aside, never rewritten under a reader
             aside = root / f".{directory.name}.old.tmp{socket.gethostname()}-{os.getpid()}"
             os.replace(directory, aside)
@@ -377,35 +440,111 @@ def _build_into(task: Task, data_cfg, root: Path, directory: Path, quiet: bool) 
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _build(task: Task, data_cfg, tmp: Path, quiet: bool) -> None:
-    """Prepare into the folder `tmp`, manifest last."""
+def _sample_hash(pairs) -> tuple[int, str]:
+    """The number of `pairs` and their SHA-256, hashed chunk by chunk (`_hashed`'s hash)."""
+    h, n = hashlib.sha256(), 0
+    for _ in _hashed(pairs, h):
+        n += 1
+    return n, h.hexdigest()
+
+
+def _hashed(pairs, h):
+    """`pairs`, passed through, each chunk of them added to the hash `h`."""
+    pairs = iter(pairs)
+    while chunk := list(islice(pairs, CHUNK)):
+        for side in (0, 1):
+            h.update("".join(shards._escaped(p[side]) for p in chunk).encode())
+        yield from chunk
+
+
+def _vocabulary(task: Task, data_cfg, tmp: Path, old: dict | None, where: Path | None) -> dict:
+    """Train the vocabulary on the first data.vocab_sample training pairs (all: 0) and save it in
+    `tmp`, or take the previous build's (`old`, in the folder `where`) when its sample is the same.
+    Returns what the manifest says of it."""
+    limit = data_cfg.vocab_sample or None
+
+    def sample():
+        return islice(_checked_pairs(task, "train", task.read_split("train")), limit)
+
+    if old and where is not None and old.get("sample_pairs") is not None:
+        n, digest = _sample_hash(sample())
+        if (n, digest) == (old["sample_pairs"], old["sample_sha256"]) and all(
+            (where / f).is_file() and files.sha256(where / f) == old["files"][f]
+            for f in old["files"]
+        ):
+            for f in old["files"]:
+                shutil.copy2(where / f, tmp / f)
+            task.load_vocab(tmp)
+            log.info("the vocabulary's sample is unchanged: its vocabulary is reused")
+            return old
+    h = hashlib.sha256()
+    counted = [0]
+
+    def counting(pairs):
+        for pair in pairs:
+            counted[0] += 1
+            yield pair
+
+    task.build_vocab(counting(_hashed(sample(), h)))
+    if task.src_vocab is None or task.tgt_vocab is None:
+        raise plugin_error(task, "build_vocab", "set no src_vocab / tgt_vocab")
+    for side, size in (("source", task.src_vocab_size), ("target", task.tgt_vocab_size)):
+        if size <= len(SPECIALS):
+            raise plugin_error(
+                task,
+                "build_vocab",
+                f"made a {side} vocabulary of {size} tokens "
+                f"(no words beyond the {len(SPECIALS)} specials)",
+            )
+    task.save_vocab(tmp)
+    return {  # what the task read of the sample (an imported vocabulary reads none of it)
+        "sample_pairs": counted[0],
+        "sample_sha256": h.hexdigest(),
+        "files": {p.name: files.sha256(p) for p in sorted(tmp.iterdir()) if p.is_file()},
+    }
+
+
+def _build(task: Task, data_cfg, tmp: Path, quiet: bool, old: Path | None) -> None:
+    """Prepare into the folder `tmp`, manifest last; `old`: the previous build of the same cache
+    (stale), whose unchanged shards and vocabulary are taken over."""
     from ..progress import progress
 
     log.info("preparing %s into %s", task.name, tmp.parent)
-    stats = {}
+    before = {}
+    if old is not None:
+        try:
+            before = json.loads((old / MANIFEST).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            before = {}
+    stats, entries = {}, []
     with _collector_paused(), files.recording(exclude=[tmp.parent]) as inputs:
-        task.build_vocab(_checked_pairs(task, "train", task.read_split("train")))
-        if task.src_vocab is None or task.tgt_vocab is None:
-            raise plugin_error(task, "build_vocab", "set no src_vocab / tgt_vocab")
-        for side, size in (("source", task.src_vocab_size), ("target", task.tgt_vocab_size)):
-            if size <= len(SPECIALS):
-                raise plugin_error(
-                    task,
-                    "build_vocab",
-                    f"made a {side} vocabulary of {size} tokens "
-                    f"(no words beyond the {len(SPECIALS)} specials)",
-                )
-        task.save_vocab(tmp)
+        vocab = _vocabulary(task, data_cfg, tmp, before.get("vocab"), old)
+        vocab_sha = hashlib.sha256(json.dumps(vocab["files"], sort_keys=True).encode()).hexdigest()
+        digests = dict(vocab["files"])
         for split in task.splits:
             with progress(quiet, desc=f"binarise {split}", unit=" pairs", leave=False) as bar:
-                stats[split] = _binarise(task, split, tmp, data_cfg, bar)
-            log.info(
-                "%s: %d pairs kept, %d filtered by length",
-                split,
-                stats[split]["pairs"],
-                stats[split]["filtered"],
-            )
-    digests = {p.name: files.sha256(p) for p in sorted(tmp.iterdir()) if p.is_file()}
+                if split == "train":
+                    with files.recording(exclude=[tmp.parent]) as read:
+                        pairs = _checked_pairs(task, split, task.read_split(split))
+                        stats[split], entries = shards.build_train(
+                            task, pairs, tmp, data_cfg, old, vocab_sha, bar
+                        )
+                    for e in entries:  # the files its pairs came from, and which pairs they are
+                        e["inputs"] = sorted(read)
+                    for e in entries:
+                        digests.update(e["files"])
+                    log.info(
+                        "train: %d pairs kept, %s, in %d shard(s)",
+                        stats[split]["pairs"],
+                        summary(stats[split]["dropped"]),
+                        len(entries),
+                    )
+                else:
+                    stats[split] = _binarise(task, split, tmp, bar)
+                    log.info("%s: %d pairs", split, stats[split]["pairs"])
+    for p in sorted(tmp.iterdir()):
+        if p.is_file() and p.name not in digests:
+            digests[p.name] = files.sha256(p)
     atomic_write_text(
         tmp / MANIFEST,
         json.dumps(
@@ -415,7 +554,9 @@ def _build(task: Task, data_cfg, tmp: Path, quiet: bool) -> None:
                 "splits": stats,
                 "src_vocab": task.src_vocab_size,
                 "tgt_vocab": task.tgt_vocab_size,
-                "files": digests,
+                "vocab": vocab,
+                "shards": entries,
+                "files": dict(sorted(digests.items())),
                 "inputs": {path: files.fingerprint(path) for path in sorted(inputs)},
             },
             indent=1,

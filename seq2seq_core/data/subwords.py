@@ -36,6 +36,9 @@ MODELS = ("bpe", "wordpiece")
 CONTINUATION = "\uff03\uff03"  # "＃＃"
 MAX_WORD = 200
 SLICE = 2_000  # lines a thread encodes at a time
+#: threads that encode (None: one per core this process may use); a worker process of a sharded
+#: prepare, one of one per core, encodes in one (s2s.core.data.shards)
+THREADS: int | None = None
 ALPHABET = sorted(pre_tokenizers.ByteLevel.alphabet())
 
 
@@ -108,13 +111,13 @@ class Subwords:
         per core, each slice sequentially (the library releases the GIL while it encodes): faster
         on 2 cores than the library's own parallel batch, whose threads contend."""
         lines = list(lines)
-        workers = min(len(os.sched_getaffinity(0)), len(lines) // SLICE)
+        workers = min(THREADS or len(os.sched_getaffinity(0)), len(lines) // SLICE)
         encode = lambda part: [
             e.ids for e in self.tokenizer.encode_batch_fast(part, add_special_tokens=False)
         ]  # noqa: E731
-        if workers < 2:
-            return encode(lines)
         slices = [lines[i : i + SLICE] for i in range(0, len(lines), SLICE)]
+        if workers < 2:  # slices still: a batch of this size takes less time than a longer one
+            return [ids for part in slices for ids in encode(part)]
         with _library_sequential(), ThreadPoolExecutor(workers) as pool:
             return [ids for part in pool.map(encode, slices) for ids in part]
 

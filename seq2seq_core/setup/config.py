@@ -421,5 +421,6 @@ def _members(members, registry, task_config_cls=None) -> dict:
             "task": OmegaConf.to_container(task),
             "weight": rest.weight,
             "select": rest.select,
+            "stage_weights": list(rest.stage_weights),
         }
     return out, classes

@@ -23,6 +23,7 @@ from ..contract.checks import (
 )
 from ..errors import ConfigError
 
+CLEAN_RULES = ("empty", "same", "duplicate")  # s2s.core.data.cleaning
 _DEVICE = re.compile(r"auto|cpu|mps|cuda(:\d+)?")
 
 
@@ -107,6 +108,28 @@ class DataConfig:
     cache_dir: str = setting(
         ".cache/s2s", NOT_EMPTY, path=True
     )  # prepared data, keyed by the task section
+    # the training split is cut into shards of this many pairs, binarised by `workers` processes
+    # (0: one per core this process may use); a shard whose pairs did not change is kept when
+    # the corpus grows or changes (s2s.core.data.shards)
+    shard_pairs: int = setting(1_000_000, at_least(1000))
+    workers: int = setting(0, at_least(0))
+    # the vocabulary is trained on the first vocab_sample training pairs (0: on all of them)
+    vocab_sample: int = setting(1_000_000, at_least(0))
+    # cleaning rules for the training pairs besides max_len and max_len_ratio, each counted
+    # (s2s.core.data.cleaning): empty (a side empty), same (source == target), duplicate (a pair
+    # seen before in its shard)
+    # noise on training sources, drawn from (run.seed, epoch, pair) (s2s.core.data.augment):
+    # the probability a source is upper- or lower-cased, loses its punctuation, and a word of
+    # it gets a typo
+    augment_case: float = setting(0.0, in_range(0, 1, "a probability"))
+    augment_punct: float = setting(0.0, in_range(0, 1, "a probability"))
+    augment_typos: float = setting(0.0, in_range(0, 1, "a probability"))
+    clean: List[str] = setting_list(
+        Allowed(
+            lambda v: set(v) <= set(CLEAN_RULES),
+            f"a list of {', '.join(CLEAN_RULES)} (e.g. [empty,same,duplicate])",
+        )
+    )
 
 
 class Stop(str, Enum):
@@ -287,6 +310,14 @@ class MultitaskConfig:
     # the joint vocabulary's text: member k's lines sampled in proportion to n_k^(1/T)
     # (Arivazhagan et al. 2019), so that a small member does not vanish from it
     vocab_temperature: float = setting(5.0, above(0))
+    # a curriculum: the updates at which stage 1, 2, ... begins (ascending); in stage s > 0 a
+    # member is drawn with its `stage_weights[s - 1]` instead of its `weight` (docs/multitask.md)
+    stages: List[int] = setting_list(
+        Allowed(
+            lambda v: all(isinstance(x, int) and x >= 1 for x in v) and list(v) == sorted(set(v)),
+            "ascending update numbers >= 1, e.g. [2000,8000]",
+        )
+    )
 
 
 @dataclass
@@ -299,6 +330,10 @@ class MemberConfig:
     task: Any = field(default_factory=dict)
     weight: float = setting(1.0, above(0))
     select: float = setting(1.0, at_least(0))
+    # its weight in each stage after the first (multitask.stages); 0: not drawn in that stage
+    stage_weights: List[float] = setting_list(
+        Allowed(lambda v: all(0 <= x <= WEIGHT_RANGE[1] for x in v), "weights >= 0")
+    )
 
     @staticmethod
     def check_relations(member, where: str) -> None:
@@ -333,6 +368,25 @@ class Config:
                 f"{cfg.model.max_positions} (a longer training pair would not fit the model's "
                 "positions)"
             )
+        stages = list(cfg.multitask.stages)
+        if stages and cfg.tasks is None:
+            raise ConfigError(
+                f"multitask.stages={stages}: stages mix the members of `tasks`; this run has one task"
+            )
+        for name, member in (cfg.tasks or {}).items():
+            if len(member.stage_weights) != len(stages):
+                raise ConfigError(
+                    f"tasks.{name}.stage_weights={list(member.stage_weights)}: one weight for each "
+                    f"stage after the first, {len(stages)} (multitask.stages={stages})"
+                )
+        for s in range(len(stages)):
+            if cfg.tasks is not None and not any(
+                m.stage_weights[s] > 0 for m in cfg.tasks.values()
+            ):
+                raise ConfigError(
+                    f"multitask.stages: stage {s + 1} (from update {stages[s]}) gives every "
+                    "member weight 0 (tasks.NAME.stage_weights)"
+                )
         for key in ("temperature", "vocab_temperature"):
             if cfg.tasks is not None and cfg.multitask[key] < MIN_TEMPERATURE:
                 raise ConfigError(

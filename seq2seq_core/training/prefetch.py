@@ -51,7 +51,8 @@ class Prefetch:
         if pending is not None and pending[0] is member:
             indices, built = pending[1].result()
             if len(indices) == len(batches) and all(
-                np.array_equal(a, b) for a, b in zip(indices, batches)
+                np.array_equal(a, b) and getattr(a, "epoch", None) == getattr(b, "epoch", None)
+                for a, b in zip(indices, batches)
             ):
                 return built
         return self._build(member, lambda: batches)[1]

@@ -16,21 +16,40 @@ process's stream: the same batch gets the same masks whichever process trains it
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 
-from ..data.batches import epoch_batches
+from ..data.batches import epoch_batches, taken
 
 
-def probabilities(members: list, temperature: float) -> np.ndarray:
+def probabilities(members: list, temperature: float, stage: int = 0) -> np.ndarray:
     """p_k proportional to weight_k * n_k^(1/T), n_k = member k's training pairs (members:
-    `s2s.core.data.members.Member`)."""
+    `s2s.core.data.members.Member`), weight_k its weight in `stage` (0: `weight`)."""
     sizes = np.array([m.data.pairs["train"] for m in members], dtype=np.float64)
-    weights = np.array([m.weight for m in members], dtype=np.float64)
+    weights = np.array(
+        [m.weight if stage == 0 else m.stage_weights[stage - 1] for m in members],
+        dtype=np.float64,
+    )
     p = weights * sizes ** (1.0 / temperature)
     return p / p.sum()
+
+
+class Mix:
+    """Each stage's probabilities (multitask.stages: the updates at which stage 1, 2, ...
+    begins), and the member an update trains: a function of (seed, update) only."""
+
+    def __init__(self, members: list, temperature: float, stages=()):
+        self.stages = list(stages)
+        self.p = [probabilities(members, temperature, s) for s in range(len(self.stages) + 1)]
+
+    def stage(self, update: int) -> int:
+        return bisect.bisect_left(self.stages, update)
+
+    def draw(self, seed: int, update: int) -> int:
+        return draw(self.p[self.stage(update)], seed, update)
 
 
 def draw(p: np.ndarray, seed: int, update: int) -> int:
@@ -82,7 +101,7 @@ class Stream:
             self._batches = None
             return self.next()
         self.pos += 1
-        return self._batches[self.pos - 1]
+        return taken(self._batches[self.pos - 1], self.epoch)
 
     def update_batches(self) -> list[np.ndarray]:
         """This process's batches of the next update (its `Share` of the next `slots`)."""

@@ -45,7 +45,7 @@ from . import result, transfer
 from .prefetch import Prefetch
 from .rng import seed_dropout, seed_everything
 from .runlog import RunLog
-from .schedule import Share, Stream, draw, dropout_seed, probabilities
+from .schedule import Mix, Share, Stream, dropout_seed
 from .tally import Tally
 from .validation import DevModels, bounds, evaluate_dev
 
@@ -146,7 +146,7 @@ class Trainer:
         """Which member each update trains (`p`), each member's stream of batches, and on a GPU
         the next update's batches built meanwhile (`prefetch`)."""
         cfg, g = self.cfg, self.group
-        self.p = probabilities(self.members, cfg.multitask.temperature)
+        self.mix = Mix(self.members, cfg.multitask.temperature, cfg.multitask.stages)
         self.share = Share(g.rank, g.world, cfg.optim.update_freq)
         self.streams = [
             Stream(m, cfg.data.max_tokens, cfg.run.seed, self.share) for m in self.members
@@ -429,12 +429,12 @@ class Trainer:
         finite updates, left as they are. A skipped update is not counted in optim.max_updates.
         """
         cfg = self.cfg
-        k = draw(self.p, cfg.run.seed, self.update + 1)
+        k = self.mix.draw(cfg.run.seed, self.update + 1)
         if batches is None:
             batches = self.streams[k].update_batches()
         out = self.gradients(self.members[k], batches)
         # the next update's batches (if this one counts) are built while the device catches up
-        following = draw(self.p, cfg.run.seed, self.update + 2)
+        following = self.mix.draw(cfg.run.seed, self.update + 2)
         self.prefetch.ahead(self.members[following], self.streams[following])
         out["member"] = k
         out["lr"] = lrate(self.update + 1, cfg.model.d_model, cfg.optim.warmup, cfg.optim.lr_scale)

@@ -807,6 +807,6 @@ def test_training_tree_of_depth_2000(tmp_path):
     )
     err = out.stderr.decode()
     assert out.returncode == 0 and "Traceback" not in err, err
-    assert "train: 8 pairs kept, 1 filtered by length" in err
+    assert "train: 8 pairs kept, 1 dropped (max_len 1), in 1 shard(s)" in err
     task = ParsingTask(OmegaConf.structured(ParsingConfig()))
     assert task.display(deep) == deep

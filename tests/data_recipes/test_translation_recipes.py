@@ -251,3 +251,37 @@ def test_multi30k_presets_read_the_shared_corpus(lang):
     task = TranslationTask(task_section(cfg.task))
     sizes = {split: sum(1 for _ in task.read_split(split)) for split in task.splits}
     assert sizes == {"train": 29000, "valid": 1014, "test": 1000}
+
+
+def test_parquet_shards_in_the_hubs_data_folder_are_prepared_as_a_stream(tmp_path):
+    """2,400 pairs in two parquet files of small row groups under data/ (the hub's layout of a
+    corpus without configs): read one record batch at a time, binarised in two shards by two
+    processes, every pair there in order; a file that is not parquet is named."""
+    import pyarrow.parquet as pq
+    from s2s.core.data.prepared import prepare_data
+    from s2s.core.setup.settings import DataConfig
+
+    root = tmp_path / "hub"
+    (root / "data").mkdir(parents=True)
+    for i in range(2):
+        table = _hub_dataset("train", 1200).data.table
+        pq.write_table(table, root / "data" / f"train-0000{i}-of-00002.parquet", row_group_size=100)
+    for split in ("validation", "test"):
+        _hub_dataset(split, 5).to_parquet(str(root / "data" / f"{split}-00000-of-00001.parquet"))
+    assert isinstance(wmt14.load("train", "en", "de", local_dir=str(root)), wmt14.ParquetFiles)
+    task = _task(source="wmt14", local_dir=str(root), vocab_size=300)
+    data = OmegaConf.structured(
+        DataConfig(cache_dir=str(tmp_path / "c"), shard_pairs=1000, workers=2)
+    )
+    prepared = prepare_data(task, data, quiet=True)
+    train = prepared.splits["train"]
+    assert [len(p) for p in train.parts] == [1000, 1000, 400]
+    ids = train.ids([1300])[0][0][:-1].tolist()
+    assert task.src_vocab.decode(ids) == "This is sentence 100 from train."
+    assert all(
+        str(root / "data" / "train-00001-of-00002.parquet") in e["inputs"]
+        for e in prepared.manifest["shards"]
+    )
+    (root / "data" / "train-00001-of-00002.parquet").write_bytes(b"not parquet")
+    with pytest.raises(DataError, match="train-00001-of-00002.parquet: not a readable parquet"):
+        list(wmt14.read_split("train", "en", "de", local_dir=str(root)))

@@ -16,6 +16,7 @@ def add(subparsers, common) -> None:
 
 def run(args) -> int:
     # the work imports torch: here, when the command runs, not at start-up (tests/test_house.py)
+    from ...data.cleaning import summary
     from ...data.members import build_members, prepare_members
     from ...runs.distributed import Group
 
@@ -25,11 +26,16 @@ def run(args) -> int:
     for m in members:
         prepared, task = m.data, m.task
         head = f"{m.name} " if len(members) > 1 else ""
+        made = prepared.manifest.get("splits", {})
         for name, split in prepared.splits.items():
-            print(
-                f"{head}{name}: {len(split)} pairs, {int(split.src_lens.sum())} source and "
-                f"{int(split.tgt_lens.sum())} target tokens"
-            )
+            source, target = split.tokens
+            print(f"{head}{name}: {len(split)} pairs, {source} source and {target} target tokens")
+            if "dropped" in made.get(name, {}):  # the training split: its shards, its cleaning
+                print(
+                    f"{head}{name}: {made[name]['shards']} shard(s) "
+                    f"({made[name]['shards_reused']} kept from the previous build); "
+                    f"cleaning: {summary(made[name]['dropped'])}"
+                )
         print(
             f"{head}vocabulary: source {task.src_vocab_size}, target {task.tgt_vocab_size}"
             f"{' (shared)' if task.shared_vocab else ''}; prepared in {prepared.directory}"

@@ -2,6 +2,8 @@
 generation for one member, and the preset that joins the two demo tasks."""
 
 import json
+import re
+import types
 from collections import Counter
 
 import numpy as np
@@ -242,3 +244,39 @@ def test_a_post_norm_multi_task_run_is_warned_of_and_the_presets_are_pre_norm(
         assert (
             any("model.pre_norm=true avoids it" in r.getMessage() for r in caplog.records) == warned
         )
+
+
+def test_stages_change_the_mix_at_their_updates_and_bad_stages_fail_in_one_line(registry):
+    """A curriculum: members mixed by `weight` up to update 200, by `stage_weights` after (a
+    back-translated corpus dropped for the last stage); the draws stay a function of (seed,
+    update); stage weights that do not match the stages are named."""
+    from s2s.core.training.schedule import Mix
+
+    cfg = load_config(
+        "multitask_demo",
+        ["multitask.stages=[200]", "tasks.translate.stage_weights=[1]"]
+        + ["tasks.parse.stage_weights=[0]"],
+        registry=registry,
+    )
+    members = build_members(cfg, registry)
+    assert [m.stage_weights for m in members] == [[1.0], [0.0]]
+    for m, n in zip(members, (100, 300)):
+        m.data = types.SimpleNamespace(pairs={"train": n})
+    mix = Mix(members, cfg.multitask.temperature, cfg.multitask.stages)
+    draws = [mix.draw(7, u) for u in range(1, 1001)]
+    assert draws == [mix.draw(7, u) for u in range(1, 1001)]
+    assert 0.6 < sum(draws[:200]) / 200 < 0.9  # stage 0: in proportion to size, 3/4 parse
+    assert set(draws[200:]) == {0}  # stage 1: parse's weight 0
+    for overrides, needle in (
+        (["multitask.stages=[200]"], "tasks.translate.stage_weights=[]"),
+        (["multitask.stages=[300,200]"], "multitask.stages"),
+        (
+            ["multitask.stages=[5]", "tasks.translate.stage_weights=[0]"]
+            + ["tasks.parse.stage_weights=[0]"],
+            "stage 1 (from update 5) gives every member weight 0",
+        ),
+    ):
+        with pytest.raises(ConfigError, match=re.escape(needle)):
+            load_config("multitask_demo", overrides, registry=registry)
+    with pytest.raises(ConfigError, match=re.escape("multitask.stages=[5]: stages mix")):
+        load_config("demo", ["multitask.stages=[5]"], registry=registry)

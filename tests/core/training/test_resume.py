@@ -34,6 +34,7 @@ from s2s.core.runs import checkpoint, directory
 from s2s.core.training.trainer import train
 
 UPDATES, KILL_AT = 100, 30
+AUGMENT = ("data.augment_case=0.3", "data.augment_punct=0.3", "data.augment_typos=0.2")
 
 
 def _overrides(run_dir, cache, run_precision="fp32", preset="demo", extra=()):
@@ -134,20 +135,23 @@ def cache(tmp_path_factory):
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "world, run_precision, preset",
+    "world, run_precision, preset, extra",
     [
-        (1, "fp32", "demo"),
-        (2, "fp32", "demo"),
-        (1, "bf16", "demo"),
-        (1, "fp32", "multitask_demo"),
-        (2, "fp32", "multitask_demo"),
+        (1, "fp32", "demo", ()),
+        (2, "fp32", "demo", ()),
+        (1, "bf16", "demo", ()),
+        (1, "fp32", "multitask_demo", ()),
+        (2, "fp32", "multitask_demo", ()),
+        (1, "fp32", "demo", AUGMENT),
+        (2, "fp32", "demo", AUGMENT),
     ],
 )
 def test_sigkill_then_resume_is_bitwise_identical_to_an_uninterrupted_run(
-    world, run_precision, preset, cache, tmp_path, registry
+    world, run_precision, preset, extra, cache, tmp_path, registry
 ):
     """bf16 too: the bf16 casts of the fp32 parameters are recomputed from them, bit for bit. And
-    a multi-task run: its draws of members and every member's data position come back too."""
+    a multi-task run: its draws of members and every member's data position come back too. And
+    with source noise on (case, punctuation, typos): each pair's noise comes back too."""
     whole, broken = tmp_path / "whole", tmp_path / "broken"
     for d in (whole, broken):
         d.mkdir()
@@ -155,21 +159,26 @@ def test_sigkill_then_resume_is_bitwise_identical_to_an_uninterrupted_run(
         world == 1
     ):  # the uninterrupted run: in this process (one thread, as the others) saves a start-up
         train(
-            load_config(preset, _overrides(whole, cache, run_precision, preset), registry=registry),
+            load_config(
+                preset, _overrides(whole, cache, run_precision, preset, extra), registry=registry
+            ),
             registry,
             quiet=True,
         )
     else:
-        _finish(_launch(whole, cache, world, "whole", run_precision, preset), whole, "whole")
+        _finish(_launch(whole, cache, world, "whole", run_precision, preset, extra), whole, "whole")
 
     _kill_after(
-        _launch(broken, cache, world, "killed", run_precision, preset), broken, "killed", KILL_AT
+        _launch(broken, cache, world, "killed", run_precision, preset, extra),
+        broken,
+        "killed",
+        KILL_AT,
     )
     killed_at = _last_update(broken)
     saved = [checkpoint.load(p)["update"] for p in checkpoint.listed(broken)]
     assert not (broken / "result.json").exists() and killed_at < UPDATES and max(saved) < UPDATES
     _finish(
-        _launch(broken, cache, world, "resumed", run_precision, preset), broken, "resumed"
+        _launch(broken, cache, world, "resumed", run_precision, preset, extra), broken, "resumed"
     )  # the same command again
     assert f"resumed from {checkpoint.listed(broken)[0].parent}" in _logs(broken, "resumed")
 

@@ -1,0 +1,390 @@
+"""The training split binarised in shards, by all cores, each shard kept while its pairs stay.
+
+The training pairs are read once, in order, and cut into shards of `data.shard_pairs` pairs. Each
+shard's text is written aside (hashed as it is written), then cleaned (`s2s.core.data.cleaning`),
+encoded and binarised into `train.NNNNN.*` by one of `data.workers` processes (0: one per core
+this process may use; a corpus of one shard is binarised in this process). A worker is `python -m
+s2s.core.data.shards` given the pickled task: it imports only what binarising needs, encodes in
+one thread, and does not depend on how the calling program was started (no `__main__` guard
+needed); one that fails is named with its shard and its last line of error, in one line. The manifest names
+each shard's inputs: the files of the split, the range of pairs it holds and their hash.
+
+A shard is content-addressed: its key is the hash of its pairs, the vocabulary and the cleaning
+settings. When the corpus changes (pairs appended, a range replaced), the cache is rebuilt aside
+as always, but every shard whose key the previous build holds is taken from it (a hard link, its
+checksum verified) rather than binarised again; so is the vocabulary when its sample (the first
+`data.vocab_sample` pairs) is unchanged. Appending a corpus of whole shards to one whose last
+shard is full re-binarises only the new shards.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import logging
+import os
+import pickle
+import shutil
+import subprocess
+import sys
+import time
+from itertools import chain, islice
+from pathlib import Path
+
+import numpy as np
+
+from .. import files
+from ..errors import DataError
+from ..contract.vocab import EOS
+from .cleaning import Cleaner, summary
+
+log = logging.getLogger("s2s")
+CHUNK = 20_000  # pairs encoded per call to the tokenizer
+
+
+def _with_eos(ids: list, lens: np.ndarray, keep: np.ndarray) -> np.ndarray:
+    """The kept sequences of `ids` (lengths lens - 1), each followed by EOS, as one int32 array."""
+    flat = np.fromiter(chain.from_iterable(ids), np.int32, int(lens.sum() - len(lens)))
+    ends = np.cumsum(lens)  # one past each sequence's EOS in the output
+    out = np.full(ends[-1] if len(ends) else 0, EOS, np.int32)
+    is_id = np.ones(len(out), bool)
+    is_id[ends - 1] = False
+    out[is_id] = flat
+    return out if keep.all() else out[np.repeat(keep, lens)]
+
+
+def workers(data_cfg) -> int:
+    """The processes that binarise shards: data.workers, or one per core this process may use."""
+    if data_cfg.workers:
+        return data_cfg.workers
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+# -- a shard's text, written aside losslessly (a pair's "\n" or "\\" escaped) ---------------------
+def _escaped(line: str) -> str:
+    if "\\" in line or "\n" in line:
+        line = line.replace("\\", "\\\\").replace("\n", "\\n")
+    return line + "\n"
+
+
+def _unescaped(line: str) -> str:
+    line = line[:-1] if line.endswith("\n") else line
+    if "\\" not in line:
+        return line
+    out, i = [], 0
+    while i < len(line):
+        c = line[i]
+        if c == "\\" and i + 1 < len(line):
+            out.append("\n" if line[i + 1] == "n" else line[i + 1])
+            i += 2
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
+
+
+def _text_chunks(prefix: Path):
+    with (
+        open(f"{prefix}.src.txt", encoding="utf-8", newline="\n") as fs,
+        open(f"{prefix}.tgt.txt", encoding="utf-8", newline="\n") as ft,
+    ):
+        while True:
+            srcs = [_unescaped(x) for x in islice(fs, CHUNK)]
+            tgts = [_unescaped(x) for x in islice(ft, CHUNK)]
+            if not srcs:
+                return
+            yield srcs, tgts
+
+
+def binarise_shard(task, text: str, out: str, data_cfg: dict) -> dict:
+    """Clean, encode and binarise the pairs of the text files `{text}.src.txt` / `.tgt.txt` into
+    `{out}.src.bin`, `.tgt.bin`, `.src.off.npy`, `.tgt.off.npy`; the text files are removed.
+    Returns its counts and its files' SHA-256 (run in a worker process, or in this one)."""
+    cleaner = Cleaner(data_cfg)
+    src_lens, tgt_lens = [np.zeros(1, np.int64)], [np.zeros(1, np.int64)]
+    hs, ht = hashlib.sha256(), hashlib.sha256()
+    read = 0
+    with open(f"{out}.src.bin", "wb") as fs, open(f"{out}.tgt.bin", "wb") as ft:
+        for srcs, tgts in _text_chunks(Path(text)):
+            read += len(srcs)
+            keep = cleaner.text(srcs, tgts)
+            if not keep.all():
+                srcs = [s for s, k in zip(srcs, keep) if k]
+                tgts = [t for t, k in zip(tgts, keep) if k]
+            s_ids, t_ids = task.encode_source(srcs), task.encode_target(tgts)
+            ls = np.fromiter((len(s) + 1 for s in s_ids), np.int64, len(s_ids))
+            lt = np.fromiter((len(t) + 1 for t in t_ids), np.int64, len(t_ids))
+            keep = cleaner.lengths(ls, lt, np.ones(len(srcs), bool))
+            for f, h, block in (
+                (fs, hs, _with_eos(s_ids, ls, keep)),
+                (ft, ht, _with_eos(t_ids, lt, keep)),
+            ):
+                data = block.tobytes()
+                f.write(data)
+                h.update(data)
+            src_lens.append(ls[keep])
+            tgt_lens.append(lt[keep])
+    for side in ("src", "tgt"):
+        os.unlink(f"{text}.{side}.txt")
+    offsets = {
+        "src": np.cumsum(np.concatenate(src_lens)),
+        "tgt": np.cumsum(np.concatenate(tgt_lens)),
+    }
+    for side, off in offsets.items():
+        np.save(f"{out}.{side}.off.npy", off)
+    name = Path(out).name
+    digests = {f"{name}.src.bin": hs.hexdigest(), f"{name}.tgt.bin": ht.hexdigest()}
+    for side in ("src", "tgt"):
+        digests[f"{name}.{side}.off.npy"] = files.sha256(f"{out}.{side}.off.npy")
+    return {
+        "read": read,
+        "pairs": int(len(offsets["src"]) - 1),
+        "src_tokens": int(offsets["src"][-1]),
+        "tgt_tokens": int(offsets["tgt"][-1]),
+        "dropped": cleaner.dropped,
+        "files": digests,
+    }
+
+
+def _shard_key(text_sha: str, vocab_sha: str, data_cfg: dict) -> str:
+    spec = {
+        "text": text_sha,
+        "vocab": vocab_sha,
+        **{k: data_cfg[k] for k in ("max_len", "max_len_ratio", "clean")},
+    }
+    return hashlib.sha1(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _reusable(old: Path | None, entry: dict | None) -> bool:
+    """Whether the previous build's shard `entry` is whole (its files' checksums hold)."""
+    if old is None or entry is None:
+        return False
+    return all(
+        (old / name).is_file() and files.sha256(old / name) == digest
+        for name, digest in entry["files"].items()
+    )
+
+
+def _link(source: Path, target: Path) -> None:
+    try:
+        os.link(source, target)
+    except OSError:  # another file system, or links not allowed
+        shutil.copy2(source, target)
+
+
+class _Pool:
+    """Shard jobs run by worker processes, at most `n` at once, each `python -m
+    s2s.core.data.shards` with the pickled task (so that nothing depends on how the calling
+    program was started, and a worker imports only what binarising needs); in this process when
+    `n` is 1 or there are not two jobs to share."""
+
+    def __init__(self, task, n: int, tmp: Path):
+        self.task, self.n, self.tmp = task, n, tmp
+        self.pickled: Path | None = None
+        self.waiting: list = []  # the first job, held until a second one comes
+        self.running: dict = {}  # shard index -> (process, out prefix)
+        self.done: dict = {}  # shard index -> its counts
+
+    def submit(self, index: int, *job) -> None:
+        if self.n <= 1:
+            self.done[index] = binarise_shard(self.task, *job)
+            return
+        if self.pickled is None and not self.waiting:
+            self.waiting = [(index, job)]
+            return
+        if self.pickled is None:
+            log.info("training shards binarised by %d worker processes", self.n)
+            self.pickled = self.tmp / ".task.pickle"
+            self.pickled.write_bytes(pickle.dumps(self.task))
+            for i, j in self.waiting:
+                self._start(i, j)
+            self.waiting = []
+        while len(self.running) >= self.n:  # no more text written aside than the workers take
+            self._collect(all_of_them=False)
+        self._start(index, job)
+
+    def _start(self, index: int, job) -> None:
+        text, out, cfg = job
+        env = {
+            **os.environ,
+            "TOKENIZERS_PARALLELISM": "false",  # one thread each (`_work`)
+            "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),  # what this process imports
+        }
+        with open(f"{out}.json", "wb") as said, open(f"{out}.log", "wb") as log_file:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", __name__, str(self.pickled), text, out, json.dumps(cfg)],
+                stdout=said,
+                stderr=log_file,
+                env=env,
+            )
+        self.running[index] = (proc, out)
+
+    def _collect(self, all_of_them: bool) -> None:
+        while self.running:
+            for index, (proc, out) in list(self.running.items()):
+                if proc.poll() is None:
+                    continue
+                del self.running[index]
+                result = Path(f"{out}.json").read_text(encoding="utf-8", errors="replace")
+                said = Path(f"{out}.log").read_text(encoding="utf-8", errors="replace")
+                os.unlink(f"{out}.json")
+                os.unlink(f"{out}.log")
+                if proc.returncode != 0:
+                    last = (said.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
+                    raise DataError(
+                        f"the worker process binarising {Path(out).name} failed: {last}"
+                    )
+                self.done[index] = json.loads(result.strip().splitlines()[-1])
+                if not all_of_them:
+                    return
+            if self.running:
+                time.sleep(0.05)
+
+    def finish(self) -> dict:
+        for index, job in self.waiting:  # one job: no process to start
+            self.done[index] = binarise_shard(self.task, *job)
+        self._collect(all_of_them=True)
+        return self.done
+
+    def close(self) -> None:
+        for proc, out in self.running.values():  # an error elsewhere: they stop too
+            proc.kill()
+            proc.wait()
+        if self.pickled is not None:
+            self.pickled.unlink(missing_ok=True)
+
+
+def _work(argv: list[str]) -> int:
+    """A worker process: binarise one shard (`_Pool`), print its counts as JSON."""
+    from . import subwords
+    from ..errors import S2SError
+
+    subwords.THREADS = 1  # the workers are one per core already
+    pickled, text, out, cfg = argv
+    try:
+        task = pickle.loads(Path(pickled).read_bytes())
+        print(json.dumps(binarise_shard(task, text, out, json.loads(cfg))))
+    except S2SError as e:
+        print(f"{type(e).__name__}: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _parallel(task, n: int) -> int:
+    """`n` workers if the task can be sent to them (a plugin loaded from a file may not be)."""
+    if n <= 1:
+        return 1
+    module = type(task).__module__
+    try:
+        pickle.dumps(task)
+        if importlib.util.find_spec(module) is None:
+            raise ImportError(f"no module {module!r} to import")
+    except Exception as e:  # noqa: BLE001 -- whatever pickling a plugin's object raises
+        log.warning(
+            "task %r cannot be sent to worker processes (%s: %s): its training shards are "
+            "binarised in this process",
+            task.name,
+            type(e).__name__,
+            e,
+        )
+        return 1
+    return n
+
+
+def build_train(task, pairs, tmp: Path, data_cfg, old: Path | None, vocab_sha: str, progress):
+    """Binarise the training `pairs` into shards of `tmp`; shards of the previous build `old`
+    with the same key are linked instead. Returns the split's counts and the shards' entries."""
+    cfg = {
+        "max_len": data_cfg.max_len,
+        "max_len_ratio": data_cfg.max_len_ratio,
+        "clean": list(data_cfg.clean),
+    }
+    previous = {}
+    if old is not None:
+        try:
+            manifest = json.loads((old / "prepared.json").read_text(encoding="utf-8"))
+            previous = {e["key"]: e for e in manifest.get("shards", [])}
+        except (OSError, ValueError, KeyError, TypeError):
+            previous = {}
+    pool = _Pool(task, _parallel(task, workers(data_cfg)), tmp)
+    entries, start, index, reused = [], 0, 0, 0
+    try:
+        while True:
+            text = tmp / f".train.{index:05d}"
+            h = hashlib.sha256()
+            n = 0
+            with open(f"{text}.src.txt", "wb") as fs, open(f"{text}.tgt.txt", "wb") as ft:
+                while n < data_cfg.shard_pairs:
+                    chunk = list(islice(pairs, min(CHUNK, data_cfg.shard_pairs - n)))
+                    if not chunk:
+                        break
+                    src = "".join(_escaped(s) for s, _ in chunk).encode()
+                    tgt = "".join(_escaped(t) for _, t in chunk).encode()
+                    h.update(len(src).to_bytes(8, "little") + src + tgt)
+                    fs.write(src)
+                    ft.write(tgt)
+                    n += len(chunk)
+                    progress.update(len(chunk))
+            if n == 0:
+                for side in ("src", "tgt"):
+                    os.unlink(f"{text}.{side}.txt")
+                break
+            name = f"train.{index:05d}"
+            key = _shard_key(h.hexdigest(), vocab_sha, cfg)
+            entry = {
+                "name": name,
+                "key": key,
+                "first_pair": start,
+                "read": n,
+                "text_sha256": h.hexdigest(),
+            }
+            if _reusable(old, previous.get(key)):
+                for side in ("src", "tgt"):
+                    os.unlink(f"{text}.{side}.txt")
+                was = previous[key]
+                for file in was["files"]:
+                    _link(old / file, tmp / file.replace(was["name"], name, 1))
+                pool.done[index] = {
+                    **{k: was[k] for k in ("read", "pairs", "src_tokens", "tgt_tokens", "dropped")},
+                    "files": {f.replace(was["name"], name, 1): d for f, d in was["files"].items()},
+                }
+                reused += 1
+            else:
+                pool.submit(index, str(text), str(tmp / name), cfg)
+            entries.append(entry)
+            start += n
+            index += 1
+        done = pool.finish()
+    finally:
+        pool.close()
+    for i, entry in enumerate(entries):
+        entry.update(done[i])
+    if reused:
+        log.info("train: %d of %d shards taken from the previous build", reused, len(entries))
+    dropped = (
+        {k: sum(e["dropped"][k] for e in entries) for k in entries[0]["dropped"]} if entries else {}
+    )
+    kept = sum(e["pairs"] for e in entries)
+    if kept == 0:
+        raise DataError(
+            f"task {task.name!r}: split 'train' has no usable pairs (all empty or filtered: "
+            f"{summary(dropped)})"
+        )
+    stats = {
+        "pairs": kept,
+        "filtered": sum(dropped.values()),
+        "dropped": dropped,
+        "shards": len(entries),
+        "shards_reused": reused,
+        "src_tokens": sum(e["src_tokens"] for e in entries),
+        "tgt_tokens": sum(e["tgt_tokens"] for e in entries),
+    }
+    return stats, entries
+
+
+if __name__ == "__main__":
+    sys.exit(_work(sys.argv[1:]))

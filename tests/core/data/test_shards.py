@@ -1,0 +1,181 @@
+"""The training split in shards: the same pairs as one file, binarised by several processes, a
+shard kept while its pairs stay, the vocabulary's sample, cleaning counted."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+from omegaconf import OmegaConf
+from s2s.core.data.prepared import MANIFEST, prepare_data
+from s2s.core.errors import DataError
+from s2s.core.setup.settings import DataConfig
+from s2s.plugins.demo import DemoTask
+
+from cli_checks import fails, s2s, snapshot
+from conftest import MULTI30K, corpus
+
+
+def _demo(registry, **kw):
+    cls = registry.get("demo")
+    return cls(OmegaConf.merge(OmegaConf.structured(cls.Config), kw))
+
+
+def _data(tmp_path, **kw):
+    return OmegaConf.structured(DataConfig(cache_dir=str(tmp_path), **kw))
+
+
+def _same_pairs(a, b):
+    assert len(a) == len(b)
+    assert np.array_equal(a.src_lens, b.src_lens) and np.array_equal(a.tgt_lens, b.tgt_lens)
+    assert a.tokens == b.tokens
+    idx = np.random.default_rng(0).permutation(len(a))[:300]
+    for x, y in zip(a.batch(idx).values(), b.batch(idx).values()):
+        assert (x == y).all() if hasattr(x, "all") else x == y
+
+
+def test_shards_hold_the_pairs_of_one_file_and_workers_change_nothing(registry, tmp_path):
+    """2,500 pairs in one shard, in shards of 1,000 binarised here, and by two processes: the
+    same pairs, ids and batches; the manifest names each shard's pairs."""
+    one = prepare_data(_demo(registry, train_size=2500), _data(tmp_path / "one"), quiet=True)
+    assert len(one.splits["train"].parts) == 1
+    here = prepare_data(
+        _demo(registry, train_size=2500),
+        _data(tmp_path / "here", shard_pairs=1000, workers=1),
+        quiet=True,
+    )
+    two = prepare_data(
+        _demo(registry, train_size=2500),
+        _data(tmp_path / "two", shard_pairs=1000, workers=2),
+        quiet=True,
+    )
+    for sharded in (here, two):
+        assert [len(p) for p in sharded.splits["train"].parts] == [1000, 1000, 500]
+        _same_pairs(one.splits["train"], sharded.splits["train"])
+        shards = sharded.manifest["shards"]
+        assert [(e["name"], e["first_pair"], e["read"]) for e in shards] == [
+            ("train.00000", 0, 1000),
+            ("train.00001", 1000, 1000),
+            ("train.00002", 2000, 500),
+        ]
+    for name, digest in two.manifest["files"].items():
+        assert here.manifest["files"][name] == digest, name
+
+
+def _write(folder, pairs):
+    folder.mkdir(parents=True, exist_ok=True)
+    for side, lang in ((0, "en"), (1, "de")):
+        (folder / f"train.{lang}").write_text("".join(p[side] + "\n" for p in pairs), "utf-8")
+
+
+def _text_task(registry, folder):
+    cls = registry.get("translation")
+    cfg = {"source": "text", "data_dir": str(folder), "valid_prefix": "", "test_prefix": ""}
+    cfg |= {"vocab_size": 400, "src_lang": "en", "tgt_lang": "de"}
+    return cls(OmegaConf.merge(OmegaConf.structured(cls.Config), cfg))
+
+
+def test_a_shard_added_or_replaced_leaves_the_others_as_they_were(registry, tmp_path):
+    """Multi30k pairs in shards of 1,000: 1,000 more pairs appended are the only shard
+    binarised (the others linked from the previous build, the vocabulary's sample unchanged);
+    a range replaced re-binarises the shard holding it, nothing else."""
+    en = (corpus(MULTI30K) / "train.en").read_text("utf-8").splitlines()
+    de = (MULTI30K / "train.de").read_text("utf-8").splitlines()
+    pairs = list(zip(en, de))
+    text, cache = tmp_path / "text", tmp_path / "cache"
+    data = _data(cache, shard_pairs=1000, vocab_sample=1000, workers=1)
+    _write(text, pairs[:3000])
+    first = prepare_data(_text_task(registry, text), data, quiet=True)
+    before = first.manifest
+    inode = {
+        e["name"]: os.stat(first.directory / f"{e['name']}.src.bin").st_ino
+        for e in before["shards"]
+    }
+    assert before["splits"]["train"]["shards_reused"] == 0
+    _write(text, pairs[:4000])
+    grown = prepare_data(_text_task(registry, text), data, quiet=True)
+    assert grown.directory == first.directory
+    after = grown.manifest
+    assert after["splits"]["train"]["shards"] == 4
+    assert after["splits"]["train"]["shards_reused"] == 3
+    assert after["vocab"] == before["vocab"]  # the first 1,000 pairs: the same vocabulary
+    for e in before["shards"]:  # the same files, not copies
+        assert os.stat(grown.directory / f"{e['name']}.src.bin").st_ino == inode[e["name"]]
+    assert after["shards"][3]["first_pair"] == 3000
+    assert str(text / "train.en") in after["shards"][3]["inputs"]
+    assert len(grown.splits["train"]) == 4000
+    _write(text, pairs[:1500] + pairs[5000:5500] + pairs[2000:4000])  # shard 1 replaced
+    replaced = prepare_data(_text_task(registry, text), data, quiet=True).manifest
+    assert replaced["splits"]["train"]["shards_reused"] == 3
+    changed = [
+        a["name"] for a, b in zip(after["shards"], replaced["shards"]) if a["key"] != b["key"]
+    ]
+    assert changed == ["train.00001"]
+
+
+def test_cleaning_counts_what_each_rule_dropped(registry, tmp_path, capsys):
+    """Empty sides, copies, duplicates and over-long pairs dropped and counted in the manifest
+    and in what `s2s prepare` prints; dev pairs never cleaned."""
+    good = [(f"a house number {i}", f"ein Haus Nummer {i}") for i in range(40)]
+    bad = [("", "leer"), ("same text", "same text"), good[0], good[1], (" x" * 300, "y")]
+    text = tmp_path / "text"
+    _write(text, good + bad)
+    for lang in ("en", "de"):
+        (text / f"valid.{lang}").write_text("same text\n", "utf-8")
+    code, out, err = s2s(
+        capsys,
+        "prepare",
+        "own_translation",
+        f"task.data_dir={text}",
+        "task.test_prefix=",
+        "task.drop_empty=false",
+        "task.vocab_size=400",
+        "data.max_len=100",
+        "data.clean=[empty,same,duplicate]",
+        f"data.cache_dir={tmp_path / 'cache'}",
+    )
+    assert code == 0, err
+    assert "train: 40 pairs" in out and "valid: 1 pairs" in out
+    assert "cleaning: 5 dropped (empty 1, same 1, duplicate 2, max_len 1)" in out
+    cache = next(p for p in (tmp_path / "cache").iterdir() if p.is_dir())
+    manifest = json.loads((cache / MANIFEST).read_text())
+    assert manifest["splits"]["train"]["dropped"] == {
+        "empty": 1,
+        "same": 1,
+        "duplicate": 2,
+        "max_len": 1,
+        "len_ratio": 0,
+    }
+
+
+@pytest.mark.parametrize(
+    "override, needle",
+    [
+        ("data.clean=[empty,langid]", "data.clean"),
+        ("data.shard_pairs=10", "data.shard_pairs=10"),
+        ("data.workers=-1", "data.workers=-1"),
+    ],
+)
+def test_bad_data_settings_fail_in_one_line(tmp_path, capsys, override, needle):
+    before = snapshot(tmp_path)
+    result = s2s(capsys, "prepare", "demo", override, f"data.cache_dir={tmp_path / 'c'}")
+    fails(result, before, needle)
+
+
+class _FailsInWorkers(DemoTask):
+    """The demo task, whose sources cannot be encoded in any process but the one that made it."""
+
+    def encode_source(self, lines):
+        if os.getpid() != self.parent:
+            raise DataError("a line this task cannot encode")
+        return super().encode_source(lines)
+
+
+def test_a_worker_process_that_fails_is_named_in_one_line_and_leaves_nothing(registry, tmp_path):
+    task = _demo(registry, train_size=2500)
+    task.__class__ = _FailsInWorkers
+    task.parent = os.getpid()
+    cache = tmp_path / "cache"
+    with pytest.raises(DataError, match=r"worker process binarising train\.0000\d failed: "):
+        prepare_data(task, _data(cache, shard_pairs=1000, workers=2), quiet=True)
+    assert not cache.exists() or not any(p.is_dir() for p in cache.iterdir())
