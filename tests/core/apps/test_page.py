@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 import time
 from pathlib import Path
 
@@ -86,8 +85,9 @@ def test_the_drawing_has_every_label_and_word_in_order_and_escapes_text():
 
 
 # -- the page in a browser ---------------------------------------------------------------------
-def browser():
-    """A headless chromium with a fresh profile, driven by selenium; skips where there is none."""
+def browser(profile: Path):
+    """A headless chromium with a fresh profile in `profile` (a test's temporary folder, so
+    that no profile is left behind), driven by selenium; skips where there is none."""
     if not (CHROMIUM and DRIVER):
         pytest.skip(
             "no chromium / chromedriver installed (apt-get install -y chromium chromium-driver)"
@@ -99,7 +99,7 @@ def browser():
     options.binary_location = CHROMIUM
     for flag in [
         *FLAGS,
-        f"--user-data-dir={tempfile.mkdtemp(prefix='s2s-chromium-')}",
+        f"--user-data-dir={profile}",
         f"--window-size={WIDTH},900",
     ]:
         options.add_argument(flag)
@@ -153,10 +153,10 @@ def served(env: str, train, tmp_path_factory, name: str) -> Path:
 
 
 @pytest.mark.slow
-def test_the_page_translates_what_is_typed_and_draws_its_attention(demo_run):
+def test_the_page_translates_what_is_typed_and_draws_its_attention(demo_run, tmp_path):
     from selenium.webdriver.common.by import By
 
-    driver = browser()
+    driver = browser(tmp_path)
     run = Path(os.environ.get("S2S_PAGE_TRANSLATION_RUN") or demo_run)
     lines = (
         ["A man in a blue shirt is riding a bike down the street.", "Two dogs play in the snow."]
@@ -210,7 +210,7 @@ def test_the_page_translates_what_is_typed_and_draws_its_attention(demo_run):
 def test_the_page_draws_the_tree_of_a_parse(tmp_path_factory):
     from selenium.webdriver.common.by import By
 
-    driver = browser()
+    driver = browser(tmp_path_factory.mktemp("chromium"))
     run = served("S2S_PAGE_PARSING_RUN", parser, tmp_path_factory, "ptb")
     lines = ["The company said its profit rose 10% in the third quarter."]
     try:
