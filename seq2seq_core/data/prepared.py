@@ -52,7 +52,7 @@ from ..contract.task import Task
 from ..contract.vocab import BOS, PAD, SPECIALS
 from . import shards
 from .cleaning import summary
-from .shards import CHUNK, _with_eos
+from .shards import CHUNK, with_eos
 
 log = logging.getLogger("s2s")
 FORMAT = 3  # bump when the on-disk layout changes (3: the training split in shards)
@@ -313,8 +313,8 @@ def _binarise(task: Task, split: str, directory: Path, progress) -> dict:
             ls = np.fromiter((len(s) + 1 for s in s_ids), np.int64, len(s_ids))
             lt = np.fromiter((len(t) + 1 for t in t_ids), np.int64, len(t_ids))
             keep = np.ones(len(chunk), bool)
-            fs.write(_with_eos(s_ids, ls, keep).tobytes())
-            ft.write(_with_eos(t_ids, lt, keep).tobytes())
+            fs.write(with_eos(s_ids, ls, keep).tobytes())
+            ft.write(with_eos(t_ids, lt, keep).tobytes())
             src_lens.append(ls)
             tgt_lens.append(lt)
             for s, t in chunk:

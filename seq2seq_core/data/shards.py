@@ -6,8 +6,9 @@ encoded and binarised into `train.NNNNN.*` by one of `data.workers` processes (0
 this process may use; a corpus of one shard is binarised in this process). A worker is `python -m
 s2s.core.data.shards` given the pickled task: it imports only what binarising needs, encodes in
 one thread, and does not depend on how the calling program was started (no `__main__` guard
-needed); one that fails is named with its shard and its last line of error, in one line. The manifest names
-each shard's inputs: the files of the split, the range of pairs it holds and their hash.
+needed); one that fails is named with its shard and its last line of error, in one line. The
+manifest names each shard's inputs: the files of the split, the range of pairs it holds and
+their hash.
 
 A shard is content-addressed: its key is the hash of its pairs, the vocabulary and the cleaning
 settings. When the corpus changes (pairs appended, a range replaced), the cache is rebuilt aside
@@ -43,7 +44,7 @@ log = logging.getLogger("s2s")
 CHUNK = 20_000  # pairs encoded per call to the tokenizer
 
 
-def _with_eos(ids: list, lens: np.ndarray, keep: np.ndarray) -> np.ndarray:
+def with_eos(ids: list, lens: np.ndarray, keep: np.ndarray) -> np.ndarray:
     """The kept sequences of `ids` (lengths lens - 1), each followed by EOS, as one int32 array."""
     flat = np.fromiter(chain.from_iterable(ids), np.int32, int(lens.sum() - len(lens)))
     ends = np.cumsum(lens)  # one past each sequence's EOS in the output
@@ -120,8 +121,8 @@ def binarise_shard(task, text: str, out: str, data_cfg: dict) -> dict:
             lt = np.fromiter((len(t) + 1 for t in t_ids), np.int64, len(t_ids))
             keep = cleaner.lengths(ls, lt, np.ones(len(srcs), bool))
             for f, h, block in (
-                (fs, hs, _with_eos(s_ids, ls, keep)),
-                (ft, ht, _with_eos(t_ids, lt, keep)),
+                (fs, hs, with_eos(s_ids, ls, keep)),
+                (ft, ht, with_eos(t_ids, lt, keep)),
             ):
                 data = block.tobytes()
                 f.write(data)

@@ -121,8 +121,9 @@ class Terms(Constraint):
     [n, S, L], PAD-padded; lengths [n, S], 0 where a row has fewer; same [n, S, S]: spellings
     of one term; first [n, S]: the first spelling of its term; place [n, S]: where a spelling may
     begin (ANYWHERE; START: only as the output's first tokens; LATER: not there, the spelling
-    inside a sentence of a term that has one for the start); step [n]: tokens written; written [n, S]: how much of each spelling
-    the output ends with; seen [n, S]: the spellings that have appeared)."""
+    inside a sentence of a term that has one for the start); step [n]: tokens written;
+    written [n, S]: how much of each spelling the output ends with; seen [n, S]: the spellings
+    that have appeared)."""
 
     def __init__(self, terms: Sequence[Sequence[Sequence]], vocab: int):
         self.terms = [[[Spelling.of(x) for x in t] for t in ts] for ts in terms]

@@ -371,7 +371,8 @@ class Config:
         stages = list(cfg.multitask.stages)
         if stages and cfg.tasks is None:
             raise ConfigError(
-                f"multitask.stages={stages}: stages mix the members of `tasks`; this run has one task"
+                f"multitask.stages={stages}: stages mix the members of `tasks`; this run has "
+                "one task"
             )
         for name, member in (cfg.tasks or {}).items():
             if len(member.stage_weights) != len(stages):

@@ -22,7 +22,8 @@ def add(subparsers, common) -> None:
 
 
 def run(args) -> int:
-    # the work imports matplotlib: here, when the command runs, not at start-up (tests/test_house.py)
+    # the work imports matplotlib: here, when the command runs, not at start-up
+    # (tests/test_house.py)
     from ..plot import plot_run
 
     paths = plot_run(Path(args.run_dir), Path(args.output) if args.output else None)

@@ -85,6 +85,22 @@ async def decoded(service: Service, job, request):
         raise bad(503, "the server is stopping: try again shortly", 5) from None
 
 
+def answer(member, result: dict, sources, unknown, start: float, **more) -> JSONResponse:
+    """A decoded request's answer: the task, the batcher's result, the sources as prepared, their
+    unknown words, `more` (a parse's trees), and the timing with the request's total."""
+    total_ms = round(1000 * (time.perf_counter() - start), 2)
+    return JSONResponse(
+        {
+            "task": member.name,
+            **result,
+            "sources": sources,
+            "unknown_words": unknown,
+            **more,
+            "timing": {**result["timing"], "total_ms": total_ms},
+        }
+    )
+
+
 def build_app(service: Service):
     """The Starlette application serving `service`."""
     max_positions = service.batcher.model.max_positions
@@ -127,19 +143,8 @@ def build_app(service: Service):
         )
         result = await decoded(service, job, request)
         trees = [parse(h) for h in result["hypotheses"]]
-        return JSONResponse(
-            {
-                "task": member.name,
-                **result,
-                "sources": sources,
-                "unknown_words": unknown,
-                "trees": [svg(t) if t else None for t in trees],
-                "timing": {
-                    **result["timing"],
-                    "total_ms": round(1000 * (time.perf_counter() - start), 2),
-                },
-            }
-        )
+        trees = [svg(t) if t else None for t in trees]
+        return answer(member, result, sources, unknown, start, trees=trees)
 
     async def score(request):
         data = await body_json(request)
@@ -151,18 +156,7 @@ def build_app(service: Service):
         targets = targets_of(data, member, sources, max_positions)
         job = Job(member, sources, sum(tokens), targets=targets, client=client_of(request))
         result = await decoded(service, job, request)
-        return JSONResponse(
-            {
-                "task": member.name,
-                **result,
-                "sources": sources,
-                "unknown_words": unknown,
-                "timing": {
-                    **result["timing"],
-                    "total_ms": round(1000 * (time.perf_counter() - start), 2),
-                },
-            }
-        )
+        return answer(member, result, sources, unknown, start)
 
     async def attention(request):
         data = await body_json(request)
