@@ -252,17 +252,17 @@ def test_the_server_takes_the_same_options(demo_runs, lines, capsys, tmp_path):
         assert status == 200 and got["hypotheses"] == termed
         for bad, field in [
             ({"nbest": 5}, '"nbest" 5'),
-            ({"nbest": 0}, '"nbest" 0'),
+            ({"nbest": 0}, '"nbest" is the JSON number 0; at least 1'),
             ({"nbest": 17, "sampling": {}}, "at most 16 drawn"),
             ({"sampling": {"temperature": 0}}, "temperature 0"),
             ({"sampling": {"top_p": 2}}, "top-p 2"),
             ({"sampling": {"beam": 2}}, '"beam" is not a field of "sampling"'),
-            ({"nbest": 3, "mbr": "ter"}, '"mbr" "ter"'),
+            ({"nbest": 3, "mbr": "ter"}, '"mbr" is the JSON string "ter"'),
             ({"mbr": "chrf"}, '"nbest" 2 or more'),
             ({"nbest": 2, "sampling": {"epsilon": 0.9}}, "epsilon 0.9"),
-            ({"prefixes": ["de"]}, '"prefixes" must be a list of 8'),
+            ({"prefixes": ["de"]}, '"prefixes" holds 1 strings: send one a sentence'),
             ({"prefixes": ["de zzzq"] + [""] * 7}, '"prefixes"[0]: the target vocabulary'),
-            ({"terms": [["book"]]}, '"terms" must be a list'),
+            ({"terms": [["book"]]}, '"terms"[0] holds 1 items; at least 2'),
             ({"terms": [["book", "zzzq"]]}, '"terms"[0]: the target vocabulary cannot spell'),
         ]:
             status, got = post(f"{url}/generate", {"text": text, **bad})
@@ -292,10 +292,10 @@ def test_the_server_serves_ensembles_and_scores_given_outputs(demo_runs, lines, 
         status, got = post(f"{url}/score", {"text": text, "targets": both})
         assert status == 200 and got["scores"] == rated
         for bad, needle in [
-            ({"targets": both[:1]}, '"targets" must be a list of 8 strings'),
-            ({"targets": [1] * 8}, '"targets" must be a list of 8 strings'),
+            ({"targets": both[:1]}, '"targets" holds 1 strings: send the output to score'),
+            ({"targets": [1] * 8}, '"targets"[0] is the JSON number 1, not a string'),
             ({"targets": ["de\nde"] * 8}, '"targets"[0] holds a line break'),
-            ({"targets": ["de " * 700] * 8}, "at most 2000 characters"),
+            ({"targets": ["de " * 700] * 8}, "has 2100 characters; at most 2000"),
         ]:
             status, got = post(f"{url}/score", {"text": text, **bad})
             assert status in (400, 413) and needle in got["error"], (bad, got)

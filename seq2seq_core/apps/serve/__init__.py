@@ -22,7 +22,8 @@ Requests wait in one queue and one worker decodes them in batches up to a token 
 (`batcher`). A bad request gets a 4xx answer {"error": "..."} naming what is wrong, before it is
 queued; the server goes on.
 
-The modules: `requests` (a request's body read and checked, the limits), `app` (the endpoints),
+The modules: `bodies` (the typed request bodies, pydantic models), `requests` (a body read
+and checked against the run, the limits), `app` (the endpoints),
 `batcher` (the decoding worker), `connections` (client connections bounded), `server` (the
 command's work: socket, run, uvicorn), `treesvg` (a parser's trees drawn for the page).
 """

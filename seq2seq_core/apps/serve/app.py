@@ -1,11 +1,10 @@
-"""The Starlette application: the endpoints, each a request checked (`requests`), queued for
+"""The Starlette application: the endpoints, each a request checked (`requests`, typed by `bodies`), queued for
 the one decoding worker (`batcher`) and answered as JSON; every error answered as
 {"error": "..."}."""
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import queue
 import time
@@ -20,16 +19,15 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from .batcher import Job, ShuttingDown
+from .bodies import MAX_WEIGHTS
 from .requests import (
-    MAX_WEIGHTS,
     ClientGone,
     bad,
     body_json,
-    known_fields,
     measured,
     member_of,
+    parsed,
     prefixes_of,
-    sentences,
     targets_of,
     terms_of,
     wanted_of,
@@ -122,16 +120,14 @@ def build_app(service: Service):
         return JSONResponse(service.info)
 
     async def generate(request):
-        data = await body_json(request)
-        known_fields(data, "/generate")
-        member = member_of(service, data)
-        lines = sentences(data)
+        body = parsed(await body_json(request), "/generate")
+        member = member_of(service, body)
         start = time.perf_counter()
         settings = service.batcher.settings(member)
-        wanted = wanted_of(data, settings.beam)
-        sources, tokens, unknown = measured(member, lines, max_positions)
-        prefixes = prefixes_of(data, member, sources, settings, max_positions)
-        terms = terms_of(data, member, sources, settings, max_positions)
+        wanted = wanted_of(body, settings.beam)
+        sources, tokens, unknown = measured(member, body.text, max_positions)
+        prefixes = prefixes_of(body, member, sources, settings, max_positions)
+        terms = terms_of(body, member, sources, settings, max_positions)
         job = Job(
             member,
             sources,
@@ -147,31 +143,25 @@ def build_app(service: Service):
         return answer(member, result, sources, unknown, start, trees=trees)
 
     async def score(request):
-        data = await body_json(request)
-        known_fields(data, "/score")
-        member = member_of(service, data)
-        lines = sentences(data)
+        body = parsed(await body_json(request), "/score")
+        member = member_of(service, body)
         start = time.perf_counter()
-        sources, tokens, unknown = measured(member, lines, max_positions)
-        targets = targets_of(data, member, sources, max_positions)
+        sources, tokens, unknown = measured(member, body.text, max_positions)
+        targets = targets_of(body, member, sources, max_positions)
         job = Job(member, sources, sum(tokens), targets=targets, client=client_of(request))
         result = await decoded(service, job, request)
         return answer(member, result, sources, unknown, start)
 
     async def attention(request):
-        data = await body_json(request)
-        known_fields(data, "/attention")
-        member = member_of(service, data)
-        lines = sentences(data, many=False)
+        body = parsed(await body_json(request), "/attention")
+        member = member_of(service, body)
         layers = len(service.batcher.attending.decoder)
-        layer = data.get("layer", layers)
-        if isinstance(layer, bool) or not isinstance(layer, int) or not 1 <= layer <= layers:
+        layer = body.layer if body.layer is not None else layers
+        if layer > layers:
             raise bad(
-                400,
-                f'"layer" {json.dumps(layer)[:40]}: this model has {layers} layers (numbered 1 to '
-                f"{layers})",
+                400, f'"layer" {layer}: this model has {layers} layers (numbered 1 to {layers})'
             )
-        sources, tokens, _ = measured(member, lines, max_positions, many=False)
+        sources, tokens, _ = measured(member, [body.text], max_positions, many=False)
         settings = service.batcher.settings(member)
         most = int(settings.max_len_a * tokens[0] + settings.max_len_b) + 1
         weights = service.batcher.cfg.model.heads * tokens[0] * most

@@ -26,7 +26,7 @@ from ...setup.config import load_config
 from .app import Service, build_app
 from .batcher import Batcher
 from .connections import Limits, guarded
-from .requests import MAX_BODY, MAX_CHARS, MAX_SAMPLES, MAX_SENTENCES, MAX_TERMS, MAX_WEIGHTS
+from .bodies import MAX_BODY, MAX_CHARS, MAX_SAMPLES, MAX_SENTENCES, MAX_TERMS, MAX_WEIGHTS
 
 log = logging.getLogger("s2s")
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from conftest import NLTK_DATA, needs
 from s2s.core.apps.serve import treesvg
-from s2s.core.apps.serve.requests import MAX_CHARS
+from s2s.core.apps.serve.bodies import MAX_CHARS
 from test_serve import parser, post, server
 
 CHROMIUM, DRIVER = shutil.which("chromium"), shutil.which("chromedriver")

@@ -23,7 +23,7 @@ import pytest
 from cli_checks import s2s
 from s2s.core.contract.task import DecodeDefaults
 from conftest import NLTK_DATA, free_port, needs, task_keys, tiny_run
-from s2s.core.apps.serve.requests import (
+from s2s.core.apps.serve.bodies import (
     MAX_BODY,
     MAX_CHARS,
     MAX_SAMPLES,
@@ -270,19 +270,33 @@ BAD = [  # (body, status, words the error names)
     (b'{"text": [', 400, "not JSON"),
     (b'["a sentence"]', 400, "not an object"),
     ({}, 400, 'no "text"'),
-    ({"text": []}, 400, "empty list"),
-    ({"text": "the dog sees a cat"}, 400, "send a list"),
-    ({"text": {"a": 1}}, 400, "send a list"),
-    ({"text": ["the dog", 7]}, 400, '"text"[1] is a JSON int'),
-    ({"text": [None]}, 400, '"text"[0] is a JSON NoneType'),
-    ({"text": [["nested"]]}, 400, '"text"[0] is a JSON list'),
+    ({"text": []}, 400, '"text" holds 0 items; at least 1'),
+    (
+        {"text": "the dog sees a cat"},
+        400,
+        '"text" is the JSON string "the dog sees a cat", not a list',
+    ),
+    ({"text": {"a": 1}}, 400, '"text" is a JSON object, not a list'),
+    ({"text": ["the dog", 7]}, 400, '"text"[1] is the JSON number 7, not a string'),
+    ({"text": [None]}, 400, '"text"[0] is null, not a string'),
+    ({"text": [["nested"]]}, 400, '"text"[0] is a JSON list, not a string'),
+    (
+        {"text": ["the dog"], "nbest": 2.0},
+        400,
+        '"nbest" is the JSON number 2.0, not a whole number',
+    ),
+    ({"text": ["the dog"], "nbest": True}, 400, '"nbest" is true, not a whole number'),
+    ({"text": ["the dog"], "nbest": 0}, 400, '"nbest" is the JSON number 0; at least 1'),
+    ({"text": ["the dog"], "nbest": 5}, 400, '"nbest" 5: at most the beam (4)'),
+    ({"text": ["the dog"], "mbr": "ter"}, 400, '"mbr" is the JSON string "ter", not one of'),
+    ({"text": ["the dog"], "terms": [["dog"]]}, 400, '"terms"[0] holds 1 items; at least 2'),
     ({"text": ["the dog\nsees a cat"]}, 400, "line break"),
     (b'{"text": ["\\ud800 lone"]}', 400, "lone surrogate"),
     ({"text": ["x" * (MAX_CHARS + 1)]}, 413, f"at most {MAX_CHARS}"),
     ({"text": ["the dog"] * (MAX_SENTENCES + 1)}, 413, f"at most {MAX_SENTENCES}"),
     ({"text": [" ".join(["dog"] * 80)]}, 413, "model.max_positions"),
     ({"text": ["the dog"], "task": "parse"}, 400, "this run's tasks are demo"),
-    ({"text": ["the dog"], "task": 3}, 400, '"task" 3'),
+    ({"text": ["the dog"], "task": 3}, 400, '"task" is the JSON number 3, not a string'),
 ]
 
 
@@ -296,7 +310,7 @@ def test_every_bad_request_gets_its_4xx_and_the_server_goes_on(demo_server):
         assert post(demo_server + "/generate", good)[1]["hypotheses"] == expected
     for path, body, status, needle in (
         ("/attention", {"text": "the dog", "layer": 9}, 400, "2 layers"),
-        ("/attention", {"text": "the dog", "layer": True}, 400, "layers"),
+        ("/attention", {"text": "the dog", "layer": True}, 400, '"layer" is true, not a whole'),
         ("/attention", {"text": ["a", "b"]}, 400, "one sentence"),
         ("/nothing", {"text": ["a"]}, 404, "Not Found"),
     ):
