@@ -193,12 +193,17 @@ class Terms(Constraint):
         written, seen = self._after(state, tokens[:, None])
         return (*state[:5], state[5] + 1, written[:, 0], seen[:, 0])
 
-    def _moving(self, state: tuple):
-        """The tokens that move a spelling on, its next token and its first ([n, 2S]), and
-        (written, seen) [n, 2S, S] after each."""
+    def candidates(self, state: tuple) -> torch.Tensor:
+        """[n, 2S]: the tokens that move a spelling on, each spelling's next token and its first
+        one (a PAD for an empty slot)."""
         ids, written = state[0], state[6]
         next_id = ids.gather(2, written.clamp(max=ids.size(2) - 1)[..., None])[..., 0]
-        moving = torch.cat([next_id, ids[:, :, 0]], dim=1)
+        return torch.cat([next_id, ids[:, :, 0]], dim=1)
+
+    def _moving(self, state: tuple):
+        """The tokens that move a spelling on (`candidates`), and (written, seen) [n, 2S, S]
+        after each."""
+        moving = self.candidates(state)
         return (moving, *self._after(state, moving))
 
     def _mask(self, state: tuple, remaining, moves) -> torch.Tensor:
@@ -216,10 +221,6 @@ class Terms(Constraint):
         return self._mask(state, remaining, self._moving(state))
 
     banked = True
-
-    def candidates(self, state: tuple) -> torch.Tensor:
-        """[n, 2S]: each spelling's next token and its first one (a PAD for an empty slot)."""
-        return self._moving(state)[0]
 
     def met(self, state: tuple, tokens) -> torch.Tensor:
         """[n, K]: the terms each row has met after each of its tokens [n, K] (a term begun is
