@@ -3,7 +3,8 @@
 `prepare_data` reads each split through the task, trains its vocabulary on the first
 data.vocab_sample training pairs, encodes the pairs in chunks and appends the ids to flat int32
 files: the training split in shards, cleaned and binarised by worker processes
-(`s2s.core.data.shards`), read back as one split (`Shards`), the dev and test splits here, whole.
+(`s2s.core.data.shards`), read back as one split (`Shards`) without the pairs repeated across
+shards (`s2s.core.data.cleaning.across_shards`), the dev and test splits here, whole.
 Only per-pair offsets are kept (memory-mapped for the shards), so a corpus of tens of millions
 of pairs never sits in Python lists. The result is cached under a key derived from the task
 section and the data settings, and written to a temporary folder renamed into place once
@@ -55,7 +56,7 @@ from .cleaning import summary
 from .shards import CHUNK, with_eos
 
 log = logging.getLogger("s2s")
-FORMAT = 3  # bump when the on-disk layout changes (3: the training split in shards)
+FORMAT = 4  # bump when the on-disk layout changes (4: pairs repeated across shards listed)
 MANIFEST = "prepared.json"
 
 
@@ -78,7 +79,8 @@ def cache_key(task: Task, data_cfg) -> str:
 @dataclass
 class Split:
     """One binarised split: ids of pair i are at src_off[i]:src_off[i+1] of the int32 file open
-    as `src` (they end with EOS), likewise for tgt.
+    as `src` (they end with EOS), likewise for tgt; with `keep` (a shard holding pairs repeated
+    from earlier shards), pair i is the file's pair keep[i].
 
     The id files stay open from `load` on, and ids are read through these descriptors, never
     by name: a cache rebuilt meanwhile (by another `s2s prepare`) is switched in beside them,
@@ -88,10 +90,12 @@ class Split:
     tgt: int
     src_off: np.ndarray
     tgt_off: np.ndarray
+    keep: np.ndarray | None = None
 
     @classmethod
     def load(cls, directory: Path, name: str, mapped: bool = False) -> "Split":
-        """`mapped`: the offsets memory-mapped, not read (a shard of a large split)."""
+        """`mapped`: the offsets memory-mapped, not read (a shard of a large split), and the
+        shard's pairs repeated from earlier shards (`{name}.dup.npy`, if any) left out."""
         fds = [os.open(directory / f"{name}.{side}.bin", os.O_RDONLY) for side in ("src", "tgt")]
         mode = "r" if mapped else None
         split = cls(
@@ -101,26 +105,35 @@ class Split:
         )
         for fd in fds:
             weakref.finalize(split, os.close, fd)  # closed with the split
+        repeats = directory / f"{name}.dup.npy"
+        if mapped and repeats.is_file() and len(dropped := np.load(repeats)):
+            split.keep = np.setdiff1d(np.arange(len(split.src_off) - 1), dropped, True)
         return split
 
     def __len__(self) -> int:
-        return len(self.src_off) - 1
+        return len(self.src_off) - 1 if self.keep is None else len(self.keep)
 
     @property
     def src_lens(self) -> np.ndarray:
-        return np.diff(self.src_off)
+        lens = np.diff(self.src_off)
+        return lens if self.keep is None else lens[self.keep]
 
     @property
     def tgt_lens(self) -> np.ndarray:
-        return np.diff(self.tgt_off)
+        lens = np.diff(self.tgt_off)
+        return lens if self.keep is None else lens[self.keep]
 
     @property
     def tokens(self) -> tuple[int, int]:
         """Source and target tokens, </s> included."""
+        if self.keep is not None:
+            return int(self.src_lens.sum()), int(self.tgt_lens.sum())
         return int(self.src_off[-1]), int(self.tgt_off[-1])
 
     def ids(self, indices: Sequence[int]) -> tuple[list[np.ndarray], list[np.ndarray]]:
         """The source and target ids (each ending with EOS) of the pairs `indices`."""
+        if self.keep is not None:
+            indices = self.keep[np.asarray(indices, np.int64)]
         return _read(self.src, self.src_off, indices), _read(self.tgt, self.tgt_off, indices)
 
     def batch(self, indices: Sequence[int]) -> dict:
@@ -148,7 +161,7 @@ class Shards:
     def _both_lens(self) -> tuple[np.ndarray, np.ndarray]:
         if self._lens is None:
             self._lens = tuple(
-                np.concatenate([np.diff(getattr(p, f"{side}_off")) for p in self.parts])
+                np.concatenate([getattr(p, f"{side}_lens") for p in self.parts])
                 for side in ("src", "tgt")
             )
         return self._lens

@@ -38,7 +38,7 @@ import numpy as np
 from .. import files
 from ..errors import DataError
 from ..contract.vocab import EOS
-from .cleaning import Cleaner, summary
+from .cleaning import Cleaner, across_shards, save_hashes, summary
 
 log = logging.getLogger("s2s")
 CHUNK = 20_000  # pairs encoded per call to the tokenizer
@@ -103,8 +103,9 @@ def _text_chunks(prefix: Path):
 
 def binarise_shard(task, text: str, out: str, data_cfg: dict) -> dict:
     """Clean, encode and binarise the pairs of the text files `{text}.src.txt` / `.tgt.txt` into
-    `{out}.src.bin`, `.tgt.bin`, `.src.off.npy`, `.tgt.off.npy`; the text files are removed.
-    Returns its counts and its files' SHA-256 (run in a worker process, or in this one)."""
+    `{out}.src.bin`, `.tgt.bin`, `.src.off.npy`, `.tgt.off.npy` (and `.hash.npy`, the kept
+    pairs' hashes, with the `duplicate` rule); the text files are removed. Returns its counts and
+    its files' SHA-256 (run in a worker process, or in this one)."""
     cleaner = Cleaner(data_cfg)
     src_lens, tgt_lens = [np.zeros(1, np.int64)], [np.zeros(1, np.int64)]
     hs, ht = hashlib.sha256(), hashlib.sha256()
@@ -137,10 +138,14 @@ def binarise_shard(task, text: str, out: str, data_cfg: dict) -> dict:
     }
     for side, off in offsets.items():
         np.save(f"{out}.{side}.off.npy", off)
+    saved = [f"{out}.src.off.npy", f"{out}.tgt.off.npy"]
+    if cleaner.hashes is not None:
+        save_hashes(f"{out}.hash.npy", cleaner.hashes)
+        saved.append(f"{out}.hash.npy")
     name = Path(out).name
     digests = {f"{name}.src.bin": hs.hexdigest(), f"{name}.tgt.bin": ht.hexdigest()}
-    for side in ("src", "tgt"):
-        digests[f"{name}.{side}.off.npy"] = files.sha256(f"{out}.{side}.off.npy")
+    for path in saved:
+        digests[Path(path).name] = files.sha256(path)
     return {
         "read": read,
         "pairs": int(len(offsets["src"]) - 1),
@@ -296,6 +301,36 @@ def _parallel(task, n: int) -> int:
     return n
 
 
+def _repeats_across_shards(tmp: Path, entries: list, old: Path | None, was_built: dict) -> None:
+    """The pairs of each shard that an earlier shard holds (`cleaning.across_shards`), counted in
+    its entry: taken from the previous build for the leading shards it has unchanged (a shard's
+    list depends only on the shards up to it), computed for the others."""
+    names = [e["name"] for e in entries]
+    before = was_built.get("shards", [])
+    start = 0
+    while (
+        start < min(len(entries), len(before))
+        and entries[start]["key"] == before[start]["key"]
+        and _reusable(old, {"files": _dup_file(was_built, before[start]["name"])})
+    ):
+        _link(old / f"{before[start]['name']}.dup.npy", tmp / f"{names[start]}.dup.npy")
+        entries[start]["dropped"]["duplicate_across_shards"] = before[start]["dropped"][
+            "duplicate_across_shards"
+        ]
+        start += 1
+    counts = across_shards(tmp, names, start)
+    for entry, count in zip(entries[start:], counts):
+        entry["dropped"]["duplicate_across_shards"] = count
+    if start < len(entries):
+        log.info("train: pairs repeated across shards listed for %d shard(s)", len(counts))
+
+
+def _dup_file(manifest: dict, name: str) -> dict:
+    """The previous build's list of repeats of shard `name` and its digest (None: it had none)."""
+    file = f"{name}.dup.npy"
+    return {file: manifest.get("files", {}).get(file)}
+
+
 def build_train(task, pairs, tmp: Path, data_cfg, old: Path | None, vocab_sha: str, progress):
     """Binarise the training `pairs` into shards of `tmp`; shards of the previous build `old`
     with the same key are linked instead. Returns the split's counts and the shards' entries."""
@@ -304,13 +339,13 @@ def build_train(task, pairs, tmp: Path, data_cfg, old: Path | None, vocab_sha: s
         "max_len_ratio": data_cfg.max_len_ratio,
         "clean": list(data_cfg.clean),
     }
-    previous = {}
+    previous, was_built = {}, {}
     if old is not None:
         try:
-            manifest = json.loads((old / "prepared.json").read_text(encoding="utf-8"))
-            previous = {e["key"]: e for e in manifest.get("shards", [])}
+            was_built = json.loads((old / "prepared.json").read_text(encoding="utf-8"))
+            previous = {e["key"]: e for e in was_built.get("shards", [])}
         except (OSError, ValueError, KeyError, TypeError):
-            previous = {}
+            previous, was_built = {}, {}
     pool = _Pool(task, _parallel(task, workers(data_cfg)), tmp)
     entries, start, index, reused = [], 0, 0, 0
     try:
@@ -350,7 +385,8 @@ def build_train(task, pairs, tmp: Path, data_cfg, old: Path | None, vocab_sha: s
                 for file in was["files"]:
                     _link(old / file, tmp / file.replace(was["name"], name, 1))
                 pool.done[index] = {
-                    **{k: was[k] for k in ("read", "pairs", "src_tokens", "tgt_tokens", "dropped")},
+                    **{k: was[k] for k in ("read", "pairs", "src_tokens", "tgt_tokens")},
+                    "dropped": dict(was["dropped"]),
                     "files": {f.replace(was["name"], name, 1): d for f, d in was["files"].items()},
                 }
                 reused += 1
@@ -366,10 +402,12 @@ def build_train(task, pairs, tmp: Path, data_cfg, old: Path | None, vocab_sha: s
         entry.update(done[i])
     if reused:
         log.info("train: %d of %d shards taken from the previous build", reused, len(entries))
+    if "duplicate" in cfg["clean"]:
+        _repeats_across_shards(tmp, entries, old, was_built)
     dropped = (
         {k: sum(e["dropped"][k] for e in entries) for k in entries[0]["dropped"]} if entries else {}
     )
-    kept = sum(e["pairs"] for e in entries)
+    kept = sum(e["pairs"] - e["dropped"]["duplicate_across_shards"] for e in entries)
     if kept == 0:
         raise DataError(
             f"task {task.name!r}: split 'train' has no usable pairs (all empty or filtered: "

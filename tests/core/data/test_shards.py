@@ -7,6 +7,7 @@ import os
 import numpy as np
 import pytest
 from omegaconf import OmegaConf
+from s2s.core.data.batches import epoch_batches
 from s2s.core.data.prepared import MANIFEST, prepare_data
 from s2s.core.errors import DataError
 from s2s.core.setup.settings import DataConfig
@@ -145,6 +146,7 @@ def test_cleaning_counts_what_each_rule_dropped(registry, tmp_path, capsys):
         "duplicate": 2,
         "max_len": 1,
         "len_ratio": 0,
+        "duplicate_across_shards": 0,
     }
 
 
@@ -179,3 +181,49 @@ def test_a_worker_process_that_fails_is_named_in_one_line_and_leaves_nothing(reg
     with pytest.raises(DataError, match=r"worker process binarising train\.0000\d failed: "):
         prepare_data(task, _data(cache, shard_pairs=1000, workers=2), quiet=True)
     assert not cache.exists() or not any(p.is_dir() for p in cache.iterdir())
+
+
+def test_pairs_repeated_across_shards_are_dropped_once_and_counted(registry, tmp_path):
+    """Shards of 1,000 pairs, later ones repeating pairs of earlier ones (one of them twice in
+    its shard): training reads exactly the corpus without its repeats, in order, each repeat
+    counted once; shards appended list only their own repeats, the others' lists kept."""
+    en = (corpus(MULTI30K) / "train.en").read_text("utf-8").splitlines()
+    de = (MULTI30K / "train.de").read_text("utf-8").splitlines()
+    unique = list(dict.fromkeys((s.strip(), t.strip()) for s, t in zip(en, de) if s and t))
+    fresh = iter(unique[1000:])
+    pairs = unique[:1000]
+    pairs += unique[:5] + [next(fresh) for _ in range(995)]  # shard 1: 5 pairs of shard 0
+    pairs += unique[10:13] + pairs[1500:1502] + [unique[10]]  # shard 2: 5 repeats, one twice
+    pairs += [next(fresh) for _ in range(994)]
+    text, cache = tmp_path / "text", tmp_path / "cache"
+    data = _data(cache, shard_pairs=1000, vocab_sample=1000, workers=1, clean=["duplicate"])
+    _write(text, pairs)
+    first = prepare_data(_text_task(registry, text), data, quiet=True)
+    dropped = first.manifest["splits"]["train"]["dropped"]
+    assert (dropped["duplicate"], dropped["duplicate_across_shards"]) == (1, 10)
+    assert [e["dropped"]["duplicate_across_shards"] for e in first.manifest["shards"]] == [0, 5, 5]
+    train = first.splits["train"]
+    assert len(train) == first.manifest["splits"]["train"]["pairs"] == 3000 - 11
+    _write(tmp_path / "once", list(dict.fromkeys(pairs)))
+    alone = _data(tmp_path / "c1", vocab_sample=1000)  # the same vocabulary, one shard
+    once = prepare_data(_text_task(registry, tmp_path / "once"), alone, quiet=True).splits["train"]
+    _same_pairs(once, train)
+
+    batches = epoch_batches(train, max_tokens=2000, seed=1, epoch=3)  # each pair once an epoch
+    assert np.array_equal(np.sort(np.concatenate(batches)), np.arange(len(train)))
+    same = epoch_batches(once, max_tokens=2000, seed=1, epoch=3)
+    assert len(batches) == len(same) and all(map(np.array_equal, batches, same))
+
+    lists = {
+        e["name"]: os.stat(first.directory / f"{e['name']}.dup.npy").st_ino
+        for e in first.manifest["shards"]
+    }
+    _write(text, pairs + pairs[1000:1004] + [next(fresh) for _ in range(996)])
+    grown = prepare_data(_text_task(registry, text), data, quiet=True)
+    after = grown.manifest
+    assert after["splits"]["train"]["shards_reused"] == 3
+    assert [e["dropped"]["duplicate_across_shards"] for e in after["shards"]] == [0, 5, 5, 4]
+    assert after["splits"]["train"]["dropped"]["duplicate_across_shards"] == 14
+    for name, inode in lists.items():  # the earlier shards' lists: not computed again
+        assert os.stat(grown.directory / f"{name}.dup.npy").st_ino == inode
+    assert len(grown.splits["train"]) == 4000 - 15
