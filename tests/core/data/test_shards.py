@@ -3,6 +3,8 @@ shard kept while its pairs stay, the vocabulary's sample, cleaning counted."""
 
 import json
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -156,6 +158,7 @@ def test_cleaning_counts_what_each_rule_dropped(registry, tmp_path, capsys):
         ("data.clean=[empty,langid]", "data.clean"),
         ("data.shard_pairs=10", "data.shard_pairs=10"),
         ("data.workers=-1", "data.workers=-1"),
+        ("--node-rank=2", "--nodes 1 --node-rank 2"),
     ],
 )
 def test_bad_data_settings_fail_in_one_line(tmp_path, capsys, override, needle):
@@ -227,3 +230,58 @@ def test_pairs_repeated_across_shards_are_dropped_once_and_counted(registry, tmp
     for name, inode in lists.items():  # the earlier shards' lists: not computed again
         assert os.stat(grown.directory / f"{name}.dup.npy").st_ino == inode
     assert len(grown.splits["train"]) == 4000 - 15
+
+
+def _prepare_on_node(text, cache, rank, *extra):
+    """`s2s prepare` as node `rank` of 2, in a process of its own."""
+    argv = ["prepare", "own_translation", f"task.data_dir={text}", "task.test_prefix="]
+    argv += ["task.vocab_size=400", "data.shard_pairs=1000", "data.vocab_sample=1000"]
+    argv += ["data.workers=1", "data.clean=[duplicate]", f"data.cache_dir={cache}", *extra]
+    argv += ["--nodes", "2", "--node-rank", str(rank)]
+    return subprocess.Popen(
+        [sys.executable, "-m", "s2s.core.apps.cli", *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_two_nodes_prepare_one_corpus_as_one_node_does(registry, tmp_path, capsys):
+    """Two processes playing two nodes on one cache folder: node 1 binarises shards 1 and 3,
+    node 0 the vocabulary, shards 0 and 2 and the manifest; the cache's files are those one
+    node makes alone, repeats across shards counted in both nodes' output. Node 0 alone waits
+    run.wait_minutes, then names the shard missing in one line."""
+    en = (corpus(MULTI30K) / "train.en").read_text("utf-8").splitlines()
+    de = (MULTI30K / "train.de").read_text("utf-8").splitlines()
+    pairs = list(zip(en, de))[:3500]
+    text = tmp_path / "text"
+    _write(text, pairs + pairs[100:110])
+    for lang in ("en", "de"):
+        (text / f"valid.{lang}").write_text("a house\n", "utf-8")
+    helper = _prepare_on_node(text, tmp_path / "cache", 1)  # first: it waits for the vocabulary
+    node0 = _prepare_on_node(text, tmp_path / "cache", 0)
+    (out0, err0), (out1, err1) = node0.communicate(timeout=300), helper.communicate(timeout=300)
+    assert node0.returncode == 0 and helper.returncode == 0, err0 + err1
+    assert out0 == out1 and "duplicate_across_shards 10" in out0
+    assert "node 1: 2 training shard(s) binarised" in err1
+    code, alone, err = s2s(
+        capsys, "prepare", "own_translation", f"task.data_dir={text}", "task.test_prefix=",
+        "task.vocab_size=400", "data.shard_pairs=1000", "data.vocab_sample=1000",
+        "data.workers=1", "data.clean=[duplicate]", f"data.cache_dir={tmp_path / 'one'}",
+    )  # fmt: skip
+    assert code == 0, err
+    assert alone.replace(str(tmp_path / "one"), str(tmp_path / "cache")) == out0
+    built = {}
+    for cache in ("cache", "one"):
+        folder = next(p for p in (tmp_path / cache).iterdir() if p.is_dir())
+        built[cache] = json.loads((folder / MANIFEST).read_text())["files"]
+        assert [p.name for p in (tmp_path / cache).iterdir() if ".nodes" in p.name] == []
+    assert built["cache"] == built["one"]
+
+    _write(text, pairs)  # changed: shard 3 is another node's, and nobody binarises it
+    alone = _prepare_on_node(text, tmp_path / "cache", 0, "run.wait_minutes=0.02")
+    _, err = alone.communicate(timeout=300)
+    assert alone.returncode == 2 and "Traceback" not in err
+    errors = [line for line in err.splitlines() if ": error: " in line]
+    assert len(errors) == 1 and "shard train.00003 (training pairs 3000 to 3499)" in errors[0]
+    assert "node 1 of 2" in errors[0] and "run.wait_minutes=0.02" in errors[0]
