@@ -189,7 +189,8 @@ def test_a_worker_process_that_fails_is_named_in_one_line_and_leaves_nothing(reg
 def test_pairs_repeated_across_shards_are_dropped_once_and_counted(registry, tmp_path):
     """Shards of 1,000 pairs, later ones repeating pairs of earlier ones (one of them twice in
     its shard): training reads exactly the corpus without its repeats, in order, each repeat
-    counted once; shards appended list only their own repeats, the others' lists kept."""
+    counted once; shards appended list only their own repeats, the others' lists kept; a shard
+    replaced lists again the repeats of the shards after it, none of them binarised again."""
     en = (corpus(MULTI30K) / "train.en").read_text("utf-8").splitlines()
     de = (MULTI30K / "train.de").read_text("utf-8").splitlines()
     unique = list(dict.fromkeys((s.strip(), t.strip()) for s, t in zip(en, de) if s and t))
@@ -221,7 +222,8 @@ def test_pairs_repeated_across_shards_are_dropped_once_and_counted(registry, tmp
         e["name"]: os.stat(first.directory / f"{e['name']}.dup.npy").st_ino
         for e in first.manifest["shards"]
     }
-    _write(text, pairs + pairs[1000:1004] + [next(fresh) for _ in range(996)])
+    pairs += pairs[1000:1004] + [next(fresh) for _ in range(996)]  # shard 3: 4 of shard 0
+    _write(text, pairs)
     grown = prepare_data(_text_task(registry, text), data, quiet=True)
     after = grown.manifest
     assert after["splits"]["train"]["shards_reused"] == 3
@@ -230,6 +232,23 @@ def test_pairs_repeated_across_shards_are_dropped_once_and_counted(registry, tmp
     for name, inode in lists.items():  # the earlier shards' lists: not computed again
         assert os.stat(grown.directory / f"{name}.dup.npy").st_ino == inode
     assert len(grown.splits["train"]) == 4000 - 15
+
+    inode = {
+        f"{e['name']}.{kind}": os.stat(grown.directory / f"{e['name']}.{kind}.npy").st_ino
+        for e in after["shards"]
+        for kind in ("src.off", "dup")
+    }
+    _write(text, pairs[:1000] + [next(fresh) for _ in range(1000)] + pairs[2000:])
+    replaced = prepare_data(_text_task(registry, text), data, quiet=True)  # shard 1 replaced
+    now = replaced.manifest
+    assert now["splits"]["train"]["shards_reused"] == 3
+    assert [e["dropped"]["duplicate_across_shards"] for e in now["shards"]] == [0, 0, 3, 4]
+    assert len(replaced.splits["train"]) == 4000 - 8  # shard 2's 2 repeats of shard 1 kept now
+    # shards 0, 2 and 3 not binarised again; the lists of 2 and 3 made again from the hashes
+    kept = {n for n, i in inode.items() if os.stat(replaced.directory / f"{n}.npy").st_ino == i}
+    assert kept == {"train.00000.src.off", "train.00000.dup"} | {
+        f"train.0000{i}.src.off" for i in (2, 3)
+    }
 
 
 def _prepare_on_node(text, cache, rank, *extra):
