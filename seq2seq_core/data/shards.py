@@ -15,7 +15,13 @@ settings. When the corpus changes (pairs appended, a range replaced), the cache 
 as always, but every shard whose key the previous build holds is taken from it (a hard link, its
 checksum verified) rather than binarised again; so is the vocabulary when its sample (the first
 `data.vocab_sample` pairs) is unchanged. Appending a corpus of whole shards to one whose last
-shard is full re-binarises only the new shards.
+shard is full re-binarises only the new shards. With the `duplicate` rule each shard also keeps
+its pairs' hashes, from which the pairs repeated across shards are listed once all are there
+(`cleaning.across_shards`).
+
+Several machines sharing the cache folder can binarise one corpus's shards (`Nodes`): node 0
+builds the cache as above, taking the other nodes' shards from `.{cache}.nodes/`, where they
+leave them (`binarise_share`).
 """
 
 from __future__ import annotations
