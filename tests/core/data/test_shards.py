@@ -16,7 +16,7 @@ from s2s.core.setup.settings import DataConfig
 from s2s.plugins.demo import DemoTask
 
 from cli_checks import fails, s2s, snapshot
-from conftest import MULTI30K, corpus
+from conftest import MULTI30K, corpus, free_port
 
 
 def _demo(registry, **kw):
@@ -251,32 +251,43 @@ def test_pairs_repeated_across_shards_are_dropped_once_and_counted(registry, tmp
     }
 
 
+def _prepare_argv(text, cache, *extra):
+    """`s2s prepare` of 2 nodes' Multi30k corpus, after `python -m`."""
+    argv = ["s2s.core.apps.cli", "prepare", "own_translation", f"task.data_dir={text}"]
+    argv += ["task.test_prefix=", "task.vocab_size=400", "data.shard_pairs=1000"]
+    argv += ["data.vocab_sample=1000", "data.workers=1", "data.clean=[duplicate]"]
+    return [*argv, f"data.cache_dir={cache}", *extra, "--nodes", "2"]
+
+
 def _prepare_on_node(text, cache, rank, *extra):
     """`s2s prepare` as node `rank` of 2, in a process of its own."""
-    argv = ["prepare", "own_translation", f"task.data_dir={text}", "task.test_prefix="]
-    argv += ["task.vocab_size=400", "data.shard_pairs=1000", "data.vocab_sample=1000"]
-    argv += ["data.workers=1", "data.clean=[duplicate]", f"data.cache_dir={cache}", *extra]
-    argv += ["--nodes", "2", "--node-rank", str(rank)]
     return subprocess.Popen(
-        [sys.executable, "-m", "s2s.core.apps.cli", *argv],
+        [sys.executable, "-m", *_prepare_argv(text, cache, *extra), "--node-rank", str(rank)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
 
 
+def _node_corpus(folder):
+    """3,510 Multi30k pairs, the last 10 repeating pairs of the first shard; a dev pair."""
+    en = (corpus(MULTI30K) / "train.en").read_text("utf-8").splitlines()
+    de = (MULTI30K / "train.de").read_text("utf-8").splitlines()
+    pairs = list(zip(en, de))[:3500]
+    _write(folder, pairs + pairs[100:110])
+    for lang in ("en", "de"):
+        (folder / f"valid.{lang}").write_text("a house\n", "utf-8")
+    return pairs
+
+
+@pytest.mark.slow
 def test_two_nodes_prepare_one_corpus_as_one_node_does(registry, tmp_path, capsys):
     """Two processes playing two nodes on one cache folder: node 1 binarises shards 1 and 3,
     node 0 the vocabulary, shards 0 and 2 and the manifest; the cache's files are those one
     node makes alone, repeats across shards counted in both nodes' output. Node 0 alone waits
     run.wait_minutes, then names the shard missing in one line."""
-    en = (corpus(MULTI30K) / "train.en").read_text("utf-8").splitlines()
-    de = (MULTI30K / "train.de").read_text("utf-8").splitlines()
-    pairs = list(zip(en, de))[:3500]
     text = tmp_path / "text"
-    _write(text, pairs + pairs[100:110])
-    for lang in ("en", "de"):
-        (text / f"valid.{lang}").write_text("a house\n", "utf-8")
+    pairs = _node_corpus(text)
     helper = _prepare_on_node(text, tmp_path / "cache", 1)  # first: it waits for the vocabulary
     node0 = _prepare_on_node(text, tmp_path / "cache", 0)
     (out0, err0), (out1, err1) = node0.communicate(timeout=300), helper.communicate(timeout=300)
@@ -304,3 +315,28 @@ def test_two_nodes_prepare_one_corpus_as_one_node_does(registry, tmp_path, capsy
     errors = [line for line in err.splitlines() if ": error: " in line]
     assert len(errors) == 1 and "shard train.00003 (training pairs 3000 to 3499)" in errors[0]
     assert "node 1 of 2" in errors[0] and "run.wait_minutes=0.02" in errors[0]
+
+
+@pytest.mark.slow
+def test_two_torchrun_agents_prepare_as_nodes_by_their_group_rank(tmp_path):
+    """`torchrun --nnodes 2` (one process a node, c10d rendezvous on 127.0.0.1): `s2s prepare
+    --nodes 2` takes each node's rank from GROUP_RANK; the cache is the one two nodes make."""
+    text = tmp_path / "text"
+    _node_corpus(text)
+    endpoint = f"127.0.0.1:{free_port()}"
+    agents = [
+        subprocess.Popen(
+            [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc_per_node=1"]
+            + [f"--node-rank={node}", "--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}"]
+            + ["--rdzv-id=s2s-prepare", "-m", *_prepare_argv(text, tmp_path / "cache")],
+            env={**os.environ, "OMP_NUM_THREADS": "1"},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for node in (0, 1)
+    ]
+    said = [agent.communicate(timeout=300) for agent in agents]
+    assert [a.returncode for a in agents] == [0, 0], said[0][1][-3000:] + said[1][1][-3000:]
+    assert "node 1: 2 training shard(s) binarised" in said[1][1]
+    assert "duplicate_across_shards 10" in said[0][0]
