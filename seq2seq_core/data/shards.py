@@ -308,10 +308,13 @@ def _parallel(task, n: int) -> int:
     return n
 
 
-def _repeats_across_shards(tmp: Path, entries: list, old: Path | None, was_built: dict) -> None:
+def _repeats_across_shards(
+    tmp: Path, entries: list, old: Path | None, was_built: dict
+) -> tuple[int, int]:
     """The pairs of each shard that an earlier shard holds (`cleaning.across_shards`), counted in
     its entry: taken from the previous build for the leading shards it has unchanged (a shard's
-    list depends only on the shards up to it), computed for the others."""
+    list depends only on the shards up to it), computed for the others. Returns their source
+    and target tokens (an entry's tokens are its files')."""
     names = [e["name"] for e in entries]
     before = was_built.get("shards", [])
     start = 0
@@ -330,6 +333,13 @@ def _repeats_across_shards(tmp: Path, entries: list, old: Path | None, was_built
         entry["dropped"]["duplicate_across_shards"] = count
     if start < len(entries):
         log.info("train: pairs repeated across shards listed for %d shard(s)", len(counts))
+    tokens = [0, 0]
+    for name in names:
+        repeated = np.load(tmp / f"{name}.dup.npy")
+        for i, kind in enumerate(("src", "tgt")):
+            off = np.load(tmp / f"{name}.{kind}.off.npy", mmap_mode="r")
+            tokens[i] += int((off[repeated + 1] - off[repeated]).sum())
+    return tokens[0], tokens[1]
 
 
 def _dup_file(manifest: dict, name: str) -> dict:
@@ -535,8 +545,9 @@ def build_train(
         entry.update(done[i])
     if reused:
         log.info("train: %d of %d shards taken from the previous build", reused, len(entries))
+    repeated = (0, 0)
     if "duplicate" in cfg["clean"]:
-        _repeats_across_shards(tmp, entries, old, was_built)
+        repeated = _repeats_across_shards(tmp, entries, old, was_built)
     dropped = (
         {k: sum(e["dropped"][k] for e in entries) for k in entries[0]["dropped"]} if entries else {}
     )
@@ -552,8 +563,8 @@ def build_train(
         "dropped": dropped,
         "shards": len(entries),
         "shards_reused": reused,
-        "src_tokens": sum(e["src_tokens"] for e in entries),
-        "tgt_tokens": sum(e["tgt_tokens"] for e in entries),
+        "src_tokens": sum(e["src_tokens"] for e in entries) - repeated[0],
+        "tgt_tokens": sum(e["tgt_tokens"] for e in entries) - repeated[1],
     }
     return stats, entries
 

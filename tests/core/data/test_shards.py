@@ -208,6 +208,8 @@ def test_pairs_repeated_across_shards_are_dropped_once_and_counted(registry, tmp
     assert [e["dropped"]["duplicate_across_shards"] for e in first.manifest["shards"]] == [0, 5, 5]
     train = first.splits["train"]
     assert len(train) == first.manifest["splits"]["train"]["pairs"] == 3000 - 11
+    counted = first.manifest["splits"]["train"]
+    assert (counted["src_tokens"], counted["tgt_tokens"]) == train.tokens
     _write(tmp_path / "once", list(dict.fromkeys(pairs)))
     alone = _data(tmp_path / "c1", vocab_sample=1000)  # the same vocabulary, one shard
     once = prepare_data(_text_task(registry, tmp_path / "once"), alone, quiet=True).splits["train"]
