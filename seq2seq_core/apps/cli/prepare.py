@@ -47,7 +47,9 @@ def run(args) -> int:
     cfg, reg = config_of(args)
     members = build_members(cfg, reg)  # a multi-task preset: each member, as training prepares it
     nodes = Nodes(rank, args.nodes, cfg.run.wait_minutes)
-    prepare_members(members, cfg, Group("cpu"), quiet=args.quiet, nodes=nodes)
+    # under torchrun, its processes: the others wait run.wait_minutes for those that prepare
+    group = Group("cpu", cfg.run.timeout_minutes, cfg.run.wait_minutes)
+    prepare_members(members, cfg, group, quiet=args.quiet, nodes=nodes)
     for m in members:
         prepared, task = m.data, m.task
         head = f"{m.name} " if len(members) > 1 else ""
@@ -65,4 +67,5 @@ def run(args) -> int:
             f"{head}vocabulary: source {task.src_vocab_size}, target {task.tgt_vocab_size}"
             f"{' (shared)' if task.shared_vocab else ''}; prepared in {prepared.directory}"
         )
+    group.close()  # together: a gloo process leaving its group alone can abort at exit
     return 0

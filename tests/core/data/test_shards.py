@@ -262,13 +262,29 @@ def _prepare_argv(text, cache, *extra):
 
 
 def _prepare_on_node(text, cache, rank, *extra):
-    """`s2s prepare` as node `rank` of 2, in a process of its own."""
-    return subprocess.Popen(
+    """`s2s prepare` as node `rank` of 2, started in a process of its own; returns what waits
+    for it: (exit code, stdout, stderr). Its output goes to files beside the cache: a pipe
+    left unread while the other node is waited for could fill and stall it."""
+    said = [open(f"{cache}.node{rank}.{kind}", "w+", encoding="utf-8") for kind in ("out", "err")]
+    proc = subprocess.Popen(
         [sys.executable, "-m", *_prepare_argv(text, cache, *extra), "--node-rank", str(rank)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+        stdout=said[0],
+        stderr=said[1],
     )
+
+    def finished():
+        try:
+            code = proc.wait(timeout=300)
+        finally:
+            proc.kill()  # a node left waiting (the test failed) stops with it
+        for f in said:
+            f.seek(0)
+        out, err = (f.read() for f in said)
+        for f in said:
+            f.close()
+        return code, out, err
+
+    return finished
 
 
 def _node_corpus(folder):
@@ -292,8 +308,8 @@ def test_two_nodes_prepare_one_corpus_as_one_node_does(registry, tmp_path, capsy
     pairs = _node_corpus(text)
     helper = _prepare_on_node(text, tmp_path / "cache", 1)  # first: it waits for the vocabulary
     node0 = _prepare_on_node(text, tmp_path / "cache", 0)
-    (out0, err0), (out1, err1) = node0.communicate(timeout=300), helper.communicate(timeout=300)
-    assert node0.returncode == 0 and helper.returncode == 0, err0 + err1
+    (code0, out0, err0), (code1, out1, err1) = node0(), helper()
+    assert code0 == 0 and code1 == 0, err0 + err1
     assert out0 == out1 and "duplicate_across_shards 10" in out0
     assert "node 1: 2 training shard(s) binarised" in err1
     code, alone, err = s2s(
@@ -311,9 +327,8 @@ def test_two_nodes_prepare_one_corpus_as_one_node_does(registry, tmp_path, capsy
     assert built["cache"] == built["one"]
 
     _write(text, pairs)  # changed: shard 3 is another node's, and nobody binarises it
-    alone = _prepare_on_node(text, tmp_path / "cache", 0, "run.wait_minutes=0.02")
-    _, err = alone.communicate(timeout=300)
-    assert alone.returncode == 2 and "Traceback" not in err
+    code, _, err = _prepare_on_node(text, tmp_path / "cache", 0, "run.wait_minutes=0.02")()
+    assert code == 2 and "Traceback" not in err
     errors = [line for line in err.splitlines() if ": error: " in line]
     assert len(errors) == 1 and "shard train.00003 (training pairs 3000 to 3499)" in errors[0]
     assert "node 1 of 2" in errors[0] and "run.wait_minutes=0.02" in errors[0]
@@ -332,13 +347,19 @@ def test_two_torchrun_agents_prepare_as_nodes_by_their_group_rank(tmp_path):
             + [f"--node-rank={node}", "--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}"]
             + ["--rdzv-id=s2s-prepare", "-m", *_prepare_argv(text, tmp_path / "cache")],
             env={**os.environ, "OMP_NUM_THREADS": "1"},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
+            stdout=open(tmp_path / f"node{node}.out", "w"),
+            stderr=open(tmp_path / f"node{node}.log", "w"),
         )
         for node in (0, 1)
     ]
-    said = [agent.communicate(timeout=300) for agent in agents]
-    assert [a.returncode for a in agents] == [0, 0], said[0][1][-3000:] + said[1][1][-3000:]
-    assert "node 1: 2 training shard(s) binarised" in said[1][1]
-    assert "duplicate_across_shards 10" in said[0][0]
+    try:
+        codes = [agent.wait(timeout=300) for agent in agents]
+    finally:
+        for agent in agents:
+            agent.kill()
+    said = [(tmp_path / f"node{node}.log").read_text() for node in (0, 1)]
+    assert codes == [0, 0], said[0][-3000:] + said[1][-3000:]
+    # c10d's rendezvous, not --node-rank, numbers the nodes (GROUP_RANK): either may be node 1
+    assert sum("node 1: 2 training shard(s) binarised" in log for log in said) == 1
+    for node in (0, 1):
+        assert "duplicate_across_shards 10" in (tmp_path / f"node{node}.out").read_text()
