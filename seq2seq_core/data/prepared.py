@@ -542,8 +542,8 @@ def _build(
     tmp: Path,
     quiet: bool,
     old: Path | None,
-    nodes: Nodes = Nodes(),
-    shared: Path | None = None,
+    nodes: Nodes,
+    shared: Path | None,
 ) -> None:
     """Prepare into the folder `tmp`, manifest last; `old`: the previous build of the same cache
     (stale), whose unchanged shards and vocabulary are taken over; `shared`: where the other

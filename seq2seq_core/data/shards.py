@@ -496,8 +496,8 @@ def build_train(
     old: Path | None,
     vocab_sha: str,
     progress,
-    nodes: Nodes = Nodes(),
-    shared: Path | None = None,
+    nodes: Nodes,
+    shared: Path | None,
 ):
     """Binarise the training `pairs` into shards of `tmp`; shards of the previous build `old`
     with the same key are linked instead, and with several `nodes` (this is node 0) the other
