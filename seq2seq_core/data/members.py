@@ -22,6 +22,7 @@ from .idspace import N_SPECIAL, IdMap, MappedConstraint, join
 from .augment import Augment
 from .prepared import padded
 from .prepared import prepare_data as prepare_data
+from .shards import Nodes
 
 
 class Member:
@@ -212,16 +213,21 @@ def pick(members: list[Member], name: str | None) -> Member:
     return members[names.index(name)]
 
 
-def prepare_members(members: list[Member], cfg, group, quiet: bool) -> tuple[int, int, bool]:
+def prepare_members(
+    members: list[Member], cfg, group, quiet: bool, nodes: Nodes = Nodes()
+) -> tuple[int, int, bool]:
     """Each member's data (rank 0 prepares it or checks its cache, the others then read the
-    cache), and what would otherwise fail after training: the splits training needs, dev and
-    test pairs too long for the model (`data.Prepared.open`). Returns the run's id space
-    (`idspace.join`)."""
+    cache; with several `nodes`, node 0 is rank 0 and the others help it: `prepared`), and what
+    would otherwise fail after training: the splits training needs, dev and test pairs too long
+    for the model (`data.Prepared.open`). Returns the run's id space (`idspace.join`)."""
     data_cfg = data_config(cfg)
     groups = joint.assign(members) if members[0].share is not None else []
 
+    # with several nodes, the first process of each builds (those of a vocabulary of their own)
+    builds = group.rank == 0 or (nodes.rank > 0 and group.local_rank == 0)
+
     def read(rank0: bool):
-        if (group.rank == 0) == rank0:
+        if builds == rank0:
             # members sharing a vocabulary are prepared with it, beneath it in the cache
             shared_cfg = (
                 OmegaConf.merge(
@@ -236,9 +242,10 @@ def prepare_members(members: list[Member], cfg, group, quiet: bool) -> tuple[int
                     shared_cfg if m.share else data_cfg,
                     quiet=quiet or not rank0,
                     fit=(cfg.model.max_positions, bool(m.prefix)),
+                    nodes=nodes if rank0 and not m.share else Nodes(),
                 )
 
-    group.agreed(lambda: read(True), rank0_only=True)
+    group.agreed(lambda: read(True), rank0_only=nodes.count == 1)
     group.agreed(lambda: read(False))
     for m in members:
         # a member that only adds training pairs (select 0 beside others) needs no dev split

@@ -3,7 +3,8 @@
 `prepare_data` reads each split through the task, trains its vocabulary on the first
 data.vocab_sample training pairs, encodes the pairs in chunks and appends the ids to flat int32
 files: the training split in shards, cleaned and binarised by worker processes
-(`s2s.core.data.shards`), read back as one split (`Shards`), the dev and test splits here, whole.
+(`s2s.core.data.shards`), read back as one split (`Shards`) without the pairs repeated across
+shards (`s2s.core.data.cleaning.across_shards`), the dev and test splits here, whole.
 Only per-pair offsets are kept (memory-mapped for the shards), so a corpus of tens of millions
 of pairs never sits in Python lists. The result is cached under a key derived from the task
 section and the data settings, and written to a temporary folder renamed into place once
@@ -16,7 +17,10 @@ whose inputs changed since, is rebuilt with a message saying why. Temporary fold
 runs on this machine are removed.
 
 One process of a machine builds a missing cache (holding a lock file beside it), the others wait
-and read it: without shared storage each node's processes would all build it at once.
+and read it: without shared storage each node's processes would all build it at once. With
+storage shared, several machines can build one cache together (`shards.Nodes`): node 0 as above,
+publishing its vocabulary in `.{cache}.nodes/` beside the cache, the others (`_help`, no lock:
+file locks may span machines) binarising their shards there.
 
 `token_batches` groups pairs of similar length so that a batch holds about `max_tokens` source
 and `max_tokens` target tokens, padding included (section 5.1: "sentence pairs were batched
@@ -34,6 +38,7 @@ import logging
 import os
 import shutil
 import socket
+import time
 import weakref
 from dataclasses import dataclass, field
 from itertools import islice
@@ -52,10 +57,10 @@ from ..contract.task import Task
 from ..contract.vocab import BOS, PAD, SPECIALS
 from . import shards
 from .cleaning import summary
-from .shards import CHUNK, with_eos
+from .shards import CHUNK, Nodes, with_eos
 
 log = logging.getLogger("s2s")
-FORMAT = 3  # bump when the on-disk layout changes (3: the training split in shards)
+FORMAT = 4  # bump when the on-disk layout changes (4: pairs repeated across shards listed)
 MANIFEST = "prepared.json"
 
 
@@ -78,7 +83,8 @@ def cache_key(task: Task, data_cfg) -> str:
 @dataclass
 class Split:
     """One binarised split: ids of pair i are at src_off[i]:src_off[i+1] of the int32 file open
-    as `src` (they end with EOS), likewise for tgt.
+    as `src` (they end with EOS), likewise for tgt; with `keep` (a shard holding pairs repeated
+    from earlier shards), pair i is the file's pair keep[i].
 
     The id files stay open from `load` on, and ids are read through these descriptors, never
     by name: a cache rebuilt meanwhile (by another `s2s prepare`) is switched in beside them,
@@ -88,10 +94,12 @@ class Split:
     tgt: int
     src_off: np.ndarray
     tgt_off: np.ndarray
+    keep: np.ndarray | None = None
 
     @classmethod
     def load(cls, directory: Path, name: str, mapped: bool = False) -> "Split":
-        """`mapped`: the offsets memory-mapped, not read (a shard of a large split)."""
+        """`mapped`: the offsets memory-mapped, not read (a shard of a large split), and the
+        shard's pairs repeated from earlier shards (`{name}.dup.npy`, if any) left out."""
         fds = [os.open(directory / f"{name}.{side}.bin", os.O_RDONLY) for side in ("src", "tgt")]
         mode = "r" if mapped else None
         split = cls(
@@ -101,26 +109,35 @@ class Split:
         )
         for fd in fds:
             weakref.finalize(split, os.close, fd)  # closed with the split
+        repeats = directory / f"{name}.dup.npy"
+        if mapped and repeats.is_file() and len(dropped := np.load(repeats)):
+            split.keep = np.setdiff1d(np.arange(len(split.src_off) - 1), dropped, True)
         return split
 
     def __len__(self) -> int:
-        return len(self.src_off) - 1
+        return len(self.src_off) - 1 if self.keep is None else len(self.keep)
 
     @property
     def src_lens(self) -> np.ndarray:
-        return np.diff(self.src_off)
+        lens = np.diff(self.src_off)
+        return lens if self.keep is None else lens[self.keep]
 
     @property
     def tgt_lens(self) -> np.ndarray:
-        return np.diff(self.tgt_off)
+        lens = np.diff(self.tgt_off)
+        return lens if self.keep is None else lens[self.keep]
 
     @property
     def tokens(self) -> tuple[int, int]:
         """Source and target tokens, </s> included."""
+        if self.keep is not None:
+            return int(self.src_lens.sum()), int(self.tgt_lens.sum())
         return int(self.src_off[-1]), int(self.tgt_off[-1])
 
     def ids(self, indices: Sequence[int]) -> tuple[list[np.ndarray], list[np.ndarray]]:
         """The source and target ids (each ending with EOS) of the pairs `indices`."""
+        if self.keep is not None:
+            indices = self.keep[np.asarray(indices, np.int64)]
         return _read(self.src, self.src_off, indices), _read(self.tgt, self.tgt_off, indices)
 
     def batch(self, indices: Sequence[int]) -> dict:
@@ -148,7 +165,7 @@ class Shards:
     def _both_lens(self) -> tuple[np.ndarray, np.ndarray]:
         if self._lens is None:
             self._lens = tuple(
-                np.concatenate([np.diff(getattr(p, f"{side}_off")) for p in self.parts])
+                np.concatenate([getattr(p, f"{side}_lens") for p in self.parts])
                 for side in ("src", "tgt")
             )
         return self._lens
@@ -378,13 +395,22 @@ def _problem(directory: Path) -> str | None:
 
 
 def prepare_data(
-    task: Task, data_cfg, quiet: bool = False, fit: tuple[int, bool] | None = None
+    task: Task,
+    data_cfg,
+    quiet: bool = False,
+    fit: tuple[int, bool] | None = None,
+    nodes: Nodes = Nodes(),
 ) -> Prepared:
     """Vocabulary plus binarised splits for `task`, from the cache when already prepared (`fit`:
-    see `Prepared.open`); else built under the machine's lock, or read once its holder built it."""
+    see `Prepared.open`); else built under the machine's lock, or read once its holder built it;
+    with several `nodes`, built by all of them."""
     root = Path(data_cfg.cache_dir)
     directory = root / f"{task.name}-{cache_key(task, data_cfg)}"
     if directory.is_dir() and _problem(directory) is None:
+        task.load_vocab(directory)
+        return Prepared.open(directory, task.splits, fit)
+    if nodes.rank:
+        _help(task, data_cfg, directory, nodes, quiet)
         task.load_vocab(directory)
         return Prepared.open(directory, task.splits, fit)
     created = not root.exists()
@@ -404,7 +430,7 @@ def prepare_data(
                 return Prepared.open(directory, task.splits, fit)
             if why != "missing":
                 log.warning("prepared data %s is rebuilt: %s", directory, why)
-            _build_into(task, data_cfg, root, directory, quiet)
+            _build_into(task, data_cfg, root, directory, quiet, nodes)
     finally:
         if not directory.exists():  # a failed preparation leaves no trace
             Path(lock.name).unlink(missing_ok=True)
@@ -413,7 +439,9 @@ def prepare_data(
     return Prepared.open(directory, task.splits, fit)
 
 
-def _build_into(task: Task, data_cfg, root: Path, directory: Path, quiet: bool) -> None:
+def _build_into(
+    task: Task, data_cfg, root: Path, directory: Path, quiet: bool, nodes: Nodes
+) -> None:
     """Build the cache in a temporary folder of `root` and switch it in as `directory`."""
     try:
         files.remove_stale_temporaries(root)
@@ -423,7 +451,9 @@ def _build_into(task: Task, data_cfg, root: Path, directory: Path, quiet: bool) 
     except OSError as e:
         raise DataError(f"data.cache_dir {root} is not writable: {e.strerror or e}") from None
     try:
-        _build(task, data_cfg, tmp, quiet, directory if directory.is_dir() else None)
+        shared = root / f".{directory.name}.nodes" if nodes.count > 1 else None
+        old = directory if directory.is_dir() else None
+        _build(task, data_cfg, tmp, quiet, old, nodes, shared)
         if directory.exists():  # stale or damaged: switched aside, never rewritten under a reader
             aside = root / f".{directory.name}.old.tmp{socket.gethostname()}-{os.getpid()}"
             os.replace(directory, aside)
@@ -431,6 +461,8 @@ def _build_into(task: Task, data_cfg, root: Path, directory: Path, quiet: bool) 
             shutil.rmtree(aside, ignore_errors=True)
         else:
             os.replace(tmp, directory)
+        if shared is not None:
+            shutil.rmtree(shared, ignore_errors=True)
     except OSError as e:
         raise DataError(
             f"cannot write the prepared data into {root} (data.cache_dir): "
@@ -504,12 +536,22 @@ def _vocabulary(task: Task, data_cfg, tmp: Path, old: dict | None, where: Path |
     }
 
 
-def _build(task: Task, data_cfg, tmp: Path, quiet: bool, old: Path | None) -> None:
+def _build(
+    task: Task,
+    data_cfg,
+    tmp: Path,
+    quiet: bool,
+    old: Path | None,
+    nodes: Nodes,
+    shared: Path | None,
+) -> None:
     """Prepare into the folder `tmp`, manifest last; `old`: the previous build of the same cache
-    (stale), whose unchanged shards and vocabulary are taken over."""
+    (stale), whose unchanged shards and vocabulary are taken over; `shared`: where the other
+    `nodes` find the vocabulary and leave their shards."""
     from ..progress import progress
 
     log.info("preparing %s into %s", task.name, tmp.parent)
+    started = time.time()
     before = {}
     if old is not None:
         try:
@@ -520,6 +562,8 @@ def _build(task: Task, data_cfg, tmp: Path, quiet: bool, old: Path | None) -> No
     with _collector_paused(), files.recording(exclude=[tmp.parent]) as inputs:
         vocab = _vocabulary(task, data_cfg, tmp, before.get("vocab"), old)
         vocab_sha = hashlib.sha256(json.dumps(vocab["files"], sort_keys=True).encode()).hexdigest()
+        if shared is not None:
+            _publish(tmp, vocab, vocab_sha, shared, started)
         digests = dict(vocab["files"])
         for split in task.splits:
             with progress(quiet, desc=f"binarise {split}", unit=" pairs", leave=False) as bar:
@@ -527,7 +571,7 @@ def _build(task: Task, data_cfg, tmp: Path, quiet: bool, old: Path | None) -> No
                     with files.recording(exclude=[tmp.parent]) as read:
                         pairs = _checked_pairs(task, split, task.read_split(split))
                         stats[split], entries = shards.build_train(
-                            task, pairs, tmp, data_cfg, old, vocab_sha, bar
+                            task, pairs, tmp, data_cfg, old, vocab_sha, bar, nodes, shared
                         )
                     for e in entries:  # the files its pairs came from, and which pairs they are
                         e["inputs"] = sorted(read)
@@ -562,3 +606,93 @@ def _build(task: Task, data_cfg, tmp: Path, quiet: bool, old: Path | None) -> No
             indent=1,
         ),
     )
+
+
+def _publish(tmp: Path, vocab: dict, vocab_sha: str, shared: Path, started: float) -> None:
+    """Node 0's vocabulary for the other nodes: its files in `shared`/vocab-SHA, then
+    `shared`/vocab.json naming them. Failures other nodes reported before this build `started`
+    (an earlier try's) are removed."""
+    shared.mkdir(exist_ok=True)
+    for failed in shared.glob("node*.failed"):
+        if failed.stat().st_mtime < started:
+            failed.unlink(missing_ok=True)
+    folder = shared / f"vocab-{vocab_sha[:16]}"
+    if not folder.is_dir():
+        aside = shared / f".{folder.name}.tmp{socket.gethostname()}-{os.getpid()}"
+        shutil.rmtree(aside, ignore_errors=True)
+        aside.mkdir()
+        for name in vocab["files"]:
+            shutil.copy2(tmp / name, aside / name)
+        os.replace(aside, folder)
+    atomic_write_text(shared / "vocab.json", json.dumps({"vocab": vocab, "folder": folder.name}))
+
+
+def _help(task: Task, data_cfg, directory: Path, nodes: Nodes, quiet: bool) -> None:
+    """Node `nodes.rank` > 0: wait for node 0's vocabulary (one whose sample is this corpus's),
+    binarise this node's training shards (`shards.binarise_share`), then wait for node 0 to
+    switch the cache in as `directory`; each wait up to nodes.wait_minutes."""
+    from ..progress import progress
+
+    shared = directory.parent / f".{directory.name}.nodes"
+    was, samples = _manifest_id(directory), {}
+    try:
+        said = _wait(
+            lambda: _node0_vocabulary(task, shared, samples) or _manifest_id(directory) != was,
+            nodes,
+            f"node {nodes.rank}: no vocabulary for this corpus from node 0 in {shared}",
+        )
+        if said is True:  # node 0 was done without this node (every shard of it kept)
+            return
+        task.load_vocab(shared / said["folder"])
+        vocab_sha = hashlib.sha256(
+            json.dumps(said["vocab"]["files"], sort_keys=True).encode()
+        ).hexdigest()
+        old = directory if directory.is_dir() else None
+        with _collector_paused(), progress(quiet, desc="binarise train", unit=" pairs") as bar:
+            pairs = _checked_pairs(task, "train", task.read_split("train"))
+            shards.binarise_share(task, pairs, shared, data_cfg, old, vocab_sha, nodes, bar)
+    except Exception as e:
+        with contextlib.suppress(OSError):
+            atomic_write_text(
+                shared / f"node{nodes.rank}.failed", f"node {nodes.rank}: {type(e).__name__}: {e}"
+            )
+        raise
+    _wait(
+        lambda: _manifest_id(directory) != was and _problem(directory) is None,
+        nodes,
+        f"node {nodes.rank}: node 0 wrote no prepared data into {directory}",
+    )
+
+
+def _manifest_id(directory: Path):
+    """What tells one build of `directory` from another (None: there is none)."""
+    try:
+        st = os.stat(directory / MANIFEST)
+    except OSError:
+        return None
+    return st.st_ino, st.st_mtime_ns
+
+
+def _node0_vocabulary(task: Task, shared: Path, samples: dict) -> dict | None:
+    """Node 0's published vocabulary if it was trained on this corpus's sample (not one left by
+    an earlier run), else None; `samples` keeps the hash of each sample size already read."""
+    try:
+        said = json.loads((shared / "vocab.json").read_text(encoding="utf-8"))
+        n = said["vocab"]["sample_pairs"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if n not in samples:
+        pairs = _checked_pairs(task, "train", task.read_split("train"))
+        samples[n] = _sample_hash(islice(pairs, n))
+    return said if samples[n] == (n, said["vocab"]["sample_sha256"]) else None
+
+
+def _wait(ready, nodes: Nodes, what: str):
+    """`ready()`'s first true value, asked every second up to nodes.wait_minutes; else an error
+    saying `what` was missing."""
+    deadline = time.monotonic() + 60 * nodes.wait_minutes
+    while not (value := ready()):
+        if time.monotonic() > deadline:
+            raise DataError(f"{what} after run.wait_minutes={nodes.wait_minutes:g}")
+        time.sleep(1)
+    return value

@@ -15,7 +15,13 @@ settings. When the corpus changes (pairs appended, a range replaced), the cache 
 as always, but every shard whose key the previous build holds is taken from it (a hard link, its
 checksum verified) rather than binarised again; so is the vocabulary when its sample (the first
 `data.vocab_sample` pairs) is unchanged. Appending a corpus of whole shards to one whose last
-shard is full re-binarises only the new shards.
+shard is full re-binarises only the new shards. With the `duplicate` rule each shard also keeps
+its pairs' hashes, from which the pairs repeated across shards are listed once all are there
+(`cleaning.across_shards`).
+
+Several machines sharing the cache folder can binarise one corpus's shards (`Nodes`): node 0
+builds the cache as above, taking the other nodes' shards from `.{cache}.nodes/`, where they
+leave them (`binarise_share`).
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ import shutil
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from itertools import chain, islice
 from pathlib import Path
 
@@ -38,7 +45,7 @@ import numpy as np
 from .. import files
 from ..errors import DataError
 from ..contract.vocab import EOS
-from .cleaning import Cleaner, summary
+from .cleaning import Cleaner, across_shards, save_hashes, summary
 
 log = logging.getLogger("s2s")
 CHUNK = 20_000  # pairs encoded per call to the tokenizer
@@ -103,8 +110,9 @@ def _text_chunks(prefix: Path):
 
 def binarise_shard(task, text: str, out: str, data_cfg: dict) -> dict:
     """Clean, encode and binarise the pairs of the text files `{text}.src.txt` / `.tgt.txt` into
-    `{out}.src.bin`, `.tgt.bin`, `.src.off.npy`, `.tgt.off.npy`; the text files are removed.
-    Returns its counts and its files' SHA-256 (run in a worker process, or in this one)."""
+    `{out}.src.bin`, `.tgt.bin`, `.src.off.npy`, `.tgt.off.npy` (and `.hash.npy`, the kept
+    pairs' hashes, with the `duplicate` rule); the text files are removed. Returns its counts and
+    its files' SHA-256 (run in a worker process, or in this one)."""
     cleaner = Cleaner(data_cfg)
     src_lens, tgt_lens = [np.zeros(1, np.int64)], [np.zeros(1, np.int64)]
     hs, ht = hashlib.sha256(), hashlib.sha256()
@@ -137,10 +145,14 @@ def binarise_shard(task, text: str, out: str, data_cfg: dict) -> dict:
     }
     for side, off in offsets.items():
         np.save(f"{out}.{side}.off.npy", off)
+    saved = [f"{out}.src.off.npy", f"{out}.tgt.off.npy"]
+    if cleaner.hashes is not None:
+        save_hashes(f"{out}.hash.npy", cleaner.hashes)
+        saved.append(f"{out}.hash.npy")
     name = Path(out).name
     digests = {f"{name}.src.bin": hs.hexdigest(), f"{name}.tgt.bin": ht.hexdigest()}
-    for side in ("src", "tgt"):
-        digests[f"{name}.{side}.off.npy"] = files.sha256(f"{out}.{side}.off.npy")
+    for path in saved:
+        digests[Path(path).name] = files.sha256(path)
     return {
         "read": read,
         "pairs": int(len(offsets["src"]) - 1),
@@ -296,80 +308,250 @@ def _parallel(task, n: int) -> int:
     return n
 
 
-def build_train(task, pairs, tmp: Path, data_cfg, old: Path | None, vocab_sha: str, progress):
-    """Binarise the training `pairs` into shards of `tmp`; shards of the previous build `old`
-    with the same key are linked instead. Returns the split's counts and the shards' entries."""
-    cfg = {
+def _repeats_across_shards(
+    tmp: Path, entries: list, old: Path | None, was_built: dict
+) -> tuple[int, int]:
+    """The pairs of each shard that an earlier shard holds (`cleaning.across_shards`), counted in
+    its entry: taken from the previous build for the leading shards it has unchanged (a shard's
+    list depends only on the shards up to it), computed for the others. Returns their source
+    and target tokens (an entry's tokens are its files')."""
+    names = [e["name"] for e in entries]
+    before = was_built.get("shards", [])
+    start = 0
+    while (
+        start < min(len(entries), len(before))
+        and entries[start]["key"] == before[start]["key"]
+        and _reusable(old, {"files": _dup_file(was_built, before[start]["name"])})
+    ):
+        _link(old / f"{before[start]['name']}.dup.npy", tmp / f"{names[start]}.dup.npy")
+        entries[start]["dropped"]["duplicate_across_shards"] = before[start]["dropped"][
+            "duplicate_across_shards"
+        ]
+        start += 1
+    counts = across_shards(tmp, names, start)
+    for entry, count in zip(entries[start:], counts):
+        entry["dropped"]["duplicate_across_shards"] = count
+    if start < len(entries):
+        log.info("train: pairs repeated across shards listed for %d shard(s)", len(counts))
+    tokens = [0, 0]
+    for name in names:
+        repeated = np.load(tmp / f"{name}.dup.npy")
+        for i, kind in enumerate(("src", "tgt")):
+            off = np.load(tmp / f"{name}.{kind}.off.npy", mmap_mode="r")
+            tokens[i] += int((off[repeated + 1] - off[repeated]).sum())
+    return tokens[0], tokens[1]
+
+
+def _dup_file(manifest: dict, name: str) -> dict:
+    """The previous build's list of repeats of shard `name` and its digest (None: it had none)."""
+    file = f"{name}.dup.npy"
+    return {file: manifest.get("files", {}).get(file)}
+
+
+@dataclass(frozen=True)
+class Nodes:
+    """The machines preparing one corpus into a data.cache_dir they share, and this one's rank:
+    node 0 trains the vocabulary and publishes it, every node binarises the training shards i
+    with i % count == rank (each by its own `data.workers`), node 0 takes the others' (waiting
+    up to `wait_minutes`: run.wait_minutes) and writes the manifest. Every node reads the whole
+    training split (reading is cheap beside encoding) and writes aside only its shards' text."""
+
+    rank: int = 0
+    count: int = 1
+    wait_minutes: float = 720.0
+
+    def mine(self, index: int) -> bool:
+        return index % self.count == self.rank
+
+
+def _settings(data_cfg) -> dict:
+    """The data settings a shard's binarising depends on (part of its key)."""
+    return {
         "max_len": data_cfg.max_len,
         "max_len_ratio": data_cfg.max_len_ratio,
         "clean": list(data_cfg.clean),
     }
-    previous = {}
-    if old is not None:
-        try:
-            manifest = json.loads((old / "prepared.json").read_text(encoding="utf-8"))
-            previous = {e["key"]: e for e in manifest.get("shards", [])}
-        except (OSError, ValueError, KeyError, TypeError):
-            previous = {}
-    pool = _Pool(task, _parallel(task, workers(data_cfg)), tmp)
-    entries, start, index, reused = [], 0, 0, 0
+
+
+def _previous_build(old: Path | None) -> dict:
+    """The manifest of the previous build `old` ({}: none, or unreadable)."""
+    if old is None:
+        return {}
     try:
-        while True:
-            text = tmp / f".train.{index:05d}"
-            h = hashlib.sha256()
-            n = 0
-            with open(f"{text}.src.txt", "wb") as fs, open(f"{text}.tgt.txt", "wb") as ft:
-                while n < data_cfg.shard_pairs:
-                    chunk = list(islice(pairs, min(CHUNK, data_cfg.shard_pairs - n)))
-                    if not chunk:
-                        break
-                    src = "".join(_escaped(s) for s, _ in chunk).encode()
-                    tgt = "".join(_escaped(t) for _, t in chunk).encode()
-                    h.update(len(src).to_bytes(8, "little") + src + tgt)
-                    fs.write(src)
-                    ft.write(tgt)
-                    n += len(chunk)
-                    progress.update(len(chunk))
-            if n == 0:
-                for side in ("src", "tgt"):
-                    os.unlink(f"{text}.{side}.txt")
-                break
+        manifest = json.loads((old / "prepared.json").read_text(encoding="utf-8"))
+        return {"shards": list(manifest.get("shards", [])), "files": dict(manifest["files"])}
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+
+
+def _cut(pairs, folder: Path, shard_pairs: int, written, progress):
+    """The training `pairs` cut into shards: yields (index, first pair, pairs, text hash, text
+    prefix), the text of the shards `written(index)` written aside under `folder` (the others
+    only hashed: prefix None)."""
+    start, index = 0, 0
+    while True:
+        text = folder / f".train.{index:05d}"
+        h, n = hashlib.sha256(), 0
+        outs = (
+            [open(f"{text}.src.txt", "wb"), open(f"{text}.tgt.txt", "wb")]
+            if written(index)
+            else None
+        )
+        try:
+            while n < shard_pairs:
+                chunk = list(islice(pairs, min(CHUNK, shard_pairs - n)))
+                if not chunk:
+                    break
+                src = "".join(_escaped(s) for s, _ in chunk).encode()
+                tgt = "".join(_escaped(t) for _, t in chunk).encode()
+                h.update(len(src).to_bytes(8, "little") + src + tgt)
+                if outs:
+                    outs[0].write(src)
+                    outs[1].write(tgt)
+                n += len(chunk)
+                progress.update(len(chunk))
+        finally:
+            for f in outs or ():
+                f.close()
+        if n == 0:
+            if outs:
+                _remove_text(text)
+            return
+        yield index, start, n, h.hexdigest(), text if outs else None
+        start += n
+        index += 1
+
+
+def _remove_text(text: Path) -> None:
+    for side in ("src", "tgt"):
+        os.unlink(f"{text}.{side}.txt")
+
+
+def binarise_share(task, pairs, shared: Path, data_cfg, old, vocab_sha: str, nodes, progress):
+    """What node `nodes.rank` > 0 does: binarise its shards of the training `pairs` into the
+    folder `shared` of the cache, each as `{key}.*` with `{key}.done` (its counts) written last;
+    shards the previous build `old` holds are left to node 0, which links them."""
+    cfg, previous = _settings(data_cfg), _previous_build(old)
+    previous = {e["key"]: e for e in previous.get("shards", [])}
+    work = shared / f"node{nodes.rank}"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    pool = _Pool(task, _parallel(task, workers(data_cfg)), work)
+    keys = {}
+    try:
+        for index, _, _, text_sha, text in _cut(
+            pairs, work, data_cfg.shard_pairs, nodes.mine, progress
+        ):
+            if text is None:
+                continue
+            key = _shard_key(text_sha, vocab_sha, cfg)
+            if _reusable(old, previous.get(key)):
+                _remove_text(text)
+                continue
+            keys[index] = key
+            pool.submit(index, str(text), str(shared / key), cfg)
+        done = pool.finish()
+    finally:
+        pool.close()
+    for index, key in keys.items():
+        files.atomic_write_text(shared / f"{key}.done", json.dumps(done[index]))
+    shutil.rmtree(work, ignore_errors=True)
+    log.info("node %d: %d training shard(s) binarised", nodes.rank, len(keys))
+
+
+def _take_from_nodes(waiting: dict, entries: list, shared: Path, tmp: Path, nodes, done) -> None:
+    """Move the shards other nodes binarised (`waiting`: index -> key) into `tmp`, waiting for
+    each up to nodes.wait_minutes in all; a node that failed is named at once."""
+    deadline = time.monotonic() + 60 * nodes.wait_minutes
+    for index, key in waiting.items():
+        name, marker = entries[index]["name"], shared / f"{key}.done"
+        while not marker.is_file():
+            for failed in sorted(shared.glob("node*.failed")):
+                raise DataError(failed.read_text(encoding="utf-8").strip())
+            if time.monotonic() > deadline:
+                raise DataError(
+                    f"shard {name} (training pairs {entries[index]['first_pair']} to "
+                    f"{entries[index]['first_pair'] + entries[index]['read'] - 1}) never came "
+                    f"from node {index % nodes.count} of {nodes.count}: no {marker} after "
+                    f"run.wait_minutes={nodes.wait_minutes:g} (is `s2s prepare --nodes "
+                    f"{nodes.count} --node-rank {index % nodes.count}` running there?)"
+                )
+            time.sleep(0.2)
+        said = json.loads(marker.read_text(encoding="utf-8"))
+        for file, digest in said["files"].items():
+            if files.sha256(shared / file) != digest:
+                raise DataError(f"{shared / file}, from node {index % nodes.count}, is damaged")
+            os.replace(shared / file, tmp / file.replace(key, name, 1))
+        done[index] = {
+            **said,
+            "files": {f.replace(key, name, 1): d for f, d in said["files"].items()},
+        }
+
+
+def build_train(
+    task,
+    pairs,
+    tmp: Path,
+    data_cfg,
+    old: Path | None,
+    vocab_sha: str,
+    progress,
+    nodes: Nodes,
+    shared: Path | None,
+):
+    """Binarise the training `pairs` into shards of `tmp`; shards of the previous build `old`
+    with the same key are linked instead, and with several `nodes` (this is node 0) the other
+    nodes' shards are taken from `shared`. Returns the split's counts and the shards' entries."""
+    cfg, was_built = _settings(data_cfg), _previous_build(old)
+    previous = {e["key"]: e for e in was_built.get("shards", [])}
+    pool = _Pool(task, _parallel(task, workers(data_cfg)), tmp)
+    entries, reused, waiting = [], 0, {}
+    try:
+        for index, start, n, text_sha, text in _cut(
+            pairs, tmp, data_cfg.shard_pairs, nodes.mine, progress
+        ):
             name = f"train.{index:05d}"
-            key = _shard_key(h.hexdigest(), vocab_sha, cfg)
+            key = _shard_key(text_sha, vocab_sha, cfg)
             entry = {
                 "name": name,
                 "key": key,
                 "first_pair": start,
                 "read": n,
-                "text_sha256": h.hexdigest(),
+                "text_sha256": text_sha,
             }
             if _reusable(old, previous.get(key)):
-                for side in ("src", "tgt"):
-                    os.unlink(f"{text}.{side}.txt")
+                if text is not None:
+                    _remove_text(text)
                 was = previous[key]
                 for file in was["files"]:
                     _link(old / file, tmp / file.replace(was["name"], name, 1))
                 pool.done[index] = {
-                    **{k: was[k] for k in ("read", "pairs", "src_tokens", "tgt_tokens", "dropped")},
+                    **{k: was[k] for k in ("read", "pairs", "src_tokens", "tgt_tokens")},
+                    "dropped": dict(was["dropped"]),
                     "files": {f.replace(was["name"], name, 1): d for f, d in was["files"].items()},
                 }
                 reused += 1
+            elif text is None:
+                waiting[index] = key
             else:
                 pool.submit(index, str(text), str(tmp / name), cfg)
             entries.append(entry)
-            start += n
-            index += 1
         done = pool.finish()
     finally:
         pool.close()
+    if waiting:
+        _take_from_nodes(waiting, entries, shared, tmp, nodes, done)
     for i, entry in enumerate(entries):
         entry.update(done[i])
     if reused:
         log.info("train: %d of %d shards taken from the previous build", reused, len(entries))
+    repeated = (0, 0)
+    if "duplicate" in cfg["clean"]:
+        repeated = _repeats_across_shards(tmp, entries, old, was_built)
     dropped = (
         {k: sum(e["dropped"][k] for e in entries) for k in entries[0]["dropped"]} if entries else {}
     )
-    kept = sum(e["pairs"] for e in entries)
+    kept = sum(e["pairs"] - e["dropped"]["duplicate_across_shards"] for e in entries)
     if kept == 0:
         raise DataError(
             f"task {task.name!r}: split 'train' has no usable pairs (all empty or filtered: "
@@ -381,8 +563,8 @@ def build_train(task, pairs, tmp: Path, data_cfg, old: Path | None, vocab_sha: s
         "dropped": dropped,
         "shards": len(entries),
         "shards_reused": reused,
-        "src_tokens": sum(e["src_tokens"] for e in entries),
-        "tgt_tokens": sum(e["tgt_tokens"] for e in entries),
+        "src_tokens": sum(e["src_tokens"] for e in entries) - repeated[0],
+        "tgt_tokens": sum(e["tgt_tokens"] for e in entries) - repeated[1],
     }
     return stats, entries
 

@@ -117,7 +117,7 @@ class DataConfig:
     vocab_sample: int = setting(1_000_000, at_least(0))
     # cleaning rules for the training pairs besides max_len and max_len_ratio, each counted
     # (s2s.core.data.cleaning): empty (a side empty), same (source == target), duplicate (a pair
-    # seen before in its shard)
+    # seen before, in its shard or an earlier one)
     # noise on training sources, drawn from (run.seed, epoch, pair) (s2s.core.data.augment):
     # the probability a source is upper- or lower-cased, loses its punctuation, and a word of
     # it gets a typo

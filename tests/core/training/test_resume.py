@@ -35,6 +35,8 @@ from s2s.core.training.trainer import train
 
 UPDATES, KILL_AT = 100, 30
 AUGMENT = ("data.augment_case=0.3", "data.augment_punct=0.3", "data.augment_typos=0.2")
+#: the demo's 20,000 pairs in 4 shards, 70 of them repeats of an earlier shard's (skipped)
+REPEATS = ("data.clean=[duplicate]", "data.shard_pairs=5000")
 
 
 def _overrides(run_dir, cache, run_precision="fp32", preset="demo", extra=()):
@@ -144,6 +146,7 @@ def cache(tmp_path_factory):
         (2, "fp32", "multitask_demo", ()),
         (1, "fp32", "demo", AUGMENT),
         (2, "fp32", "demo", AUGMENT),
+        (2, "fp32", "demo", REPEATS),
     ],
 )
 def test_sigkill_then_resume_is_bitwise_identical_to_an_uninterrupted_run(
@@ -151,7 +154,8 @@ def test_sigkill_then_resume_is_bitwise_identical_to_an_uninterrupted_run(
 ):
     """bf16 too: the bf16 casts of the fp32 parameters are recomputed from them, bit for bit. And
     a multi-task run: its draws of members and every member's data position come back too. And
-    with source noise on (case, punctuation, typos): each pair's noise comes back too."""
+    with source noise on (case, punctuation, typos): each pair's noise comes back too. And with
+    the pairs repeated across shards skipped."""
     whole, broken = tmp_path / "whole", tmp_path / "broken"
     for d in (whole, broken):
         d.mkdir()
