@@ -165,7 +165,8 @@ class Shards:
     def _both_lens(self) -> tuple[np.ndarray, np.ndarray]:
         if self._lens is None:
             self._lens = tuple(
-                np.concatenate([getattr(p, f"{side}_lens") for p in self.parts])
+                # int32: half the memory of int64 lengths (288 MB at 36M pairs)
+                np.concatenate([getattr(p, f"{side}_lens") for p in self.parts], dtype=np.int32)
                 for side in ("src", "tgt")
             )
         return self._lens

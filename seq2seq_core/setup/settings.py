@@ -115,15 +115,15 @@ class DataConfig:
     workers: int = setting(0, at_least(0))
     # the vocabulary is trained on the first vocab_sample training pairs (0: on all of them)
     vocab_sample: int = setting(1_000_000, at_least(0))
-    # cleaning rules for the training pairs besides max_len and max_len_ratio, each counted
-    # (s2s.core.data.cleaning): empty (a side empty), same (source == target), duplicate (a pair
-    # seen before, in its shard or an earlier one)
     # noise on training sources, drawn from (run.seed, epoch, pair) (s2s.core.data.augment):
     # the probability a source is upper- or lower-cased, loses its punctuation, and a word of
     # it gets a typo
     augment_case: float = setting(0.0, in_range(0, 1, "a probability"))
     augment_punct: float = setting(0.0, in_range(0, 1, "a probability"))
     augment_typos: float = setting(0.0, in_range(0, 1, "a probability"))
+    # cleaning rules for the training pairs besides max_len and max_len_ratio, each counted
+    # (s2s.core.data.cleaning): empty (a side empty), same (source == target), duplicate (a pair
+    # seen before, in its shard or an earlier one)
     clean: List[str] = setting_list(
         Allowed(
             lambda v: set(v) <= set(CLEAN_RULES),
