@@ -19,8 +19,8 @@ training follow its first `--warmup-updates`:
   one's, per round, median over rounds;
 * the training process's peak resident memory (VmHWM).
 
-The corpora and caches live in a temporary folder (or `--keep DIR`, reused when present: the
-36M prepare takes about 16 minutes on 2 cores).
+The corpora and caches live in a temporary folder, or in `--keep DIR`, reused when present (the
+large corpus's prepare is the long part of a run).
 """
 
 from __future__ import annotations

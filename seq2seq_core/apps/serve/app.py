@@ -1,6 +1,6 @@
-"""The Starlette application: the endpoints, each a request checked (`requests`, typed by `bodies`), queued for
-the one decoding worker (`batcher`) and answered as JSON; every error answered as
-{"error": "..."}."""
+"""The Starlette application: the endpoints, each a request typed (`bodies`) and checked
+(`requests`), queued for the one decoding worker (`batcher`) and answered as JSON; every error
+answered as {"error": "..."}."""
 
 from __future__ import annotations
 

@@ -4,8 +4,8 @@ it; its first complaint becomes one 4xx line naming the field and the value.
 
 pydantic is the library Starlette's users reach for (FastAPI is built on it): its errors carry
 the location of the bad value inside the body, which is what a one-line error must name
-(`complaint`). The checks that need the run (the task's name, "nbest" against the beam, a prefix the vocabulary
-cannot spell) follow in `requests`, on the parsed body."""
+(`complaint`). The checks that need the run (the task's name, "nbest" against the beam, a
+prefix the vocabulary cannot spell) follow in `requests`, on the parsed body."""
 
 from __future__ import annotations
 
@@ -126,7 +126,7 @@ def _where(loc: tuple) -> str:
     return "".join(f"[{part}]" if isinstance(part, int) else f'."{part}"' for part in loc)[1:]
 
 
-def _shown(value) -> str:
+def json_shown(value) -> str:
     """A JSON value as a client would recognise it in a message."""
     kinds = {str: "string", int: "number", float: "number", list: "list", dict: "object"}
     if value is None or isinstance(value, bool):
@@ -156,13 +156,13 @@ def _message(model: type[Body], endpoint: str, error: dict) -> str:
     if kind == "extra_forbidden":
         return _unknown(model, endpoint, loc)
     if kind == "float_type" and isinstance(value, int):
-        return f"{where} is {_shown(value)}, beyond a float's range"
+        return f"{where} is {json_shown(value)}, beyond a float's range"
     if kind == "string_unicode":
         return f"{where} is not valid UTF-8 text (it holds a lone surrogate)"
     if kind in WANTED:
-        return f"{where} is {_shown(value)}, not {WANTED[kind]}"
+        return f"{where} is {json_shown(value)}, not {WANTED[kind]}"
     if kind == "literal_error":
-        return f"{where} is {_shown(value)}, not one of {ctx['expected']}"
+        return f"{where} is {json_shown(value)}, not one of {ctx['expected']}"
     if kind == "too_short":
         return f"{where} holds {ctx['actual_length']} items; at least {ctx['min_length']}"
     if kind == "too_long":
@@ -170,7 +170,7 @@ def _message(model: type[Body], endpoint: str, error: dict) -> str:
     if kind == "string_too_long":
         return f"{where} has {len(value)} characters; at most {ctx['max_length']}"
     if kind == "greater_than_equal":
-        return f"{where} is {_shown(value)}; at least {ctx['ge']}"
+        return f"{where} is {json_shown(value)}; at least {ctx['ge']}"
     return f"{where} {error['msg']}"  # our own checks (a line break, a blank term) say it all
 
 

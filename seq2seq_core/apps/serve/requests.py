@@ -16,7 +16,7 @@ from ...decode.sampling import Sampling
 from ...decode.search import Wanted
 from ...decode.terminology import line_terms, placeable
 from ...errors import UsageError
-from .bodies import BODIES, MAX_BODY, MAX_SAMPLES, MAX_TERMS, complaint
+from .bodies import BODIES, MAX_BODY, MAX_SAMPLES, MAX_TERMS, complaint, json_shown
 
 
 def bad(status: int, message: str, retry_after: int | None = None):
@@ -52,9 +52,7 @@ async def body_json(request) -> dict:
     except RecursionError:
         raise bad(400, "request body is JSON nested too deeply to read") from None
     if not isinstance(data, dict):
-        raise bad(
-            400, f'request body is a JSON {type(data).__name__}, not an object {{"text": [...]}}'
-        )
+        raise bad(400, f'request body is {json_shown(data)}, not an object {{"text": [...]}}')
     return data
 
 
