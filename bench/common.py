@@ -24,7 +24,6 @@ from s2s.core.files import (
 )
 
 REPO = Path(__file__).resolve().parent.parent  # the checkout the benchmarks belong to
-RESULTS = REPO / "bench" / "results"
 # The real corpora beside the project, in the layout `python -m s2s.data_recipes ... --dir DIR`
 # writes; benchmarks read them there (no download) and fall back on the presets' fetched copies.
 SHARED = Path(
@@ -189,9 +188,17 @@ def peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def results_of(script: str) -> Path:
+    """The results folder of a benchmark script: bench/JOB/results, beside the script."""
+    return Path(script).resolve().parent / "results"
+
+
 def write(name: str, result: dict) -> Path:
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / f"{name}.json"
+    """Writes bench/JOB/results/NAME.json beside the calling benchmark, with the machine's facts."""
+    caller = sys._getframe(1).f_globals["__file__"]
+    folder = results_of(caller)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.json"
     atomic_write_text(path, json.dumps({"machine": machine(), **result}, indent=1) + "\n")
     return path
 

@@ -4,7 +4,7 @@
 
 The protocol of Dinu et al. (2019) and Post and Vilar (2018): a line's terms are those of a
 term list whose source side is in the source and whose target side is in the reference. The
-term list is bench.decode_beyond's (English and German words of Multi30k's training data that
+term list is bench.decoding.decode_beyond's (English and German words of Multi30k's training data that
 align reliably, by Dice coefficient); a word is a 13a token of at least 4 letters. On the lines
 of Multi30k test_2016_flickr (or `--split val`) that hold a term in both, `s2s generate` runs
 without terms, and with `--line-terms` (each line's target terms) at the run's beam and at each
@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 from bench.common import MULTI30K, machine, s2s, write
-from bench.decode_beyond import term_list, words
+from bench.decoding.decode_beyond import term_list, words
 
 
 def line_terms(sources: list[str], refs: list[str]) -> list[list[str]]:

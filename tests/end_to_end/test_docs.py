@@ -149,7 +149,7 @@ def test_readme_is_a_front_page():
 def test_performance_page_gives_current_figures_each_with_its_command_and_result_file():
     page = text(README.parent / "docs" / "performance.md")
     assert len(page) < MAX_PERFORMANCE_CHARS, f"docs/performance.md has {len(page):,} characters"
-    results = set(re.findall(r"bench/results/[a-z0-9_.-]+\.json", page))
+    results = set(re.findall(r"bench/[a-z]+/results/[a-z0-9_.-]+\.json", page))
     assert results and all((README.parent / r).is_file() for r in results), results
     assert re.search(r"python (-m )?bench[./]", page), "no benchmark command named"
 
