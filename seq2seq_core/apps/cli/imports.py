@@ -27,7 +27,7 @@ def add(subparsers, common) -> None:
 
 def run(args) -> int:
     # the work imports torch: here, when the command runs, not at start-up (tests/test_house.py)
-    from ...inference.imports import ImportJob, import_model
+    from ...inference.formats import ImportJob, import_model
 
     job = ImportJob(args.source, args.output, args.src_lang, args.tgt_lang, args.revision)
     out = import_model(job, registry_of(args))
