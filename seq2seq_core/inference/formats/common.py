@@ -1,5 +1,9 @@
-"""What every importer shares: the job, what a reader hands back, and reading JSON and weights
-files with one-line errors."""
+"""What the formats share, so that no format reaches into another: the import job and what a
+reader hands back, JSON and weights files read with one-line errors, the layers' names in
+fairseq's and transformers' Marian layout (`layer_weights`), the export folder's marker, a task's
+tokens in id order, and transformers' MarianMTModel both ways (`permutation`,
+`marian_state_dict`, `from_marian_state`, `save_marian_model`), which OPUS-MT's models
+(`marian`) and s2s's own Hugging Face exports (`huggingface`) both are."""
 
 from __future__ import annotations
 
@@ -10,9 +14,12 @@ from typing import Callable, Iterator
 
 import torch
 
-from ...errors import ImportModelError
+from ...nn.model import Transformer
+from ...contract.vocab import SPECIALS
+from ...errors import ExportError, ImportModelError
 
 WEIGHTS = ("model.safetensors", "pytorch_model.bin")
+MARKER = "s2s_export.json"  # in every export folder: the format, the source run, the files written
 
 
 @dataclass(frozen=True)
@@ -90,3 +97,247 @@ def layer_weights(model) -> Iterator[tuple[str, str, str]]:
             yield f"{p}.ffn.0", f"{q}.fc1", "reads"
             yield f"{p}.ffn.2", f"{q}.fc2", "writes"
             yield f"{p}.{'res3' if cross else 'res2'}.norm", f"{q}.final_layer_norm", "norm"
+
+
+# -- vocabularies ----------------------------------------------------------------------------
+def tokenizers_of(task):
+    try:
+        src, tgt = task.tokenizers()
+    except NotImplementedError as e:
+        raise ExportError(
+            f"{e}: CTranslate2 and Hugging Face exports need the vocabulary's tokens"
+        ) from None
+    return src, tgt
+
+
+def tokens_of(tokenizer) -> list[str]:
+    """The vocabulary's tokens in id order (ids 0..n-1, specials first)."""
+    vocab = tokenizer.get_vocab(with_added_tokens=True)
+    tokens = [None] * len(vocab)
+    for token, i in vocab.items():
+        if i >= len(tokens):
+            raise ExportError(
+                f"the vocabulary's ids are not 0..{len(vocab) - 1} (token {token!r} has id {i})"
+            )
+        tokens[i] = token
+    if tokens[: len(SPECIALS)] != SPECIALS:
+        raise ExportError(
+            f"the vocabulary must start with {SPECIALS}, it starts with {tokens[: len(SPECIALS)]}"
+        )
+    return tokens
+
+
+# -- transformers' MarianMTModel ----------------------------------------------------------------
+def permutation(d_model: int) -> torch.Tensor:
+    """Dimension j of a Marian hidden state is dimension perm[j] of ours: even ones, then odd ones,
+    which turns our interleaved sinusoids into Marian's [sin | cos] halves."""
+    return torch.cat([torch.arange(0, d_model, 2), torch.arange(1, d_model, 2)])
+
+
+def marian_state_dict(model: Transformer, src_order=None, tgt_order=None) -> dict:
+    """Our weights under MarianMTModel's names, with the d_model dimensions permuted and the
+    vocabulary rows in the order `src_order` / `tgt_order` (s2s's id of each of the export's
+    ids; None: s2s's own)."""
+    perm = permutation(model.d_model)
+    src_rows = slice(None) if src_order is None else torch.tensor(src_order)
+    tgt_rows = slice(None) if tgt_order is None else torch.tensor(tgt_order)
+    state = {}
+
+    def inp(name, lin):  # reads the residual stream: permute the input columns
+        state[f"{name}.weight"] = lin.weight[:, perm].clone()
+        state[f"{name}.bias"] = lin.bias.clone()
+
+    def outp(name, lin):  # writes the residual stream: permute the output rows
+        state[f"{name}.weight"] = lin.weight[perm].clone()
+        state[f"{name}.bias"] = lin.bias[perm].clone()
+
+    def norm(name, ln):
+        state[f"{name}.weight"], state[f"{name}.bias"] = (
+            ln.weight[perm].clone(),
+            ln.bias[perm].clone(),
+        )
+
+    def attention(name, attn):
+        for ours, theirs in ((attn.w_q, "q_proj"), (attn.w_k, "k_proj"), (attn.w_v, "v_proj")):
+            inp(f"{name}.{theirs}", ours)
+        outp(f"{name}.out_proj", attn.w_o)
+
+    state["model.encoder.embed_tokens.weight"] = model.src_embed.weight[src_rows][:, perm].clone()
+    state["model.decoder.embed_tokens.weight"] = model.tgt_embed.weight[tgt_rows][:, perm].clone()
+    if model.src_embed is model.tgt_embed:  # one matrix, Marian's `shared`
+        state["model.shared.weight"] = state["model.encoder.embed_tokens.weight"]
+    for i, layer in enumerate(model.encoder):
+        p = f"model.encoder.layers.{i}"
+        attention(f"{p}.self_attn", layer.self_attn)
+        norm(f"{p}.self_attn_layer_norm", layer.res1.norm)
+        inp(f"{p}.fc1", layer.ffn[0])
+        outp(f"{p}.fc2", layer.ffn[2])
+        norm(f"{p}.final_layer_norm", layer.res2.norm)
+    for i, layer in enumerate(model.decoder):
+        p = f"model.decoder.layers.{i}"
+        attention(f"{p}.self_attn", layer.self_attn)
+        norm(f"{p}.self_attn_layer_norm", layer.res1.norm)
+        attention(f"{p}.encoder_attn", layer.cross_attn)
+        norm(f"{p}.encoder_attn_layer_norm", layer.res2.norm)
+        inp(f"{p}.fc1", layer.ffn[0])
+        outp(f"{p}.fc2", layer.ffn[2])
+        norm(f"{p}.final_layer_norm", layer.res3.norm)
+    if (
+        model.out.weight is not model.tgt_embed.weight
+    ):  # untied (model.tie_output): Marian's lm_head
+        state["lm_head.weight"] = model.out.weight[tgt_rows][:, perm].clone()
+    bias = model.out.bias
+    rows = model.tgt_embed.num_embeddings if tgt_order is None else len(tgt_order)
+    state["final_logits_bias"] = (
+        torch.zeros(1, rows) if bias is None else bias.detach()[tgt_rows].clone()[None]
+    )
+    return state
+
+
+def from_marian_state(model, weights, src_ids, tgt_ids, path) -> dict:
+    """MarianMTModel's weights under s2s's names: s2s's id i takes the source's row ids[i] (-1:
+    a row the source lacks, zero, its output bias -inf), the d_model dimensions in s2s's
+    interleaved order (`permutation`'s inverse)."""
+    inv = torch.argsort(permutation(model.d_model))
+    w = {k.removeprefix("model."): v for k, v in weights.items()}
+    taken = set()
+
+    def get(name):
+        for key in (name, f"model.{name}"):
+            if key in weights or key.removeprefix("model.") in w:
+                taken.add(key.removeprefix("model."))
+                return w[key.removeprefix("model.")].float()
+        raise ImportModelError(f"{path}: {name!r} is missing")
+
+    def rows(table, ids):  # [V_source, d] -> [V_s2s, d]: a row the source lacks zero
+        out = table[torch.tensor([max(i, 0) for i in ids])].clone()
+        out[torch.tensor([i < 0 for i in ids])] = 0.0
+        return out
+
+    state = {}
+
+    def inp(ours, theirs):
+        state[f"{ours}.weight"] = get(f"{theirs}.weight")[:, inv]
+        state[f"{ours}.bias"] = get(f"{theirs}.bias")
+
+    def outp(ours, theirs):
+        state[f"{ours}.weight"] = get(f"{theirs}.weight")[inv]
+        state[f"{ours}.bias"] = get(f"{theirs}.bias")[inv]
+
+    def norm(ours, theirs):
+        state[f"{ours}.weight"] = get(f"{theirs}.weight")[inv]
+        state[f"{ours}.bias"] = get(f"{theirs}.bias")[inv]
+
+    shared = "shared.weight" in w
+    src_table = get("shared.weight" if shared else "encoder.embed_tokens.weight")
+    tgt_table = src_table if shared else get("decoder.embed_tokens.weight")
+    state["src_embed.weight"] = rows(src_table, src_ids)[:, inv]
+    state["tgt_embed.weight"] = rows(tgt_table, tgt_ids)[:, inv]
+    for ours, theirs, role in layer_weights(model):
+        {"reads": inp, "writes": outp, "norm": norm}[role](ours, theirs)
+    if model.out.weight is model.tgt_embed.weight:
+        state["out.weight"] = state["tgt_embed.weight"]
+    else:
+        head = weights.get("lm_head.weight")
+        if head is None:
+            raise ImportModelError(
+                f"{path}: 'lm_head.weight' is missing (tie_word_embeddings=false)"
+            )
+        state["out.weight"] = rows(head.float(), tgt_ids)[:, inv]
+    if model.out.bias is not None:
+        bias = weights.get("final_logits_bias", w.get("final_logits_bias"))
+        bias = torch.zeros(1, tgt_table.size(0)) if bias is None else bias.float()
+        state["out.bias"] = bias.reshape(-1)[torch.tensor([max(i, 0) for i in tgt_ids])].clone()
+        # a row the source lacks (s2s's PAD for OPUS-MT) is never written: outside every softmax
+        state["out.bias"][torch.tensor([i < 0 for i in tgt_ids])] = -torch.inf
+    skipped = {k for k in w if k.endswith("embed_positions.weight")} | {"final_logits_bias"}
+    left = sorted(
+        set(w)
+        - taken
+        - skipped
+        - {"encoder.embed_tokens.weight", "decoder.embed_tokens.weight", "lm_head.weight"}
+    )
+    if left:
+        raise ImportModelError(f"{path}: {left[0]!r} has no place in the Transformer s2s imports")
+    return state
+
+
+def save_marian_model(model: Transformer, cfg, task, out: Path, orders, starts) -> None:
+    """`model` as a MarianMTModel (config.json, model.safetensors, generation_config.json) in
+    `out`: vocabulary rows in `orders` (source, target: s2s's id of each of the export's ids),
+    `starts` its (pad, bos, eos) ids. What Marian cannot express is refused naming the setting."""
+    try:
+        from transformers import GenerationConfig, MarianConfig, MarianMTModel
+    except ImportError:
+        raise ExportError(
+            "--to huggingface needs the transformers package: pip install 's2s[export]'"
+        ) from None
+    m = cfg.model
+    if m.pre_norm:
+        raise ExportError(
+            "model.pre_norm=true has no MarianMT form (Marian is post-norm): "
+            "export it with --to ctranslate2 or --to safetensors"
+        )
+    if m.positions != "sinusoid":
+        raise ExportError(
+            f"model.positions={m.positions} has no MarianMT form (Marian computes sinusoids): "
+            "export it with --to ctranslate2 or --to safetensors"
+        )
+    for key, value in (("d_k", m.d_k), ("d_v", m.d_v)):
+        if value is not None and value * m.heads != m.d_model:
+            raise ExportError(
+                f"model.{key}={value} has no MarianMT form (its heads have d_model / heads = "
+                f"{m.d_model // m.heads} dimensions): export it with --to "
+                f"{'ctranslate2 or --to ' if m.d_k == m.d_v else ''}safetensors"
+            )
+    shared = bool(task.shared_vocab)
+    tied = model.out.weight is model.tgt_embed.weight
+    (src_order, tgt_order), (pad, bos, eos) = orders, starts
+    hf_cfg = MarianConfig(
+        vocab_size=len(src_order),
+        decoder_vocab_size=len(tgt_order),
+        share_encoder_decoder_embeddings=shared,
+        tie_word_embeddings=tied,
+        d_model=m.d_model,
+        encoder_layers=m.layers,
+        decoder_layers=m.layers,
+        encoder_ffn_dim=m.d_ff,
+        decoder_ffn_dim=m.d_ff,
+        encoder_attention_heads=m.heads,
+        decoder_attention_heads=m.heads,
+        max_position_embeddings=m.max_positions,
+        activation_function=m.activation,
+        scale_embedding=True,
+        dropout=m.dropout,
+        attention_dropout=m.attention_dropout,
+        activation_dropout=0.0,
+        pad_token_id=pad,
+        bos_token_id=bos,
+        eos_token_id=eos,
+        decoder_start_token_id=bos,
+        forced_eos_token_id=None,
+    )
+    hf = MarianMTModel(hf_cfg).eval()
+    state = marian_state_dict(model, src_order, tgt_order)
+    missing, unexpected = hf.load_state_dict(state, strict=False)
+    # not given: the tied output projection and the position tables, which Marian computes itself
+    left = [
+        k
+        for k in missing
+        if not (tied and k == "lm_head.weight")
+        and not k.endswith("embed_positions.weight")
+        and not (shared and k.endswith("embed_tokens.weight"))
+    ]
+    if left or unexpected:
+        raise ExportError(f"MarianMT weights do not match: missing {left}, unexpected {unexpected}")
+    hf.generation_config = GenerationConfig(
+        decoder_start_token_id=bos,
+        bos_token_id=bos,
+        eos_token_id=eos,
+        pad_token_id=pad,
+        num_beams=1,
+        do_sample=False,
+        suppress_tokens=sorted({pad, bos}),
+        max_length=m.max_positions,
+    )
+    hf.save_pretrained(str(out))

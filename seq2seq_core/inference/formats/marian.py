@@ -1,18 +1,28 @@
-"""OPUS-MT models (Hugging Face's MarianMTModel layout) and s2s's own Hugging Face exports.
+"""OPUS-MT models: Hugging Face's MarianMTModel with MarianTokenizer's files (source.spm,
+target.spm, vocab.json), imported from a folder or by hub name (`read`), and such an import
+exported back in its own form, its model's own numbering (`to_marian`, `s2s export --to
+huggingface` of an import).
 
 What maps and what is refused: docs/pretrained.md, "What maps"."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
-import torch
-
+from ...contract.vocab import BOS, EOS, PAD, UNK
 from ...data.pieces import Pieces
-from ...errors import DataError, ImportModelError
+from ...errors import ImportModelError
 from ...files import sha256
-from ..export import MARKER, permutation
-from .common import ImportJob, Imported, layer_weights, read_json, read_weights
+from ...nn.model import Transformer
+from .common import (
+    ImportJob,
+    Imported,
+    from_marian_state,
+    read_json,
+    read_weights,
+    save_marian_model,
+)
 
 SUPPORTED = ("marian",)
 OTHERS = {
@@ -55,7 +65,7 @@ def read(job: ImportJob) -> Imported:
         origin,
         src_vocab,
         tgt_vocab,
-        lambda model: _marian_state(
+        lambda model: from_marian_state(
             model, weights, src_vocab.source_ids, tgt_vocab.source_ids, weights_file
         ),
         weights_file,
@@ -212,125 +222,47 @@ def _marian_config(model_cfg, folder, src_vocab, tgt_vocab, src_lang, tgt_lang) 
     }
 
 
-def _same(vocab) -> list[int]:
-    """Each id's row in an export of s2s's own: itself."""
-    return list(range(len(vocab)))
+def to_marian(model: Transformer, cfg, task, out: Path) -> None:
+    """An imported OPUS-MT model back in its own numbering and conventions: the MarianMTModel
+    ("<pad>", s2s's BOS, starts the decoder; s2s's PAD row left out) and MarianTokenizer's
+    files."""
+    src, tgt = task.src_vocab, task.tgt_vocab
+    orders = (_source_order(src), _source_order(tgt))
+    starts = (tgt.source_ids[BOS],) * 2 + (tgt.source_ids[EOS],)
+    save_marian_model(model, cfg, task, out, orders, starts)
+    marian_tokenizer(task, out)
 
 
-def _marian_state(model, weights, src_ids, tgt_ids, path) -> dict:
-    """MarianMTModel's weights under s2s's names: s2s's id i takes the source's row ids[i] (-1:
-    a row the source lacks, zero, its output bias -inf), the d_model dimensions in s2s's
-    interleaved order (`permutation`'s inverse)."""
-    inv = torch.argsort(permutation(model.d_model))
-    w = {k.removeprefix("model."): v for k, v in weights.items()}
-    taken = set()
-
-    def get(name):
-        for key in (name, f"model.{name}"):
-            if key in weights or key.removeprefix("model.") in w:
-                taken.add(key.removeprefix("model."))
-                return w[key.removeprefix("model.")].float()
-        raise ImportModelError(f"{path}: {name!r} is missing")
-
-    def rows(table, ids):  # [V_source, d] -> [V_s2s, d]: a row the source lacks zero
-        out = table[torch.tensor([max(i, 0) for i in ids])].clone()
-        out[torch.tensor([i < 0 for i in ids])] = 0.0
-        return out
-
-    state = {}
-
-    def inp(ours, theirs):
-        state[f"{ours}.weight"] = get(f"{theirs}.weight")[:, inv]
-        state[f"{ours}.bias"] = get(f"{theirs}.bias")
-
-    def outp(ours, theirs):
-        state[f"{ours}.weight"] = get(f"{theirs}.weight")[inv]
-        state[f"{ours}.bias"] = get(f"{theirs}.bias")[inv]
-
-    def norm(ours, theirs):
-        state[f"{ours}.weight"] = get(f"{theirs}.weight")[inv]
-        state[f"{ours}.bias"] = get(f"{theirs}.bias")[inv]
-
-    shared = "shared.weight" in w
-    src_table = get("shared.weight" if shared else "encoder.embed_tokens.weight")
-    tgt_table = src_table if shared else get("decoder.embed_tokens.weight")
-    state["src_embed.weight"] = rows(src_table, src_ids)[:, inv]
-    state["tgt_embed.weight"] = rows(tgt_table, tgt_ids)[:, inv]
-    for ours, theirs, role in layer_weights(model):
-        {"reads": inp, "writes": outp, "norm": norm}[role](ours, theirs)
-    if model.out.weight is model.tgt_embed.weight:
-        state["out.weight"] = state["tgt_embed.weight"]
-    else:
-        head = weights.get("lm_head.weight")
-        if head is None:
-            raise ImportModelError(
-                f"{path}: 'lm_head.weight' is missing (tie_word_embeddings=false)"
-            )
-        state["out.weight"] = rows(head.float(), tgt_ids)[:, inv]
-    if model.out.bias is not None:
-        bias = weights.get("final_logits_bias", w.get("final_logits_bias"))
-        bias = torch.zeros(1, tgt_table.size(0)) if bias is None else bias.float()
-        state["out.bias"] = bias.reshape(-1)[torch.tensor([max(i, 0) for i in tgt_ids])].clone()
-        # a row the source lacks (s2s's PAD for OPUS-MT) is never written: outside every softmax
-        state["out.bias"][torch.tensor([i < 0 for i in tgt_ids])] = -torch.inf
-    skipped = {k for k in w if k.endswith("embed_positions.weight")} | {"final_logits_bias"}
-    left = sorted(
-        set(w)
-        - taken
-        - skipped
-        - {"encoder.embed_tokens.weight", "decoder.embed_tokens.weight", "lm_head.weight"}
-    )
-    if left:
-        raise ImportModelError(f"{path}: {left[0]!r} has no place in the Transformer s2s imports")
-    return state
+def _source_order(vocab: Pieces) -> list[int]:
+    """s2s's id of each id of the imported model's own vocabulary, in its order (PAD left out)."""
+    order = [0] * (len(vocab) - 1)
+    for ours, theirs in enumerate(vocab.source_ids):
+        if theirs >= 0:
+            order[theirs] = ours
+    return order
 
 
-def read_export(folder: Path) -> Imported:
-    """An `s2s export --to huggingface` of a run s2s trained: the MarianMTModel in s2s's own
-    ids, its `tokenizers` vocabulary (tokenizer.json; target_tokenizer/ for a separate target
-    one), and the run's task, model and decode sections, which the export's s2s_export.json
-    keeps: the run again, every weight bit for bit."""
-    from ...data.subwords import Subwords
+def marian_tokenizer(task, out: Path) -> None:
+    """MarianTokenizer's files for an import's vocabularies: source.spm, target.spm, vocab.json
+    in the model's own numbering (and target_vocab.json where the two sides differ)."""
+    src, tgt = task.src_vocab, task.tgt_vocab
+    names = {BOS: "<pad>", EOS: "</s>", UNK: "<unk>"}
 
-    marker = read_json(folder / MARKER)
-    saved = marker.get("config")
-    if marker.get("format") != "huggingface" or not isinstance(saved, dict):
-        raise ImportModelError(
-            f"{folder / MARKER}: not a Hugging Face export of s2s (format "
-            f"{marker.get('format')!r}); import the folder `s2s export --to huggingface` wrote"
-        )
-    task = saved.get("task") or {}
-    if task.get("name") != "translation" or task.get("tokenizer") not in ("bpe", "wordpiece"):
-        raise ImportModelError(
-            f"{folder / MARKER}: an export of task {task.get('name')!r} (tokenizer "
-            f"{task.get('tokenizer')!r}); s2s imports back exports of translation's subword "
-            "vocabularies (bpe, wordpiece)"
-        )
-    if not (folder / "tokenizer.json").is_file():
-        raise ImportModelError(f"{folder / 'tokenizer.json'} is missing: the export's vocabulary")
-    try:
-        src = Subwords.load(folder / "tokenizer.json")
-        target = folder / "target_tokenizer" / "tokenizer.json"
-        tgt = Subwords.load(target) if target.is_file() else src
-    except DataError as e:
-        raise ImportModelError(
-            f"{e}: s2s imports back exports of subword vocabularies (translation)"
-        ) from None
-    weights_file, weights = read_weights(folder)
-    config = {k: dict(saved[k]) for k in ("task", "model", "decode")}
-    files = [folder / "config.json", weights_file, folder / "tokenizer.json", folder / MARKER]
-    origin = {
-        "format": "s2s-huggingface",
-        "source": str(folder),
-        "revision": "",
-        "files": {f.name: sha256(f) for f in files},
+    def numbering(vocab):
+        return {names.get(i, t): vocab.source_ids[i] for i, t in enumerate(vocab.itos) if i != PAD}
+
+    (out / "source.spm").write_bytes(src.model_proto)
+    (out / "target.spm").write_bytes(tgt.model_proto)
+    separate = src.id_space != tgt.id_space
+    vocab = json.dumps(numbering(src), ensure_ascii=False)
+    (out / "vocab.json").write_text(vocab, encoding="utf-8")
+    if separate:
+        target = json.dumps(numbering(tgt), ensure_ascii=False)
+        (out / "target_vocab.json").write_text(target, encoding="utf-8")
+    config = {
+        "tokenizer_class": "MarianTokenizer",
+        "source_lang": task.cfg.src_lang,
+        "target_lang": task.cfg.tgt_lang,
+        "separate_vocabs": separate,
     }
-    return Imported(
-        config,
-        origin,
-        src,
-        tgt,
-        lambda model: _marian_state(model, weights, _same(src), _same(tgt), weights_file),
-        weights_file,
-        folder / "config.json",
-    )
+    (out / "tokenizer_config.json").write_text(json.dumps(config, indent=1), encoding="utf-8")

@@ -135,7 +135,7 @@ def test_import_weights_equal_the_source(opus_mt):
     from safetensors.torch import load_file
 
     from s2s.core.data.pieces import Pieces
-    from s2s.core.inference.export import permutation
+    from s2s.core.inference.formats.common import permutation
     from s2s.core.runs.checkpoint import listed, load
 
     folder, run, _ = opus_mt
