@@ -57,6 +57,16 @@ def import_model(job: ImportJob, registry) -> Path:
     if out.exists() or out.is_symlink():
         raise ImportModelError(f"--output {out} exists: import into a new run directory")
     path = Path(job.source)
+    if job.revision is not None and (path.exists() or path.is_symlink()):
+        raise ImportModelError(
+            f"--revision {job.revision}: {path} is a local {'folder' if path.is_dir() else 'file'}"
+            ", which has no revisions; --revision names a version of a hub model (OWNER/NAME)"
+        )
+    if path.is_dir() and (path / "config.yaml").is_file():
+        raise ImportModelError(
+            f"{path} holds config.yaml: an s2s run directory, which every command takes as it is "
+            f"(s2s generate {path} --input FILE); import reads models trained elsewhere"
+        )
     is_fairseq = path.suffix == ".pt" or (path.is_dir() and fairseq.checkpoint_in(path) is not None)
     ours = path.is_dir() and (path / MARKER).is_file() and not (path / "source.spm").is_file()
     found = (

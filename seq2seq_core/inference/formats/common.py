@@ -8,6 +8,7 @@ tokens in id order, and transformers' MarianMTModel both ways (`permutation`,
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
@@ -58,6 +59,128 @@ def read_json(path: Path) -> dict:
     if not isinstance(value, dict):
         raise ImportModelError(f"{path}: not a JSON object")
     return value
+
+
+_NEEDED = object()  # a Fields default: the key must be there
+
+
+def shown(value) -> str:
+    """A value read from a model file as it stands there (JSON's spelling), cut at 40 characters."""
+    try:
+        text = json.dumps(value)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= 40 else text[:40] + "..."
+
+
+class Fields:
+    """The values of one model file (config.json, generation_config.json, tokenizer_config.json,
+    a fairseq checkpoint's args) read typed: the one reader of these untrusted values. A value of
+    the wrong type or out of range is refused in one line naming the file, the key and the value,
+    before any work: the string "false" is not read as true, "6" or 6.5 never reaches int(), a
+    negative length is not a length. A whole float (6.0) is a whole number; a bool is no number."""
+
+    def __init__(self, where, values: dict):
+        self.where, self.values = where, values
+
+    def has(self, key: str) -> bool:
+        return self.values.get(key) is not None
+
+    def _get(self, key, default):
+        value = self.values.get(key)
+        if value is None and default is _NEEDED:
+            raise ImportModelError(f"{self.where}: {key!r} is missing")
+        return value
+
+    def _bad(self, key, value, wanted: str):
+        raise ImportModelError(f"{self.where}: {key}={shown(value)} is not {wanted}")
+
+    def int(self, key: str, default=_NEEDED, minimum: int | None = None):
+        value = self._get(key, default)
+        if value is None:
+            return default
+        whole = isinstance(value, float) and value.is_integer()
+        if isinstance(value, bool) or not (isinstance(value, int) or whole):
+            self._bad(key, value, "a whole number")
+        if minimum is not None and value < minimum:
+            self._bad(key, value, f"a whole number of at least {minimum}")
+        return int(value)
+
+    def float(self, key: str, default=_NEEDED, minimum: float | None = None):
+        value = self._get(key, default)
+        if value is None:
+            return default
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            self._bad(key, value, "a number")
+        if not math.isfinite(value) or (minimum is not None and value < minimum):
+            self._bad(
+                key, value, "a finite number" + (f" of at least {minimum}" if minimum else "")
+            )
+        return float(value)
+
+    def bool(self, key: str, default=_NEEDED):
+        value = self._get(key, default)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            self._bad(key, value, "true or false")
+        return value
+
+    def str(self, key: str, default=_NEEDED):
+        value = self._get(key, default)
+        if value is None:
+            return default
+        if not isinstance(value, str) or not value:
+            self._bad(key, value, "a non-empty string")
+        return value
+
+
+def read_ids(path: Path) -> dict:
+    """A vocabulary file mapping each piece to its id (OPUS-MT's vocab.json): a JSON object whose
+    ids are whole numbers 0..n-1, each piece's its own; a string id, a gap or two pieces on one
+    id is refused in one line naming the file and the piece."""
+    vocab = read_json(path)
+    by_id = {}
+    for piece, i in vocab.items():
+        if isinstance(i, bool) or not isinstance(i, int) or i < 0:
+            raise ImportModelError(
+                f"{path}: piece {piece!r} has id {shown(i)}, not a whole number of at least 0"
+            )
+        if i in by_id:
+            raise ImportModelError(
+                f"{path}: pieces {by_id[i]!r} and {piece!r} both have id {i}: one piece an id"
+            )
+        by_id[i] = piece
+    gap = next((i for i in range(len(by_id)) if i not in by_id), None)
+    if gap is not None:
+        raise ImportModelError(
+            f"{path}: no piece has id {gap} but {len(by_id)} pieces go up to id {max(by_id)}: "
+            "the ids must be 0..n-1"
+        )
+    return vocab
+
+
+def checked_weight(path: Path, name: str, tensor, shape) -> torch.Tensor:
+    """The float32 copy of weight `name` of `path`, which the model its config describes holds
+    with `shape`: a tensor of another shape (never cut to fit), of integers or bools, or holding
+    NaN or infinities is refused in one line naming the tensor, before the run is written."""
+    if not isinstance(tensor, torch.Tensor):
+        raise ImportModelError(f"{path}: {name!r} is a {type(tensor).__name__}, not a tensor")
+    if not tensor.is_floating_point():
+        raise ImportModelError(
+            f"{path}: {name!r} holds {str(tensor.dtype).removeprefix('torch.')} values, not "
+            "floating-point weights"
+        )
+    if tuple(tensor.shape) != tuple(shape):
+        raise ImportModelError(
+            f"{path}: {name!r} has shape {list(tensor.shape)} but the model its config describes "
+            f"needs {list(shape)}"
+        )
+    weight = tensor.float()
+    bad = int((~torch.isfinite(weight)).sum())
+    if bad:
+        raise ImportModelError(f"{path}: {name!r} holds {bad} NaN or infinite values")
+    return weight
 
 
 def read_weights(folder: Path) -> tuple[Path, dict]:
@@ -197,17 +320,18 @@ def marian_state_dict(model: Transformer, src_order=None, tgt_order=None) -> dic
 def from_marian_state(model, weights, src_ids, tgt_ids, path) -> dict:
     """MarianMTModel's weights under s2s's names: s2s's id i takes the source's row ids[i] (-1:
     a row the source lacks, zero, its output bias -inf), the d_model dimensions in s2s's
-    interleaved order (`permutation`'s inverse)."""
+    interleaved order (`permutation`'s inverse). Every tensor is checked against the shape the
+    model needs (`checked_weight`); one vocabulary has one embedding table."""
     inv = torch.argsort(permutation(model.d_model))
-    w = {k.removeprefix("model."): v for k, v in weights.items()}
+    names = {k.removeprefix("model."): k for k in weights}  # s2s's reading -> the file's key
+    shapes = {k: tuple(v.shape) for k, v in model.state_dict().items()}
     taken = set()
 
-    def get(name):
-        for key in (name, f"model.{name}"):
-            if key in weights or key.removeprefix("model.") in w:
-                taken.add(key.removeprefix("model."))
-                return w[key.removeprefix("model.")].float()
-        raise ImportModelError(f"{path}: {name!r} is missing")
+    def get(name, shape):
+        if name not in names:
+            raise ImportModelError(f"{path}: {name!r} is missing")
+        taken.add(name)
+        return checked_weight(path, names[name], weights[names[name]], shape)
 
     def rows(table, ids):  # [V_source, d] -> [V_s2s, d]: a row the source lacks zero
         out = table[torch.tensor([max(i, 0) for i in ids])].clone()
@@ -217,48 +341,70 @@ def from_marian_state(model, weights, src_ids, tgt_ids, path) -> dict:
     state = {}
 
     def inp(ours, theirs):
-        state[f"{ours}.weight"] = get(f"{theirs}.weight")[:, inv]
-        state[f"{ours}.bias"] = get(f"{theirs}.bias")
+        state[f"{ours}.weight"] = get(f"{theirs}.weight", shapes[f"{ours}.weight"])[:, inv]
+        state[f"{ours}.bias"] = get(f"{theirs}.bias", shapes[f"{ours}.bias"])
 
     def outp(ours, theirs):
-        state[f"{ours}.weight"] = get(f"{theirs}.weight")[inv]
-        state[f"{ours}.bias"] = get(f"{theirs}.bias")[inv]
+        state[f"{ours}.weight"] = get(f"{theirs}.weight", shapes[f"{ours}.weight"])[inv]
+        state[f"{ours}.bias"] = get(f"{theirs}.bias", shapes[f"{ours}.bias"])[inv]
 
-    def norm(ours, theirs):
-        state[f"{ours}.weight"] = get(f"{theirs}.weight")[inv]
-        state[f"{ours}.bias"] = get(f"{theirs}.bias")[inv]
-
-    shared = "shared.weight" in w
-    src_table = get("shared.weight" if shared else "encoder.embed_tokens.weight")
-    tgt_table = src_table if shared else get("decoder.embed_tokens.weight")
+    d = model.d_model
+    n_src, n_tgt = sum(i >= 0 for i in src_ids), sum(i >= 0 for i in tgt_ids)
+    tables = ("shared", "encoder.embed_tokens", "decoder.embed_tokens")
+    tables = [f"{t}.weight" for t in tables if f"{t}.weight" in names]
+    one = model.src_embed is model.tgt_embed  # one vocabulary (vocab.json alone)
+    if one or "shared.weight" in tables:  # one table: every table the file holds is that one
+        if not one and n_tgt != n_src:
+            raise ImportModelError(
+                f"{path}: one embedding table ('shared.weight', {n_src} rows) for a target "
+                f"vocabulary of {n_tgt} pieces"
+            )
+        given = [get(t, (n_src, d)) for t in tables]
+        if not given:
+            raise ImportModelError(f"{path}: 'shared.weight' is missing")
+        if any(not torch.equal(given[0], other) for other in given[1:]):
+            raise ImportModelError(
+                f"{path}: the encoder's and the decoder's embedding tables differ but "
+                + (
+                    "the tokenizer has one vocabulary (vocab.json, no target_vocab.json): s2s "
+                    "shares embeddings exactly when the vocabularies are one"
+                    if one
+                    else "'shared.weight' says they are one"
+                )
+            )
+        src_table = tgt_table = given[0]
+    else:
+        src_table = get("encoder.embed_tokens.weight", (n_src, d))
+        tgt_table = get("decoder.embed_tokens.weight", (n_tgt, d))
     state["src_embed.weight"] = rows(src_table, src_ids)[:, inv]
     state["tgt_embed.weight"] = rows(tgt_table, tgt_ids)[:, inv]
     for ours, theirs, role in layer_weights(model):
-        {"reads": inp, "writes": outp, "norm": norm}[role](ours, theirs)
+        {"reads": inp, "writes": outp, "norm": outp}[role](ours, theirs)
     if model.out.weight is model.tgt_embed.weight:
         state["out.weight"] = state["tgt_embed.weight"]
     else:
-        head = weights.get("lm_head.weight")
-        if head is None:
+        if "lm_head.weight" not in names:
             raise ImportModelError(
                 f"{path}: 'lm_head.weight' is missing (tie_word_embeddings=false)"
             )
-        state["out.weight"] = rows(head.float(), tgt_ids)[:, inv]
+        state["out.weight"] = rows(get("lm_head.weight", (n_tgt, d)), tgt_ids)[:, inv]
     if model.out.bias is not None:
-        bias = weights.get("final_logits_bias", w.get("final_logits_bias"))
-        bias = torch.zeros(1, tgt_table.size(0)) if bias is None else bias.float()
-        state["out.bias"] = bias.reshape(-1)[torch.tensor([max(i, 0) for i in tgt_ids])].clone()
+        if "final_logits_bias" in names:
+            bias = get("final_logits_bias", (1, n_tgt)).reshape(-1)
+        else:
+            bias = torch.zeros(n_tgt)
+        state["out.bias"] = bias[torch.tensor([max(i, 0) for i in tgt_ids])].clone()
         # a row the source lacks (s2s's PAD for OPUS-MT) is never written: outside every softmax
         state["out.bias"][torch.tensor([i < 0 for i in tgt_ids])] = -torch.inf
-    skipped = {k for k in w if k.endswith("embed_positions.weight")} | {"final_logits_bias"}
-    left = sorted(
-        set(w)
-        - taken
-        - skipped
-        - {"encoder.embed_tokens.weight", "decoder.embed_tokens.weight", "lm_head.weight"}
-    )
+    skipped = {k for k in names if k.endswith("embed_positions.weight")}
+    skipped |= {"final_logits_bias"} if model.out.bias is None else set()  # zero: none here
+    # a tied output projection the file also holds: the embedding table again
+    skipped |= {"lm_head.weight"} if model.out.weight is model.tgt_embed.weight else set()
+    left = sorted(set(names) - taken - skipped)
     if left:
-        raise ImportModelError(f"{path}: {left[0]!r} has no place in the Transformer s2s imports")
+        raise ImportModelError(
+            f"{path}: {names[left[0]]!r} has no place in the Transformer s2s imports"
+        )
     return state
 
 

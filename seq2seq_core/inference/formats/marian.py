@@ -16,12 +16,15 @@ from ...errors import ImportModelError
 from ...files import sha256
 from ...nn.model import Transformer
 from .common import (
+    Fields,
     ImportJob,
     Imported,
     from_marian_state,
+    read_ids,
     read_json,
     read_weights,
     save_marian_model,
+    shown,
 )
 
 SUPPORTED = ("marian",)
@@ -44,7 +47,8 @@ def read(job: ImportJob) -> Imported:
     model_cfg = read_json(folder / "config.json")
     kind = model_cfg.get("model_type")
     if kind not in SUPPORTED:
-        what = OTHERS.get(kind, f"model_type {kind!r}")
+        what = OTHERS.get(kind, f"model_type {shown(kind)}") if isinstance(kind, str) else None
+        what = what or f"model_type {shown(kind)}"
         raise ImportModelError(
             f"{folder / 'config.json'}: {what} is not supported; s2s imports OPUS-MT "
             "(MarianMTModel, model_type 'marian') and fairseq Transformer checkpoints"
@@ -77,7 +81,7 @@ def _resolve(job: ImportJob) -> tuple[Path, str | None]:
     """The local folder of the source and its revision (a hub snapshot's commit)."""
     folder = Path(job.source)
     if folder.is_dir():
-        return folder, job.revision
+        return folder, None  # a folder has no revision (import_model refuses --revision)
     if folder.exists():
         raise ImportModelError(f"{folder} is a file: import takes a model's folder or a hub name")
     if job.source.count("/") != 1 or job.source.startswith((".", "/")):
@@ -102,11 +106,9 @@ def _resolve(job: ImportJob) -> tuple[Path, str | None]:
 def _languages(job: ImportJob, folder: Path) -> tuple[str, str]:
     """--src-lang / --tgt-lang, else tokenizer_config.json's, else the name opus-mt-SRC-TGT."""
     tok = folder / "tokenizer_config.json"
-    tok_cfg = read_json(tok) if tok.is_file() else {}
-    src, tgt = (
-        job.src_lang or tok_cfg.get("source_lang"),
-        job.tgt_lang or tok_cfg.get("target_lang"),
-    )
+    tok_cfg = Fields(tok, read_json(tok) if tok.is_file() else {})
+    src = job.src_lang or tok_cfg.str("source_lang", None)
+    tgt = job.tgt_lang or tok_cfg.str("target_lang", None)
     name = Path(job.source.rstrip("/")).name.split("opus-mt-")[-1].split("-")
     if (not src or not tgt) and len(name) == 2:
         src, tgt = src or name[0], tgt or name[1]
@@ -121,7 +123,7 @@ def _languages(job: ImportJob, folder: Path) -> tuple[str, str]:
 def _marian_vocabularies(folder: Path) -> tuple[Pieces, Pieces, list[Path]]:
     """The source and target `Pieces` of MarianTokenizer's files, and the files read."""
     tok = folder / "tokenizer_config.json"
-    separate = bool((read_json(tok) if tok.is_file() else {}).get("separate_vocabs"))
+    separate = Fields(tok, read_json(tok) if tok.is_file() else {}).bool("separate_vocabs", False)
     names = ["source.spm", "target.spm", "vocab.json"] + (["target_vocab.json"] if separate else [])
     paths = [folder / n for n in names]
     for p in paths:
@@ -129,8 +131,8 @@ def _marian_vocabularies(folder: Path) -> tuple[Pieces, Pieces, list[Path]]:
             raise ImportModelError(
                 f"{p} is missing: MarianTokenizer's files are {', '.join(names)}"
             )
-    vocabs = [read_json(folder / "vocab.json")]
-    vocabs.append(read_json(folder / "target_vocab.json") if separate else vocabs[0])
+    vocabs = [read_ids(folder / "vocab.json")]
+    vocabs.append(read_ids(folder / "target_vocab.json") if separate else vocabs[0])
     sides = []
     for spm, vocab, vocab_name in zip(paths[:2], vocabs, names[2:] + names[2:]):
         try:
@@ -145,48 +147,45 @@ def _marian_vocabularies(folder: Path) -> tuple[Pieces, Pieces, list[Path]]:
 
 def _marian_config(model_cfg, folder, src_vocab, tgt_vocab, src_lang, tgt_lang) -> dict:
     """The run's config as a dict: the translation task over the imported vocabulary, the model
-    section of config.json, decoding as generation_config.json says."""
+    section of config.json, decoding as generation_config.json says; every value read typed
+    (`Fields`)."""
     where = folder / "config.json"
-
-    def need(key, default=None):
-        value = model_cfg.get(key, default)
-        if value is None:
-            raise ImportModelError(f"{where}: {key!r} is missing")
-        return value
-
-    for a, b in (("encoder_layers", "decoder_layers"), ("encoder_ffn_dim", "decoder_ffn_dim")):
-        if need(a) != need(b):
+    f = Fields(where, model_cfg)
+    for a, b in (
+        ("encoder_layers", "decoder_layers"),
+        ("encoder_ffn_dim", "decoder_ffn_dim"),
+        ("encoder_attention_heads", "decoder_attention_heads"),
+    ):
+        if f.int(a, minimum=1) != f.int(b, minimum=1):
             raise ImportModelError(
-                f"{where}: {a}={need(a)} but {b}={need(b)}: s2s's stacks are alike"
+                f"{where}: {a}={f.int(a)} but {b}={f.int(b)}: s2s's stacks are alike"
             )
-    if need("encoder_attention_heads") != need("decoder_attention_heads"):
-        raise ImportModelError(f"{where}: the encoder's and the decoder's heads differ")
-    activation = ACTIVATIONS.get(str(need("activation_function")))
+    activation = ACTIVATIONS.get(f.str("activation_function"))
     if activation is None:
         raise ImportModelError(
-            f"{where}: activation_function={model_cfg['activation_function']!r} is not "
+            f"{where}: activation_function={shown(model_cfg['activation_function'])} is not "
             f"supported (one of {', '.join(ACTIVATIONS)})"
         )
-    if not model_cfg.get("scale_embedding", False):
+    if not f.bool("scale_embedding", False):
         raise ImportModelError(
             f"{where}: scale_embedding=false is not supported (s2s scales by sqrt d)"
         )
-    if need("decoder_start_token_id") != need("pad_token_id"):
+    if f.int("decoder_start_token_id") != f.int("pad_token_id"):
         raise ImportModelError(
-            f"{where}: decoder_start_token_id={model_cfg['decoder_start_token_id']} is not "
-            f"pad_token_id={model_cfg['pad_token_id']}, OPUS-MT's start token"
+            f"{where}: decoder_start_token_id={f.int('decoder_start_token_id')} is not "
+            f"pad_token_id={f.int('pad_token_id')}, OPUS-MT's start token"
         )
     rows = {"vocab_size": len(src_vocab) - 1, "decoder_vocab_size": len(tgt_vocab) - 1}
     for key, n in rows.items():
-        if int(model_cfg.get(key) or need("vocab_size")) != n:
+        given = f.int(key, f.int("vocab_size", minimum=1), minimum=1)
+        if given != n:
             raise ImportModelError(
-                f"{where}: {key}={model_cfg.get(key) or model_cfg['vocab_size']} but the "
-                f"tokenizer's vocabulary holds {n} tokens"
+                f"{where}: {key}={given} but the tokenizer's vocabulary holds {n} tokens"
             )
     gen_path = folder / "generation_config.json"
-    gen = read_json(gen_path) if gen_path.is_file() else {}
-    max_length = int(gen.get("max_length", model_cfg.get("max_length") or 512))
-    max_positions = int(need("max_position_embeddings"))
+    gen = Fields(gen_path, read_json(gen_path) if gen_path.is_file() else {})
+    max_length = gen.int("max_length", f.int("max_length", 512, minimum=1), minimum=1)
+    max_positions = f.int("max_position_embeddings", minimum=2)
     return {
         "task": {
             "name": "translation",
@@ -198,20 +197,20 @@ def _marian_config(model_cfg, folder, src_vocab, tgt_vocab, src_lang, tgt_lang) 
             "shared_vocab": src_vocab.id_space == tgt_vocab.id_space,
         },
         "model": {
-            "layers": int(need("encoder_layers")),
-            "d_model": int(need("d_model")),
-            "d_ff": int(need("encoder_ffn_dim")),
-            "heads": int(need("encoder_attention_heads")),
-            "dropout": float(model_cfg.get("dropout", 0.1)),
-            "attention_dropout": float(model_cfg.get("attention_dropout", 0.0)),
+            "layers": f.int("encoder_layers"),
+            "d_model": f.int("d_model", minimum=1),
+            "d_ff": f.int("encoder_ffn_dim"),
+            "heads": f.int("encoder_attention_heads"),
+            "dropout": f.float("dropout", 0.1, minimum=0.0),
+            "attention_dropout": f.float("attention_dropout", 0.0, minimum=0.0),
             "max_positions": max_positions,
             "activation": activation,
             "output_bias": True,
-            "tie_output": bool(model_cfg.get("tie_word_embeddings", True)),
+            "tie_output": f.bool("tie_word_embeddings", True),
         },
         "decode": {
-            "beam": int(gen.get("num_beams", model_cfg.get("num_beams") or 1)),
-            "alpha": float(gen.get("length_penalty", 1.0)),
+            "beam": gen.int("num_beams", f.int("num_beams", 1, minimum=1), minimum=1),
+            "alpha": gen.float("length_penalty", 1.0),
             "length_penalty": "power",
             "stop": "transformers",
             "max_len_a": 0.0,
