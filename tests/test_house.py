@@ -113,6 +113,17 @@ def test_no_import_circles():
             visit(module)
 
 
+def test_a_format_imports_no_other_format():
+    """inference/formats/ holds a module a format; what two formats share lives in `common`."""
+    formats = "s2s.core.inference.formats"
+    for module, deps in _imports().items():
+        if module.startswith(f"{formats}.") and module != f"{formats}.common":
+            crossing = sorted(
+                d for d in deps if d.startswith(f"{formats}.") and d != f"{formats}.common"
+            )
+            assert not crossing, f"{module} imports {crossing[0]}"
+
+
 def test_the_formatter_and_pyflakes_pass_on_the_whole_repository():
     """ruff format at width 100 and pyflakes (pyproject's [tool.ruff]) instead of a line cap:
     a long module is a prompt to look for a seam, not a failure."""

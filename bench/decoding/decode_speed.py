@@ -308,7 +308,7 @@ def versus_ctranslate2(
 
     import ctranslate2
     from s2s.core.inference.deployed import decode_ctranslate2
-    from s2s.core.inference.export import to_ctranslate2
+    from s2s.core.inference.formats.ctranslate2 import to_ctranslate2
     from s2s.core.nn.precision import for_inference, resolve
 
     greedy = replace(settings, beam=1)

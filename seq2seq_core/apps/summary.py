@@ -99,7 +99,7 @@ LOADERS = {
         'model = MarianMTModel.from_pretrained("{out}")',
     ],
     "safetensors": [
-        "from s2s.core.inference.export import load_safetensors",
+        "from s2s.core.inference.formats.safetensors import load_safetensors",
         'model = load_safetensors("{out}")  # the engine\'s Transformer',
     ],
 }

@@ -15,7 +15,7 @@ import torch
 from ..decode.batched import Decoder
 from ..decode.search import sentences_per_batch
 from ..contract.vocab import BOS, EOS, PAD, SPECIALS
-from .export import tokenizers_of, tokens_of
+from .formats.common import tokenizers_of, tokens_of
 
 
 def decode_ctranslate2(translator, like: Decoder, sources: Sequence[str]) -> list[list[int]]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 import sys
 from dataclasses import dataclass, field
 from itertools import islice
@@ -150,7 +151,9 @@ def generate_lines(
             result[i] = answer
         if asked.as_json():
             result = [
-                json.dumps({"line": first + i, **answer}, ensure_ascii=False)
+                json.dumps(
+                    _finite({"line": first + i, **answer}), ensure_ascii=False, allow_nan=False
+                )
                 for i, answer in enumerate(result)
             ]
         if asked.targets is not None and progress is not None:
@@ -274,6 +277,18 @@ def _check_side(
             )
         side[number - 1] = line
     return side
+
+
+def _finite(value):
+    """A JSON answer with every number that is not finite (NaN, infinities: the scores of a model
+    whose weights are broken, or of a target it cannot write) as null: a bare NaN is not JSON."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
 
 
 def _answers(decoder: Decoder, sources, found, asked: Asked) -> list:

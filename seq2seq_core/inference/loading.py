@@ -86,8 +86,9 @@ def load_for_inference(path: str | Path, registry, overrides=(), task: str | Non
 def load_ensemble(paths: Sequence[str | Path], registry, overrides=(), task: str | None = None):
     """(cfg, member, ensemble) of several runs decoded as one (`s2s.core.decode.ensemble`):
     the first run's config and member; each model loaded as `load_for_inference` loads it, in
-    its own precision. Runs whose member (task, tokenisation) or whose source or target ids
-    differ from the first's are refused in one line naming both; shapes may differ."""
+    its own precision. Runs whose member (task, tokenisation), whose languages (the task's
+    `*_lang` settings: a model and its reverse may share one vocabulary) or whose source or
+    target ids differ from the first's are refused in one line naming both; shapes may differ."""
     from ..decode.ensemble import Ensemble
 
     loaded = [load_for_inference(p, registry, overrides, task) for p in paths]
@@ -110,6 +111,10 @@ def _differs(first: Member, other: Member) -> str | None:
             f"it decodes task {other.name!r} ({other.task.name}), the first {first.name!r} "
             f"({first.task.name})"
         )
+    for key in sorted(k for k in first.task.cfg if str(k).endswith("_lang")):
+        ours, theirs = first.task.cfg.get(key), other.task.cfg.get(key)
+        if ours != theirs:  # the same vocabulary read in another direction (a reverse import)
+            return f"its task.{key} is {theirs!r}, the first's {ours!r}"
     for side in ("source", "target"):
         a = first.task.src_vocab if side == "source" else first.task.tgt_vocab
         b = other.task.src_vocab if side == "source" else other.task.tgt_vocab

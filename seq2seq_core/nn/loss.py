@@ -124,7 +124,7 @@ class _ProjectedLabelSmoothedLoss(torch.autograd.Function):
 
 def never_written(bias: torch.Tensor | None) -> torch.Tensor | None:
     """The ids whose output bias is -inf (a row an imported vocabulary adds, such as PAD for
-    OPUS-MT's: s2s.core.inference.imports), or None where there are none."""
+    OPUS-MT's: s2s.core.inference.formats), or None where there are none."""
     if bias is None:
         return None
     never = torch.isneginf(bias.detach()).nonzero().squeeze(1)

@@ -34,7 +34,7 @@ def add(subparsers, common) -> None:
 
 def run(args) -> int:
     # the work imports torch: here, when the command runs, not at start-up (tests/test_house.py)
-    from ...inference.export import ExportJob, export
+    from ...inference.formats import ExportJob, export
 
     job = ExportJob(args.run_dir, args.to, args.output, args.quantization, args.force)
     out = export(job, registry_of(args))

@@ -251,7 +251,7 @@ def test_attention_command_errors_are_one_line(demo_run, multitask_run, tmp_path
 
 # -- export --------------------------------------------------------------------------------------
 def test_safetensors_round_trip_keeps_the_new_settings(demo_run, tmp_path, registry):
-    from s2s.core.inference.export import load_safetensors
+    from s2s.core.inference.formats.safetensors import load_safetensors
 
     assert (
         main(["export", demo_run, "--to", "safetensors", "--output", str(tmp_path / "st"), "-q"])
@@ -302,7 +302,8 @@ def test_ctranslate2_takes_the_head_width_and_learned_positions(demo_run, tmp_pa
 
 
 def test_formats_refuse_what_they_cannot_express_naming_the_setting(demo_run, tmp_path, registry):
-    from s2s.core.inference.export import to_ctranslate2, to_huggingface
+    from s2s.core.inference.formats.ctranslate2 import to_ctranslate2
+    from s2s.core.inference.formats.huggingface import to_huggingface
     from s2s.core.nn.model import Transformer
     from s2s.core.setup.settings import ModelConfig
 

@@ -22,7 +22,8 @@ from s2s.core.decode.batched import source_batch
 from s2s.core.decode.search import search
 from s2s.core.inference import load_for_inference, load_run
 from s2s.core.inference.deployed import decode_ctranslate2, decode_huggingface
-from s2s.core.inference.export import load_safetensors, to_ctranslate2
+from s2s.core.inference.formats.ctranslate2 import to_ctranslate2
+from s2s.core.inference.formats.safetensors import load_safetensors
 from s2s.core.setup.config import load_config
 from s2s.core.runs import checkpoint
 from s2s.core.training.trainer import train

@@ -135,7 +135,7 @@ def test_import_weights_equal_the_source(opus_mt):
     from safetensors.torch import load_file
 
     from s2s.core.data.pieces import Pieces
-    from s2s.core.inference.export import permutation
+    from s2s.core.inference.formats.common import permutation
     from s2s.core.runs.checkpoint import listed, load
 
     folder, run, _ = opus_mt
@@ -241,3 +241,115 @@ def test_separate_vocabularies_and_pytorch_weights(tmp_path, capsys):
     source.write_text("\n".join(test) + "\n", encoding="utf-8")
     for beam in (1, 4):
         assert s2s_generate(run, source, beam) == hf_generate(folder, test, beam)
+
+
+def test_hostile_model_files_are_refused_in_one_line(opus_mt, tmp_path, capsys):
+    """Every tensor is checked against the shape its config gives (never cut to fit), its type
+    and finiteness; every value read from config.json, generation_config.json,
+    tokenizer_config.json and vocab.json is typed, named with its file and key; a local folder has
+    no --revision; an s2s run directory is named as such (issue 77, round 6)."""
+    from safetensors.torch import load_file, save_file
+
+    folder, run, _ = opus_mt
+    out = tmp_path / "out" / "run"
+    out.parent.mkdir()
+    weights = load_file(str(folder / "model.safetensors"))
+    fc1 = "model.encoder.layers.0.fc1.weight"
+
+    def variant(name, tensors=None, **files):
+        where = tmp_path / name
+        shutil.copytree(folder, where)
+        if tensors is not None:
+            save_file({**weights, **tensors}, str(where / "model.safetensors"))
+        for file, change in files.items():
+            path = where / f"{file}.json"
+            path.write_text(json.dumps(change(json.loads(path.read_text()))))
+        return where
+
+    wide = torch.cat([weights[fc1], torch.ones(weights[fc1].size(0), 3)], dim=1)
+    refuse(capsys, variant("wide", {fc1: wide}), out, fc1, "shape", "needs")
+    nan = weights[fc1].clone()
+    nan[0, 0] = float("nan")
+    refuse(capsys, variant("nan", {fc1: nan}), out, fc1, "1 NaN or infinite")
+    whole = {fc1: weights[fc1].to(torch.int64)}
+    refuse(capsys, variant("int", whole), out, fc1, "int64 values")
+
+    def with_(**values):
+        return lambda cfg: {**cfg, **values}
+
+    refuse(capsys, variant("str", config=with_(d_model="32")), out, "config.json", 'd_model="32"')
+    refuse(capsys, variant("half", config=with_(encoder_layers=1.5)), out, "encoder_layers=1.5")
+    gen = variant("gen", generation_config=with_(max_length=-5))
+    refuse(capsys, gen, out, "generation_config.json", "max_length=-5")
+    tok = variant("tok", tokenizer_config=with_(separate_vocabs="false"))
+    refuse(capsys, tok, out, "tokenizer_config.json", 'separate_vocabs="false"')
+
+    def ids(change):
+        return lambda vocab: change(dict(vocab))
+
+    as_string = variant("id_str", vocab=ids(lambda v: {**v, "<unk>": str(v["<unk>"])}))
+    refuse(capsys, as_string, out, "vocab.json", "'<unk>' has id \"1\"")
+    gap = variant("gap", vocab=ids(lambda v: {k: i + (i >= 5) for k, i in v.items()}))
+    refuse(capsys, gap, out, "vocab.json", "no piece has id 5")
+    twice = variant("twice", vocab=ids(lambda v: {**v, "<unk>": v["</s>"]}))
+    refuse(capsys, twice, out, "vocab.json", "both have id 0")
+
+    # one vocabulary (vocab.json alone) but an encoder's table and a decoder's of their own
+    shared = weights["model.shared.weight"]
+    apart = {k: v for k, v in weights.items() if k != "model.shared.weight"}
+    apart["model.encoder.embed_tokens.weight"] = shared
+    apart["model.decoder.embed_tokens.weight"] = shared.flip(0).contiguous()
+    two = variant("two_tables")
+    save_file(apart, str(two / "model.safetensors"))
+    refuse(capsys, two, out, "embedding tables differ", "one vocabulary")
+
+    revision = [folder, "--output", out, "--revision", "main"]
+    fails(s2s(capsys, "import", *revision), snapshot(folder), "--revision main", "local folder")
+    refuse(capsys, run, out, "s2s run directory", "s2s generate")
+
+
+def test_help_names_both_sources(capsys):
+    from s2s.core.apps.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["import", "--help"])
+    text = "".join(capsys.readouterr().out.split())  # argparse wraps lines at hyphens
+    assert "fairseq" in text and "OPUS-MT" in text
+
+
+def test_an_import_and_its_reverse_do_not_ensemble(opus_mt, tmp_path, capsys):
+    """The same vocabulary read the other way (--src-lang de --tgt-lang en) is another model's
+    direction: an ensemble of the two is refused naming the languages."""
+    folder, run, test = opus_mt
+    reverse = tmp_path / "reverse"
+    args = ["--src-lang", "de", "--tgt-lang", "en"]
+    assert s2s(capsys, "import", folder, "--output", reverse, *args)[0] == 0
+    source = tmp_path / "in.en"
+    source.write_text(test[0] + "\n", encoding="utf-8")
+    code, _, err = s2s(capsys, "generate", run, "--ensemble", reverse, "--input", source)
+    assert code != 0 and "task.src_lang is 'de'" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_broken_model_writes_valid_json(opus_mt, tmp_path, capsys):
+    """A score that is not a number (a model whose weights went NaN after its import) is null in
+    a --json line, never a bare NaN, which is not JSON."""
+    from s2s.core.runs.checkpoint import atomic_save, listed, load
+
+    _, run, test = opus_mt
+    broken = tmp_path / "broken"
+    shutil.copytree(run, broken)
+    [path] = listed(broken)
+    state = load(path)
+    state["model"]["decoder.0.ffn.0.weight"].fill_(float("nan"))
+    atomic_save(state, path)
+    source = tmp_path / "in.en"
+    source.write_text(test[0] + "\n", encoding="utf-8")
+    args = ["--input", source, "--json", "decode.max_len_b=5"]
+    code, out, err = s2s(capsys, "generate", broken, *args)
+    assert code == 0, err
+
+    def refuse(constant):
+        raise AssertionError(f"{constant} in a --json line: {out}")
+
+    [row] = [json.loads(line, parse_constant=refuse) for line in out.splitlines()]
+    assert row["outputs"][0]["score"] is None

@@ -154,3 +154,41 @@ def test_bad_checkpoints_are_refused_in_one_line(tmp_path, capsys):
     (cut / "model.pt").write_bytes(data[: len(data) // 2])
     refuse(cut, "model.pt", "unreadable")
     shutil.rmtree(cut)
+
+
+def test_hostile_checkpoints_are_refused_in_one_line(tmp_path, capsys):
+    """fairseq's args read typed, every tensor checked against the shape its args give, a
+    malformed bpecodes line named (not subword-nmt's own exit), and s2s's own run directory or
+    checkpoint named as such (issue 77, round 6)."""
+    out = tmp_path / "out" / "run"
+    out.parent.mkdir()
+
+    def refuse(source, *needles):
+        before = snapshot(source if source.is_dir() else source.parent, out.parent)
+        fails(s2s(capsys, "import", source, "--output", out), before, *needles)
+
+    def variant(name, **extra):
+        where = tmp_path / name
+        where.mkdir()
+        return fairseq_folder(where, **extra)
+
+    refuse(variant("layers", encoder_layers="2"), "model.pt: args", 'encoder_layers="2"')
+    refuse(variant("dropout", dropout=float("nan")), "dropout=NaN", "finite")
+    refuse(variant("positions", max_source_positions=-1), "max_source_positions=-1")
+    wide = variant("wide")
+    saved = torch.load(wide / "model.pt", weights_only=False)
+    name = "decoder.layers.1.fc2.weight"
+    saved["model"][name] = torch.cat([saved["model"][name], torch.zeros(3, 32)])
+    torch.save(saved, wide / "model.pt")
+    refuse(wide, name, "shape [19, 32]", "needs [16, 32]")
+    codes = variant("codes")
+    lines = (codes / "bpecodes").read_text().splitlines()
+    (codes / "bpecodes").write_text("\n".join(lines[:2] + ["a b c"] + lines[2:]) + "\n")
+    refuse(codes, "bpecodes, line 3", "'a b c'", "not subword-nmt BPE codes")
+
+    ok = variant("ok")
+    run = tmp_path / "imported"
+    assert s2s(capsys, "import", ok, "--output", run)[0] == 0
+    refuse(run, "s2s run directory")
+    [checkpoint] = (run / "checkpoints").glob("checkpoint_*.pt")
+    refuse(checkpoint, "a checkpoint of s2s, not of fairseq")

@@ -14,7 +14,7 @@ from ...data.moses_bpe import MosesBPE, read_fairseq_dictionary
 from ...errors import DataError, ImportModelError
 from ...files import sha256
 from ...contract.vocab import BOS
-from .common import ImportJob, Imported, layer_weights
+from .common import Fields, ImportJob, Imported, checked_weight, layer_weights
 
 #: checkpoint names looked for in a folder: fairseq's hub archives' and fairseq-train's
 FAIRSEQ_CHECKPOINTS = ("model.pt", "checkpoint_best.pt", "checkpoint_last.pt")
@@ -75,6 +75,11 @@ def read(job: ImportJob) -> Imported:
         ) from None
     if not isinstance(saved, dict) or not isinstance(saved.get("model"), dict):
         raise ImportModelError(f"{path}: holds no model state ('model')")
+    if "cfg" not in saved and "args" not in saved and {"config", "update"} <= set(saved):
+        raise ImportModelError(
+            f"{path} is a checkpoint of s2s, not of fairseq: its run directory is a run as it "
+            "is (s2s generate RUN_DIR --input FILE); import reads models trained elsewhere"
+        )
     cfg = saved.get("cfg") or {}
     args = cfg.get("model") if isinstance(cfg, dict) else None
     args = args if args is not None else saved.get("args")
@@ -82,9 +87,9 @@ def read(job: ImportJob) -> Imported:
         args = vars(args)
     if not isinstance(args, dict):
         raise ImportModelError(f"{path}: holds no model configuration ('cfg' or 'args')")
-    task = cfg.get("task") if isinstance(cfg.get("task"), dict) else args
-    src_lang = job.src_lang or (task or {}).get("source_lang")
-    tgt_lang = job.tgt_lang or (task or {}).get("target_lang")
+    task = Fields(f"{path}: task", cfg.get("task") if isinstance(cfg.get("task"), dict) else args)
+    src_lang = job.src_lang or task.str("source_lang", None)
+    tgt_lang = job.tgt_lang or task.str("target_lang", None)
     if not src_lang or not tgt_lang:
         raise ImportModelError(
             f"{path}: the languages are not recorded (task.source_lang, target_lang): give "
@@ -104,14 +109,14 @@ def read(job: ImportJob) -> Imported:
         )
     dict_files = [folder / f"dict.{lang}.txt" for lang in (src_lang, tgt_lang)]
     try:
-        codes = codes_file.read_text(encoding="utf-8")
+        codes = _bpe_codes(codes_file)
         src_vocab, tgt_vocab = (
             MosesBPE.of_fairseq(lang, codes, read_fairseq_dictionary(f))
             for lang, f in zip((src_lang, tgt_lang), dict_files)
         )
     except (DataError, OSError, UnicodeDecodeError) as e:
         raise ImportModelError(str(e)) from None
-    except Exception as e:  # noqa: BLE001 -- subword-nmt's errors on malformed codes
+    except Exception as e:  # noqa: BLE001 -- subword-nmt's errors on codes it cannot use
         raise ImportModelError(f"{codes_file}: not subword-nmt BPE codes ({e})") from None
     config = _fairseq_config(args, path, src_vocab, tgt_vocab, src_lang, tgt_lang)
     origin = {
@@ -132,6 +137,28 @@ def read(job: ImportJob) -> Imported:
     )
 
 
+def _bpe_codes(path: Path) -> str:
+    """subword-nmt's codes file checked as subword-nmt's BPE reads it (an optional "#version:
+    X.Y" line, then two symbols a line up to the last line), so that a malformed line is one line
+    naming the file and the line, not subword-nmt's own exit (two lines on stderr, then the
+    process ends)."""
+    text = path.read_text(encoding="utf-8")
+    first, _, rest = text.partition("\n")
+    offset, body = 1, text
+    if first.startswith("#version:"):
+        version = first.split()[-1].split(".")
+        if not all(part.isdigit() for part in version):
+            raise ImportModelError(f"{path}, line 1: {first[:40]!r} is no version number")
+        offset, body = 2, rest
+    for number, line in enumerate(body.rstrip("\n").split("\n"), offset):
+        if len(line.strip("\r\n ").split(" ")) != 2:
+            raise ImportModelError(
+                f"{path}, line {number}: {line[:40]!r} is not two symbols separated by a space: "
+                "not subword-nmt BPE codes"
+            )
+    return text
+
+
 def _fairseq_config(args: dict, path: Path, src_vocab, tgt_vocab, src_lang, tgt_lang) -> dict:
     """The run's config as a dict from a fairseq checkpoint's model arguments."""
     arch = args.get("arch") or args.get("_name")
@@ -143,18 +170,22 @@ def _fairseq_config(args: dict, path: Path, src_vocab, tgt_vocab, src_lang, tgt_
         if key in args and args[key] not in (value, None if value is False else value):
             raise ImportModelError(f"{path}: {key}={args[key]!r} is not supported ({value!r} is)")
 
-    def same(a, b):
-        if args.get(a) != args.get(b):
+    f = Fields(f"{path}: args", args)  # the one reader of the checkpoint's values
+
+    def same(a, b, read=lambda key: f.int(key, minimum=1)):
+        if read(a) != read(b):
             raise ImportModelError(
-                f"{path}: {a}={args.get(a)} but {b}={args.get(b)}: s2s's stacks are alike"
+                f"{path}: {a}={read(a)} but {b}={read(b)}: s2s's stacks are alike"
             )
-        return args.get(a)
+        return read(a)
 
     d = same("encoder_embed_dim", "decoder_embed_dim")
-    if args.get("decoder_output_dim", d) != d or args.get("decoder_input_dim", d) != d:
+    if f.int("decoder_output_dim", d) != d or f.int("decoder_input_dim", d) != d:
         raise ImportModelError(f"{path}: decoder_input_dim / decoder_output_dim other than {d}")
-    pre_norm = same("encoder_normalize_before", "decoder_normalize_before")
-    share_all = bool(args.get("share_all_embeddings"))
+    pre_norm = same(
+        "encoder_normalize_before", "decoder_normalize_before", lambda k: f.bool(k, False)
+    )
+    share_all = f.bool("share_all_embeddings", False)
     if (src_vocab.id_space == tgt_vocab.id_space) != share_all:
         raise ImportModelError(
             f"{path}: share_all_embeddings={share_all} with "
@@ -162,7 +193,8 @@ def _fairseq_config(args: dict, path: Path, src_vocab, tgt_vocab, src_lang, tgt_
             "s2s shares embeddings exactly when the dictionaries are one"
         )
     max_positions = min(
-        int(args.get("max_source_positions", 1024)), int(args.get("max_target_positions", 1024))
+        f.int("max_source_positions", 1024, minimum=2),
+        f.int("max_target_positions", 1024, minimum=2),
     )
     return {
         "task": {
@@ -175,18 +207,18 @@ def _fairseq_config(args: dict, path: Path, src_vocab, tgt_vocab, src_lang, tgt_
             "shared_vocab": share_all,
         },
         "model": {
-            "layers": int(same("encoder_layers", "decoder_layers")),
-            "d_model": int(d),
-            "d_ff": int(same("encoder_ffn_embed_dim", "decoder_ffn_embed_dim")),
-            "heads": int(same("encoder_attention_heads", "decoder_attention_heads")),
-            "dropout": float(args.get("dropout", 0.1)),
-            "attention_dropout": float(args.get("attention_dropout", 0.0)),
+            "layers": same("encoder_layers", "decoder_layers"),
+            "d_model": d,
+            "d_ff": same("encoder_ffn_embed_dim", "decoder_ffn_embed_dim"),
+            "heads": same("encoder_attention_heads", "decoder_attention_heads"),
+            "dropout": f.float("dropout", 0.1, minimum=0.0),
+            "attention_dropout": f.float("attention_dropout", 0.0, minimum=0.0),
             "pre_norm": bool(pre_norm),
             "max_positions": max_positions,
             "positions": "learned",  # fairseq's own sinusoids, as a table (_fairseq_positions)
             "activation": "relu",
             "output_bias": True,  # zero but s2s's BOS row: -inf
-            "tie_output": bool(share_all or args.get("share_decoder_input_output_embed")),
+            "tie_output": share_all or f.bool("share_decoder_input_output_embed", False),
         },
         # fairseq-generate's defaults: beam 5, lenpen 1, 1 to 200 tokens, its stopping rule
         "decode": {
@@ -221,32 +253,33 @@ def _fairseq_state(model, w, args, src_vocab, tgt_vocab, path) -> dict:
     """fairseq's Transformer weights under s2s's names, rows in s2s's id order (BOS: a copy of
     </s>'s row, the decoder's start)."""
     taken = set()
+    shapes = {k: tuple(v.shape) for k, v in model.state_dict().items()}
 
-    def get(name):
+    def get(name, shape):
         if name not in w:
             raise ImportModelError(f"{path}: {name!r} is missing")
         taken.add(name)
-        return w[name].float()
+        return checked_weight(path, name, w[name], shape)
 
-    def rows(table, vocab):
-        index = torch.tensor([i if i >= 0 else 2 for i in vocab.source_ids])  # BOS: </s>'s
-        if table.size(0) != len(vocab) - 1:
+    def rows(name, vocab):
+        table = w.get(name)
+        if isinstance(table, torch.Tensor) and table.dim() == 2 and table.size(0) != len(vocab) - 1:
             raise ImportModelError(
-                f"{path}: an embedding has {table.size(0)} rows but its dictionary "
+                f"{path}: {name!r} has {table.size(0)} rows but its dictionary "
                 f"{len(vocab) - 1} tokens"
             )
+        table = get(name, (len(vocab) - 1, model.d_model))
+        index = torch.tensor([i if i >= 0 else 2 for i in vocab.source_ids])  # BOS: </s>'s
         return table[index].clone()
 
     state = {}
 
     def linear(ours, theirs):
-        state[f"{ours}.weight"], state[f"{ours}.bias"] = (
-            get(f"{theirs}.weight"),
-            get(f"{theirs}.bias"),
-        )
+        state[f"{ours}.weight"] = get(f"{theirs}.weight", shapes[f"{ours}.weight"])
+        state[f"{ours}.bias"] = get(f"{theirs}.bias", shapes[f"{ours}.bias"])
 
-    state["src_embed.weight"] = rows(get("encoder.embed_tokens.weight"), src_vocab)
-    state["tgt_embed.weight"] = rows(get("decoder.embed_tokens.weight"), tgt_vocab)
+    state["src_embed.weight"] = rows("encoder.embed_tokens.weight", src_vocab)
+    state["tgt_embed.weight"] = rows("decoder.embed_tokens.weight", tgt_vocab)
     for ours, theirs, _ in layer_weights(model):
         linear(ours, theirs)
     if model.encoder[0].res1.pre_norm:
@@ -256,7 +289,7 @@ def _fairseq_state(model, w, args, src_vocab, tgt_vocab, path) -> dict:
         state["out.weight"] = state["tgt_embed.weight"]
         taken.add("decoder.output_projection.weight")
     else:
-        state["out.weight"] = rows(get("decoder.output_projection.weight"), tgt_vocab)
+        state["out.weight"] = rows("decoder.output_projection.weight", tgt_vocab)
     state["out.bias"] = torch.zeros(len(tgt_vocab))
     state["out.bias"][BOS] = -torch.inf  # a copy of </s> as input; never written
     state["pos_embed.weight"] = _fairseq_positions(model.max_positions, model.d_model)

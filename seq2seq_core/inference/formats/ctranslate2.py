@@ -1,0 +1,161 @@
+"""CTranslate2: a run as a CTranslate2 Transformer model through its spec API
+(`ctranslate2.specs.TransformerSpec`), optionally quantised (`s2s export --to ctranslate2`).
+
+The architecture maps one to one: post-norm (or pre-norm with final layer norms), ReLU (or
+swish), biases everywhere, embeddings scaled by sqrt(d_model) and the output projection tied or
+not (model.tie_output), our interleaved sinusoid table (or the learned one,
+model.positions=learned) stored as the position encodings, heads of model.d_k = model.d_v
+dimensions as its head_dim, EOS appended to the source, BOS as the decoder's start token. Its
+heads have one width: model.d_k other than model.d_v is refused. `s2s.core.inference.deployed`
+decodes with it the way `s2s generate` does.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from ...contract.vocab import BOS, EOS, SPECIALS, UNK
+from ...data.pieces import Pieces
+from ...errors import ExportError
+from ...nn.model import Transformer
+from .common import tokenizers_of, tokens_of
+
+QUANTIZATIONS = (
+    "int8",
+    "int8_float32",
+    "int8_float16",
+    "int8_bfloat16",
+    "int16",
+    "float16",
+    "bfloat16",
+)
+
+
+def _numpy(t: torch.Tensor):
+    """A float32 copy: the converter may change the arrays it is given, the model must not
+    change."""
+    return t.detach().float().numpy().copy()
+
+
+def to_ctranslate2(model: Transformer, task, out: Path, quantization: str | None = None) -> None:
+    """A CTranslate2 Transformer model (model.bin, config.json, vocabularies) in `out`, with the
+    task's own vocabulary files beside them (to turn text into the tokens)."""
+    try:
+        import ctranslate2
+        from ctranslate2.specs import common_spec, transformer_spec
+    except ImportError:
+        raise ExportError(
+            "--to ctranslate2 needs the ctranslate2 package: pip install 's2s[export]'"
+        ) from None
+    pre_norm, attn = model.encoder[0].res1.pre_norm, model.encoder[0].self_attn
+    if attn.d_k != attn.d_v:
+        raise ExportError(
+            f"model.d_k={attn.d_k} with model.d_v={attn.d_v} has no CTranslate2 form (its heads "
+            "have one "
+            "width for queries, keys and values): export it with --to safetensors"
+        )
+    if isinstance(task.src_vocab, Pieces):
+        raise ExportError(
+            "an imported OPUS-MT vocabulary (task.tokenizer=sentencepiece) has no CTranslate2 "
+            "form here: export it with --to huggingface and convert that with CTranslate2's "
+            "ct2-transformers-converter, which reads Marian models"
+        )
+    activation = model.encoder[0].ffn[1]
+    layers, relu = (
+        len(model.encoder),
+        (
+            common_spec.Activation.SWISH
+            if isinstance(activation, torch.nn.SiLU)
+            else common_spec.Activation.RELU
+        ),
+    )
+    if attn.d_k * attn.h == model.d_model:
+        spec = transformer_spec.TransformerSpec.from_config(
+            layers, attn.h, pre_norm=pre_norm, activation=relu
+        )
+    else:  # heads narrower or wider than d_model / h
+        spec = transformer_spec.TransformerSpec(
+            transformer_spec.TransformerEncoderSpec(
+                layers, attn.h, pre_norm=pre_norm, activation=relu, head_dim=attn.d_k
+            ),
+            transformer_spec.TransformerDecoderSpec(
+                layers, attn.h, pre_norm=pre_norm, activation=relu, head_dim=attn.d_k
+            ),
+        )
+    spec.config.add_source_eos = True  # the engine ends every source with EOS
+    spec.config.decoder_start_token = SPECIALS[BOS]
+    spec.config.layer_norm_epsilon = model.encoder[0].res1.norm.eps
+    for stack, layers, emb, final in (
+        (spec.encoder, model.encoder, model.src_embed, model.enc_norm),
+        (spec.decoder, model.decoder, model.tgt_embed, model.dec_norm),
+    ):
+        embeddings = stack.embeddings[0] if isinstance(stack.embeddings, list) else stack.embeddings
+        embeddings.weight = _numpy(emb.weight)
+        stack.scale_embeddings = True  # x sqrt(d_model)
+        stack.position_encodings.encodings = _numpy(
+            model.position_table()
+        )  # interleaved sinusoids, or learned
+        if pre_norm:
+            _ct2_norm(stack.layer_norm, final)
+        for layer_spec, layer in zip(stack.layer, layers):
+            _ct2_attention(
+                layer_spec.self_attention, layer.self_attn, layer.res1.norm, self_attention=True
+            )
+            if hasattr(layer, "cross_attn"):
+                _ct2_attention(
+                    layer_spec.attention, layer.cross_attn, layer.res2.norm, self_attention=False
+                )
+            _ct2_linear(layer_spec.ffn.linear_0, layer.ffn[0])
+            _ct2_linear(layer_spec.ffn.linear_1, layer.ffn[2])
+            _ct2_norm(
+                layer_spec.ffn.layer_norm,
+                layer.res3.norm if hasattr(layer, "res3") else layer.res2.norm,
+            )
+    if model.out.weight is model.tgt_embed.weight:
+        spec.decoder.projection.weight = spec.decoder.embeddings.weight  # tied: stored once
+    else:  # a separate target vocabulary has its own projection (model.tie_output)
+        spec.decoder.projection.weight = _numpy(model.out.weight)
+    if model.out.bias is not None:  # model.output_bias
+        spec.decoder.projection.bias = _numpy(model.out.bias)
+    src, tgt = tokenizers_of(task)
+    spec.register_source_vocabulary(tokens_of(src))
+    spec.register_target_vocabulary(tokens_of(tgt))
+    for key, value in (
+        ("unk_token", SPECIALS[UNK]),
+        ("bos_token", SPECIALS[BOS]),
+        ("eos_token", SPECIALS[EOS]),
+    ):
+        setattr(spec.config, key, value)
+
+    class Converter(ctranslate2.converters.Converter):
+        def _load(self):
+            return spec
+
+    Converter().convert(str(out), quantization=quantization, force=True)
+    task.save_vocab(out)  # the task's own tokenizer files, to turn text into the tokens above
+
+
+def _ct2_linear(spec, linear: torch.nn.Linear) -> None:
+    spec.weight = _numpy(linear.weight)
+    spec.bias = _numpy(linear.bias)
+
+
+def _ct2_norm(spec, norm: torch.nn.LayerNorm) -> None:
+    spec.gamma, spec.beta = _numpy(norm.weight), _numpy(norm.bias)
+
+
+def _ct2_attention(spec, attn, norm, self_attention: bool) -> None:
+    """Self-attention: one fused [q; k; v] projection; encoder-decoder: q, then fused [k; v]."""
+    fuse = lambda *ls: (
+        _numpy(torch.cat([lin.weight for lin in ls])),
+        _numpy(torch.cat([lin.bias for lin in ls])),
+    )  # noqa: E731
+    groups = (
+        [(attn.w_q, attn.w_k, attn.w_v)] if self_attention else [(attn.w_q,), (attn.w_k, attn.w_v)]
+    )
+    for lin_spec, group in zip(spec.linear, groups):
+        lin_spec.weight, lin_spec.bias = fuse(*group)
+    _ct2_linear(spec.linear[-1], attn.w_o)
+    _ct2_norm(spec.layer_norm, norm)
