@@ -166,3 +166,40 @@ def test_every_printed_hint_runs_as_printed(folder, how, plugin, preset):
     result = json.loads((folder / run / "result.json").read_text())
     primary = next(iter(result["test"]))
     assert json.loads(again.stdout)[primary] == pytest.approx(result["test"][primary], abs=0.01)
+
+
+def test_a_plugin_file_run_resumes_transfers_and_moves_without_plugin(folder):
+    """The --plugin FILE.py run of a tiny training: resumed and used as run.init_from without
+    --plugin; once its file moved, one line says to pass --plugin NEW_PATH, which then works."""
+    run = "runs/file_again"
+    first = ["--plugin", "plug/spelled_file.py", "spelled.yaml", *TINY, f"run.dir={run}"]
+    assert s2s("train", "-q", *first, cwd=folder).returncode == 0
+    more = s2s("train", "spelled.yaml", *TINY, f"run.dir={run}", "optim.max_updates=6", cwd=folder)
+    assert more.returncode == 0 and "resumed from" in more.stderr, more.stderr[-2000:]
+    assert json.loads((folder / run / "result.json").read_text())["update"] == 6
+    tuned = ["spelled.yaml", *TINY, "run.dir=runs/tuned", f"run.init_from={run}"]
+    out = s2s("train", "-q", *tuned, cwd=folder)
+    assert out.returncode == 0, out.stderr[-2000:]
+    (folder / "moved").mkdir()
+    (folder / "plug" / "spelled_file.py").rename(folder / "moved" / "spelled_file.py")
+    try:
+        lost = s2s("generate", run, "--input", f"{run}/test.src.txt", "-q", cwd=folder)
+        where = (folder / "plug" / "spelled_file.py").resolve()
+        assert lost.returncode == 2 and lost.stderr.startswith(
+            f"s2s generate: error: {run} was trained with the plugin file {where} (sha256 "
+        )
+        assert "which is missing: pass --plugin NEW_PATH" in lost.stderr
+        assert len(lost.stderr.splitlines()) == 1 and "did you mean" not in lost.stderr
+        found = s2s(
+            "generate",
+            run,
+            "--input",
+            f"{run}/test.src.txt",
+            "--plugin",
+            "moved/spelled_file.py",
+            "-q",
+            cwd=folder,
+        )
+        assert found.returncode == 0 and len(found.stdout.splitlines()) == 6, found.stderr
+    finally:
+        (folder / "moved" / "spelled_file.py").rename(folder / "plug" / "spelled_file.py")
