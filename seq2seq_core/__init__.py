@@ -71,13 +71,14 @@ def _keep_freed_memory() -> list[str]:
 
 MALLOC_SET = _keep_freed_memory()
 
-from .contract.task import DataError, DecodeDefaults, Score, Task, TaskConfig
+from .contract.task import CONTRACT_VERSION, DataError, DecodeDefaults, Score, Task, TaskConfig
 from .contract.vocab import BOS, EOS, PAD, SPECIALS, UNK
 
 __all__ = [
     "RUNTIME_ENV",
     "MALLOC_SETTINGS",
     "MALLOC_SET",
+    "CONTRACT_VERSION",
     "Task",
     "TaskConfig",
     "DecodeDefaults",

@@ -11,10 +11,12 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
 from ..data import textio
 from ..data.members import build_task
 from ..errors import ConfigError, DataError, UsageError
+from ..runs.checkpoint import task_origins
 from ..contract.resampling import Difference, Resampling, compare, with_intervals
 from ..setup.config import load_config, preset_names, single_task
 from ..contract.task import Score, Task, checked_score
@@ -24,15 +26,21 @@ log = logging.getLogger("s2s")
 
 def task_named(name: str, overrides, registry):
     """The task `name` stands for, with the command line's `overrides`: a task's defaults
-    (`translation task.tgt_lang=fr`), else a preset's one task; else a ConfigError naming both."""
+    (`translation task.tgt_lang=fr`), else a run directory's one task (as it was trained, its
+    plugin loaded from where the run recorded it), else a preset's (by name or YAML file); else a
+    ConfigError naming them."""
     if name in registry.names():  # the task's defaults, with the overrides (e.g. task.tgt_lang=fr)
         cfg = load_config(None, [f"task.name={name}", *overrides], registry=registry)
-    elif name in preset_names():
+    elif (Path(name) / "config.yaml").is_file():  # a run directory of `s2s train`
+        registry.adopt(task_origins(name), name)
+        cfg = load_config(Path(name) / "config.yaml", overrides, registry=registry)
+        cfg = single_task(cfg, f"run {name!r}")
+    elif name in preset_names() or Path(name).is_file():
         cfg = single_task(load_config(name, overrides, registry=registry), f"preset {name!r}")
     else:
         raise ConfigError(
-            f"{name!r} is neither a task ({', '.join(registry.names())}) nor a preset "
-            f"({', '.join(preset_names())})"
+            f"{name!r} is neither a task ({', '.join(registry.names())}), a run directory nor a "
+            f"preset ({', '.join(preset_names())})"
         )
     return build_task(cfg.task, registry)
 

@@ -45,7 +45,8 @@ def chosen(result: dict) -> str:
 
 def train_lines(result: dict, run_dir: Path, preset: str) -> list[str]:
     """The end of `s2s train`: updates, the tested checkpoint and why, each member's test
-    figures with their signature, the files written, and the next commands."""
+    figures with their signature, the files written, and the next commands, each of which runs
+    as printed (on the test split's files the run wrote; the run loads its own plugin)."""
     run = _arg(run_dir)
     skipped = result.get("skipped_updates", 0)
     lines = [
@@ -58,28 +59,28 @@ def train_lines(result: dict, run_dir: Path, preset: str) -> list[str]:
     for member, score in scores.items():
         lines.append(f"test figures{f' of {member}' if member else ''}:")
         lines += [f"  {line}" for line in score.lines()]
-    hyps = [run_dir / f"test{f'.{m}' if m else ''}.hyp.txt" for m in scores]
-    written = [
-        *(str(h) for h in hyps),
-        str(run_dir / "result.json"),
-        str(run_dir / "metrics.jsonl"),
-    ]
+    test = {m: run_dir / f"test{f'.{m}' if m else ''}" for m in scores}
+    hyps = [f"{t}.hyp.txt" for t in test.values()]
+    beside = [f"{t}.{kind}.txt" for t in test.values() for kind in ("ref", "src")]
+    written = [*hyps, *beside, str(run_dir / "result.json"), str(run_dir / "metrics.jsonl")]
     lines.append(f"wrote {', '.join(written)}")
-    task = f" --task {next(iter(scores))}" if len(scores) > 1 else ""
-    lines += [
-        "next:",
-        f"  s2s generate {run} --input FILE{task}     # translate or parse your own lines",
-    ]
-    if len(hyps) == 1:
+    lines.append("next:")
+    if test:
+        member, split = next(iter(test.items()))
+        task = f" --task {member}" if len(scores) > 1 else ""
         lines.append(
-            f"  s2s score {shlex.quote(preset)} --ref REFS --hyp {_arg(hyps[0])}     # score "
-            "outputs"
+            f"  s2s generate {run} --input {_arg(f'{split}.src.txt')}{task}     # or your own lines"
         )
-    lines += [
-        f"  s2s plot {run}     # learning curves as PNG files",
-        f"  s2s export {run} --to ctranslate2 --output DIR     # deploy",
-        f"  s2s serve {run}     # a page and a JSON endpoint on 127.0.0.1:8000",
-    ]
+        if len(test) == 1:
+            lines.append(
+                f"  s2s score {run} --ref {_arg(f'{split}.ref.txt')} --hyp {_arg(hyps[0])} "
+                f"--src {_arg(f'{split}.src.txt')}     # the test figures again"
+            )
+    lines.append(f"  s2s plot {run}     # learning curves as PNG files")
+    if len(scores) <= 1:  # the export formats have no place for a multi-task run's members
+        out = _arg(f"{run_dir}.ctranslate2")
+        lines.append(f"  s2s export {run} --to ctranslate2 --output {out}     # deploy")
+    lines.append(f"  s2s serve {run}     # a page and a JSON endpoint on 127.0.0.1:8000")
     return lines
 
 

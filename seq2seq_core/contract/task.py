@@ -37,6 +37,11 @@ from .vocab import Shareable, Vocabulary, WordTokenizer
 if TYPE_CHECKING:
     import torch
 
+#: the version of this contract, "major.minor": a task written for 1.x runs on any s2s whose
+#: contract is 1.y with y >= x; a task declares its own as `Task.contract_version` (1.0 was the
+#: contract before task origins were recorded and tasks could declare a version)
+CONTRACT_VERSION = "1.1"
+
 
 @dataclass(frozen=True)
 class DecodeDefaults:
@@ -108,7 +113,8 @@ class Score:
             + (f"  ({self.signature})" if self.signature else "")
         ]
         for key, value in self.figures.items():
-            lines.append(f"{key:<{width}}  {value}{interval(key)}")
+            shown = f"{value:.2f}" if isinstance(value, float) else value  # e.g. cer 39.64
+            lines.append(f"{key:<{width}}  {shown}{interval(key)}")
         return lines
 
 
@@ -174,6 +180,9 @@ class Task:
     """
 
     name: ClassVar[str]
+    #: the contract version the task was written for ("1.1"); None: this s2s's own. A task
+    #: written for another major version, or a newer minor one, is refused when registered
+    contract_version: ClassVar[str | None] = None
     Config: ClassVar[type] = TaskConfig
     decoding: ClassVar[DecodeDefaults] = DecodeDefaults()
     #: whether a source term has a target term in its outputs (`s2s generate --terms`): True

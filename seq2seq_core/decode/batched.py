@@ -58,10 +58,21 @@ def prepared_sources(task: Task, lines: Sequence[str]) -> list[str]:
 
 def unknown_words(task: Task, source: str, ids: Sequence[int]) -> list[str]:
     """The words of a (prepared) source line that its ids `ids` read as <unk>: the vocabulary
-    never saw them, so the model cannot know what they mean."""
+    never saw them, so the model cannot know what they mean. Where the task's tokens are the
+    word's characters (one id each), the characters it lacks are named instead of the word."""
     if UNK not in ids:
         return []
-    return [w for w in dict.fromkeys(source.split()) if UNK in task.encode_source([w])[0]]
+    found: dict[str, None] = {}
+    bare = len(task.encode_source([""])[0])  # the ids of an empty line (</s>)
+    for word in dict.fromkeys(source.split()):
+        encoded = task.encode_source([word])[0]
+        if UNK not in encoded:
+            continue
+        if len(encoded) - bare == len(word) > 1:  # a token a character: name the characters
+            found.update((c, None) for c in word if UNK in task.encode_source([c])[0])
+        else:
+            found[word] = None
+    return list(found)
 
 
 @dataclass(frozen=True)

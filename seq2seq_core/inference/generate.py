@@ -401,4 +401,6 @@ def generate_file(job: Job, registry, stdout) -> Counts:
             lines = InputLines(raw, job.input or "<stdin>")
             return generate_lines(decoder_of(cfg, member, model), lines, out, job.asked, bar)
     except OSError as e:  # a full disk, a closed pipe (reading errors are DataErrors)
+        if isinstance(e, BrokenPipeError) and not output:
+            raise  # the reader of stdout stopped early (`| head`): the command ends quietly
         raise UsageError(f"cannot write {output or '<stdout>'}: {e.strerror or e}") from None

@@ -49,6 +49,7 @@ def load_for_inference(path: str | Path, registry, overrides=(), task: str | Non
     in decode.precision, in eval mode."""
     p = Path(path)
     run_dir = run_dir_of(p)
+    registry.adopt(checkpoint.task_origins(run_dir), run_dir)  # its tasks, without --plugin
     # checked against today's schema: settings added since the run was trained take their defaults
     cfg = load_config(run_dir / "config.yaml", list(overrides), registry=registry)
     members = build_members(cfg, registry)

@@ -12,7 +12,10 @@ whichever of the two scores higher on dev, and names it in result.json (`checkpo
 
 The vocabulary files a run's checkpoints were trained with are part of them: written into the
 run directory with their SHA-256 recorded in every checkpoint (`save_tokenizer`), and checked
-against it before a checkpoint is decoded with (`check_tokenizer_files`).
+against it before a checkpoint is decoded with (`check_tokenizer_files`). So is where each task
+came from (`s2s.core.setup.registry`'s records: an entry point, `module:Class`, or a plugin file
+with its SHA-256): in every checkpoint and in RUN_DIR/task_origins.json (`task_origins`), which
+the commands that use a run read to load its tasks without `--plugin`.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ log = logging.getLogger("s2s")
 PATTERN = re.compile(r"checkpoint_(\d{8})\.pt$")
 AVERAGE = "checkpoint_average.pt"  # RUN_DIR/: the mean of the last run.average_last checkpoints
 BEST = "checkpoint_best.pt"  # RUN_DIR/: the validated model with the highest dev figure
+ORIGINS = "task_origins.json"  # RUN_DIR/: task name -> where it came from (a registry record)
 
 
 def checkpoint_dir(run_dir: Path) -> Path:
@@ -163,6 +167,28 @@ def tested(run_dir: Path) -> tuple[dict, Path] | tuple[None, None]:
     if (run_dir / AVERAGE).is_file():
         return load(run_dir / AVERAGE), run_dir / AVERAGE
     return load_latest(run_dir)
+
+
+def task_origins(run_dir: Path) -> dict:
+    """Where each task of a run came from, {task name: record} as RUN_DIR/task_origins.json
+    holds it ({} for a run written before runs recorded it); a damaged file is a CheckpointError
+    naming it."""
+    path = Path(run_dir) / ORIGINS
+    if not path.is_file():
+        return {}
+    try:
+        found = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, OSError) as e:
+        raise CheckpointError(
+            f"{path} is unreadable ({e}): it says where the run's tasks came from; delete it and "
+            "pass --plugin MODULE:CLASS|FILE.py"
+        ) from None
+    if not isinstance(found, dict):
+        raise CheckpointError(
+            f"{path} holds {type(found).__name__}, not an object of task origins; delete it and "
+            "pass --plugin MODULE:CLASS|FILE.py"
+        )
+    return found
 
 
 def tokenizer_files(state: dict) -> dict:

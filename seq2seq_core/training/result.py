@@ -23,9 +23,10 @@ from ..contract.task import Score
 
 def score_test_split(search_model, member: Member, decode, device, run_dir: Path) -> Score | None:
     """Decode `member`'s test split with `search_model` as the decode section `decode` says,
-    write its outputs to RUN_DIR/test{.MEMBER}.hyp.txt and return their score, each figure with
-    its 95% interval (`s2s.core.contract.resampling`, the defaults); None when the member has no
-    test split."""
+    write its outputs to RUN_DIR/test{.MEMBER}.hyp.txt, beside them the split's sources and
+    references (test{.MEMBER}.src.txt, .ref.txt: what `s2s generate` and `s2s score` take, for a
+    task whose data its plugin makes), and return their score, each figure with its 95% interval
+    (`s2s.core.contract.resampling`, the defaults); None when the member has no test split."""
     if "test" not in member.data.splits:
         return None
     sources, refs = member.data.texts("test")
@@ -35,6 +36,10 @@ def score_test_split(search_model, member: Member, decode, device, run_dir: Path
     )
     outputs = (member.postprocess(h, s) for h, s in zip(hyps, sources))
     atomic_write_text(run_dir / f"test{member.infix}.hyp.txt", "".join(h + "\n" for h in outputs))
+    for kind, lines in (("src", sources), ("ref", refs)):
+        atomic_write_text(
+            run_dir / f"test{member.infix}.{kind}.txt", "".join(f"{x}\n" for x in lines)
+        )
     return scored(member, hyps, refs, sources)  # with 95% intervals where the task can give them
 
 

@@ -24,6 +24,8 @@ log = logging.getLogger("s2s")
 _VALID_RUN = ("kind", "update", "elapsed", "select", "seconds")
 #: the per-token figures that open each member's dev figures, before its metric's
 _PER_TOKEN = ("loss", "nll", "ppl")
+#: how many of a metric's other figures a valid line shows after its primary (EVALB has dozens)
+_SECONDARY = 3
 
 
 def _value(v) -> str:
@@ -32,8 +34,9 @@ def _value(v) -> str:
 
 def _valid_figures(record: dict) -> str:
     """A valid record's figures for the console: the selection figure, then each member's
-    metric (its primary figure, the first after loss, nll and ppl) and dev loss, then the
-    seconds validating took: "select 31.2 | translate bleu 31.2 loss 2.41 | parse f1 88.1 loss
+    metric (its primary figure, the first after loss, nll and ppl, and the first `_SECONDARY`
+    of its other figures) and dev loss, then the seconds validating took: "select 31.2 |
+    translate bleu 31.2 chrf 55.1 loss 2.41 | parse f1 88.1 recall 87.9 precision 88.3 loss
     0.92 | seconds 41.3". A multi-task run's loss over all members' tokens is left out."""
     members: dict[str, list[str]] = {}  # member prefix ("" for a lone one) -> its figures
     for key in record:
@@ -47,6 +50,9 @@ def _valid_figures(record: dict) -> str:
             continue
         prefix = f"{name}/" if name else ""
         part = [name, f"{primary} {_value(record[prefix + primary])}"]
+        interval = (f"{primary}_low", f"{primary}_high")
+        others = [f for f in figures if f not in (*_PER_TOKEN, primary, *interval)]
+        part += [f"{f} {_value(record[prefix + f])}" for f in others[:_SECONDARY]]
         if "loss" in figures:
             part.append(f"loss {_value(record[prefix + 'loss'])}")
         parts.append(" ".join(filter(None, part)))

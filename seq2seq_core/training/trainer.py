@@ -23,6 +23,7 @@ and tests it (`test`); `s2s.core.training.result` writes the outputs and result.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import time
@@ -105,6 +106,8 @@ class Trainer:
         """The run's members (`s2s.core.data.members`) with their data prepared and checked;
         returns the sizes of the id space they share."""
         self.members = build_members(self.cfg, registry)
+        # where each task came from, recorded so that the run loads it again without --plugin
+        self.origins = {m.task.name: registry.record(m.task.name) for m in self.members}
         if len(self.members) > 1 and not self.cfg.model.pre_norm and self.group.rank == 0:
             log.warning(
                 "a multi-task run with model.pre_norm=false: in post-norm layers the encoder can "
@@ -271,7 +274,7 @@ class Trainer:
     def _write_run_files(self, resumed: bool) -> None:
         """Rank 0 checks the run directory has room for the checkpoints, writes each member's
         vocabulary files (a resumed run keeps those its checkpoints were trained with), then
-        RUN_DIR/config.yaml."""
+        RUN_DIR/config.yaml and where its tasks came from (RUN_DIR/task_origins.json)."""
 
         def vocabularies():
             # parameters in fp32 plus Adam's two moments: 12 bytes a parameter per checkpoint
@@ -287,6 +290,12 @@ class Trainer:
         self.group.agreed(vocabularies, rank0_only=True)
         self.group.agreed(
             lambda: atomic_write_text(self.run_dir / "config.yaml", OmegaConf.to_yaml(self.cfg)),
+            rank0_only=True,
+        )
+        self.group.agreed(
+            lambda: atomic_write_text(
+                self.run_dir / checkpoint.ORIGINS, json.dumps(self.origins, indent=1) + "\n"
+            ),
             rank0_only=True,
         )
 
@@ -312,13 +321,15 @@ class Trainer:
 
     # -- checkpoints --------------------------------------------------------------------------
     def _model_state(self) -> dict:
-        """The model at this update with what reads it back: config, tokenizer, tasks."""
+        """The model at this update with what reads it back: config, tokenizer, tasks and where
+        they came from."""
         return {
             "model": self.model.state_dict(),
             "update": self.update,
             "tokenizer": self.tokenizer,
             "config": OmegaConf.to_container(self.cfg, enum_to_str=True),
             "tasks": [m.name for m in self.members],
+            "origins": self.origins,
         }
 
     def _state(self) -> dict:
@@ -659,9 +670,15 @@ class Trainer:
 
     def test(self, chosen: dict) -> dict:
         """Decode each member's test split with the model in `model` (the selected one), write
-        its outputs to test{.MEMBER}.hyp.txt and record its figure; then result.json: `chosen`
+        its outputs to test{.MEMBER}.hyp.txt and record its figure at the update of the model
+        tested; then result.json: `chosen`
         (what `select` returned) with the test figures (`s2s.core.training.result`). Rank 0's."""
         search_model = precision.for_inference(self.model, self.search_precision)
+        # the update of the model tested: the best validated one's, else the last (the average
+        # of the checkpoints up to it, or the model as trained)
+        update = (
+            chosen["best_update"] if chosen.get("checkpoint") == checkpoint.BEST else self.update
+        )
         tested = {}
         for m in self.members:
             score = result.score_test_split(
@@ -674,7 +691,7 @@ class Trainer:
             self.record(
                 {
                     "kind": "test",
-                    "update": self.update,
+                    "update": update,
                     **{f"{m.prefix}{k}": v for k, v in figures.items()},
                 }
             )

@@ -117,6 +117,7 @@ def checked_source(cfg, registry) -> Source:
         checkpoint.check_tokenizer_files(state, run_dir, source_file)
     except CheckpointError as e:
         raise ConfigError(f"run.init_from={where!r}: {e}") from None
+    registry.adopt(checkpoint.task_origins(run_dir), run_dir)  # its tasks, without --plugin
     source_cfg = load_config(run_dir / "config.yaml", registry=registry)
     for key in SHAPE_KEYS:
         mine, theirs = cfg.model.get(key), source_cfg.model.get(key)

@@ -61,10 +61,13 @@ def test_train_ends_with_a_summary_for_a_person(trained):
     interval = r"  \[[\d.]+, [\d.]+\]"
     assert re.match(rf"  bleu +[\d.]+{interval}  \(nrefs:1\|case:mixed\|.*\|version:", lines[3])
     assert re.match(rf"  exact_match +[\d.]+{interval}$", lines[4]), out
-    assert "wrote runs/demo/test.hyp.txt, runs/demo/result.json, runs/demo/metrics.jsonl" in lines
+    assert (
+        "wrote runs/demo/test.hyp.txt, runs/demo/test.ref.txt, runs/demo/test.src.txt, "
+        "runs/demo/result.json, runs/demo/metrics.jsonl"
+    ) in lines
     assert all(
         (root / "runs/demo" / name).is_file()
-        for name in ("test.hyp.txt", "result.json", "metrics.jsonl")
+        for name in ("test.hyp.txt", "test.ref.txt", "test.src.txt", "result.json", "metrics.jsonl")
     )
     nexts = lines[lines.index("next:") + 1 :]
     assert [line.split()[1] for line in nexts] == [

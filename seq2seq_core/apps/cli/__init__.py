@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 import traceback
 
@@ -106,7 +107,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     """Run `s2s ARGV` (default: sys.argv); the exit status. An error ends as one line,
-    `s2s COMMAND: error: ...`, with its traceback under -v."""
+    `s2s COMMAND: error: ...`, with its traceback under -v. Output read by a program that
+    stops early (`s2s tasks | head`) ends the command quietly, with the status of a process
+    that SIGPIPE ended (141)."""
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     # key=value overrides may follow options (`s2s train demo -q model.layers=2`)
@@ -122,7 +125,13 @@ def main(argv=None) -> int:
     console.setFormatter(ConsoleFormat())
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, handlers=[console])
     try:
-        return args.func(args)
+        code = args.func(args)
+        sys.stdout.flush()  # a closed pipe is found here, not at exit as "Exception ignored"
+        return code
+    except BrokenPipeError:
+        # the reader is gone: no more output, and none at exit when Python flushes stdout
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     except KeyboardInterrupt:
         print(f"s2s {args.command}: interrupted", file=sys.stderr)
         return 130

@@ -4,6 +4,8 @@ s2s run directory that every command takes (docs/pretrained.md)."""
 
 from __future__ import annotations
 
+import shlex
+
 from .shared import registry_of
 
 
@@ -36,5 +38,6 @@ def run(args) -> int:
 
     job = ImportJob(args.source, args.output, args.src_lang, args.tgt_lang, args.revision)
     out = import_model(job, registry_of(args))
-    print(f"imported {args.source} into {out}: s2s generate {out} --input FILE")
+    # a next step that runs as printed: the lines to translate on stdin (or --input FILE)
+    print(f"imported {args.source} into {out}: next: s2s generate {shlex.quote(str(out))}")
     return 0

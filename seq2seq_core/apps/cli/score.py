@@ -22,7 +22,11 @@ def add(subparsers, common) -> None:
         description="Score output lines against reference lines with the task's metric "
         "(translation: BLEU, chrF; parsing: EVALB).",
     )
-    s.add_argument("task", help="a task name (translation, parsing, ...) or a preset name")
+    s.add_argument(
+        "task",
+        help="a task name (translation, parsing, ...), a run directory (its task as trained) or "
+        "a preset (a name or a YAML file)",
+    )
     s.add_argument(
         "overrides", nargs="*", metavar="key=value", help="e.g. task.tgt_lang=fr (French rules)"
     )

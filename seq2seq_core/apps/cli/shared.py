@@ -4,8 +4,12 @@ that decode files (`s2s generate`, `s2s label`)."""
 
 from __future__ import annotations
 
-from ...errors import UsageError
-from ...setup.config import load_config
+from pathlib import Path
+
+import yaml
+
+from ...errors import ConfigError, UsageError
+from ...setup.config import load_config, preset_path
 from ...setup.registry import Registry
 
 
@@ -15,10 +19,36 @@ def registry_of(args):
 
 
 def config_of(args):
-    """(config, registry) of a command that takes PRESET [key=value ...]."""
+    """(config, registry) of a command that takes PRESET [key=value ...]. A run that trained
+    before in the run directory the preset names (a resume), whose config.yaml is the preset, or
+    that run.init_from names loads its tasks from where it recorded them, without --plugin."""
     registry = registry_of(args)
     registry.not_a_preset(args.preset)  # `s2s train translation`: name its presets
+    for run_dir in _run_dirs(args.preset, args.overrides):
+        if (run_dir / "task_origins.json").is_file():  # checkpoint.ORIGINS (torch only then)
+            from ...runs.checkpoint import task_origins
+
+            registry.adopt(task_origins(run_dir), run_dir)
     return load_config(args.preset, args.overrides, registry=registry), registry
+
+
+def _run_dirs(preset: str, overrides) -> list[Path]:
+    """The run directories a PRESET [key=value ...] command may continue or start from: the
+    folder of a run's config.yaml given as the preset, run.dir and run.init_from (each the last
+    override's, else the preset's; a checkpoint file's run directory). Read as plain YAML: the
+    config itself needs the tasks these may hold."""
+    found = [Path(preset).parent] if Path(preset).name == "config.yaml" else []
+    try:
+        run = (yaml.safe_load(preset_path(preset).read_text(encoding="utf-8")) or {}).get("run")
+    except (ConfigError, OSError, yaml.YAMLError, AttributeError):
+        run = None  # load_config names what is wrong with the preset
+    for key in ("dir", "init_from"):
+        given = [o.partition("=")[2] for o in overrides if o.startswith(f"run.{key}=")]
+        value = given[-1] if given else run.get(key) if isinstance(run, dict) else None
+        if isinstance(value, str) and value:
+            path = Path(value)
+            found += [path, path.parent, path.parent.parent] if path.suffix == ".pt" else [path]
+    return found
 
 
 def add_search_options(s) -> None:

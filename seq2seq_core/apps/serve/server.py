@@ -19,7 +19,7 @@ from ...errors import ConfigError, UsageError
 from ...inference import load_for_inference
 from ...inference.loading import load_ensemble
 from ...nn.precision import resolve_search
-from ...runs.checkpoint import tested
+from ...runs.checkpoint import task_origins, tested
 from ...runs.directory import run_dir_of
 from ...runs.distributed import resolve_device
 from ...setup.config import load_config
@@ -126,6 +126,7 @@ def serve(path, registry, options: ServeOptions) -> None:
     precision = [f"decode.precision={options.precision}"] if options.precision else []
     overrides = [*options.overrides, *precision]
     run_dir = run_dir_of(path)
+    registry.adopt(task_origins(run_dir), run_dir)  # its tasks, without --plugin
     cfg = load_config(run_dir / "config.yaml", list(overrides), registry=registry)
     names = list(cfg.tasks) if cfg.tasks is not None else [cfg.task.name]
     task = options.task or names[0]

@@ -245,6 +245,10 @@ def test_the_best_validated_model_is_tested_when_it_beats_the_final_one(
     assert (
         checkpoint.tested(run)[1] == run / "checkpoint_best.pt"
     )  # what `s2s generate RUN_DIR` loads
+    # the test record (the console's "test update 8: ...") names the update of the model tested
+    from s2s.core.runs.metrics import read_metrics
+
+    assert [r["update"] for r in read_metrics(run) if r["kind"] == "test"] == [8]
 
 
 def test_the_average_is_tested_unless_the_best_scores_higher_and_resuming_keeps_the_best(
