@@ -19,12 +19,12 @@ from typing import Sequence
 import torch
 
 from ..data.batches import chunks
-from ..errors import plugin_error
+from ..errors import UsageError, plugin_error
 from ..contract.task import DecodeDefaults, Task
 from ..contract.vocab import BOS, EOS, PAD, UNK
 from .constraints import Prefix, joined
 from .mbr import expected_utilities
-from .terminology import Terms
+from .terminology import SAMPLING_REFUSED, Terms, word_glue
 from .search import Wanted, nbest, sentences_per_batch, sentences_per_search
 from .steps import penalty
 
@@ -151,7 +151,7 @@ class Decoder:
                         task, "postprocess", f"returned {type(out.text).__name__}, not a str"
                     )
         if wanted.mbr is not None:
-            found = [_by_utility(outs, wanted.mbr) for outs in found]
+            found = [_by_utility(outs, wanted.mbr, wanted.mbr_method) for outs in found]
         return found
 
     @torch.no_grad()
@@ -178,6 +178,11 @@ class Decoder:
             return []
         model, task, settings, device = self.model, self.task, self.settings, self.device
         prefixes, terms = forced.prefixes, forced.terms
+        if terms is not None and not any(terms):
+            terms = None
+        if terms is not None and wanted.sampling is not None:
+            raise UsageError(SAMPLING_REFUSED)
+        glue = None if terms is None else word_glue(task)  # before the threads share it
         was_training = model.training
         model.eval()
         ids = task.encode_source(list(sources))
@@ -199,9 +204,8 @@ class Decoder:
                 prefix = Prefix([forced[i] for i in batch], task.tgt_vocab_size)
                 constraint = joined(constraint, prefix)
             if terms is not None and any(terms[i] for i in batch):
-                constraint = joined(
-                    constraint, Terms([terms[i] for i in batch], task.tgt_vocab_size)
-                )
+                here = Terms([terms[i] for i in batch], task.tgt_vocab_size, glue)
+                constraint = joined(constraint, here)
             found = nbest(model, src.to(device), settings, wanted, constraint)
             lines = [
                 [
@@ -280,11 +284,11 @@ class Decoder:
         return found
 
 
-def _by_utility(outs: list[Output], utility: str) -> list[Output]:
+def _by_utility(outs: list[Output], utility: str, method: str) -> list[Output]:
     """A line's outputs ranked by their expected utility against each other (the found ones;
     minimum Bayes risk, `s2s.core.decode.mbr`), best first; ties keep the search's order."""
     found = [o for o in outs if o.found]
-    for out, value in zip(found, expected_utilities([o.text for o in found], utility)):
+    for out, value in zip(found, expected_utilities([o.text for o in found], utility, method)):
         out.utility = value
     ranked = sorted(found, key=lambda o: -o.utility)
     return ranked + [o for o in outs if not o.found]

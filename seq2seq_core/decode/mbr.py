@@ -4,13 +4,19 @@ MBR (Kumar and Byrne 2004; Eikema and Aziz 2020; Freitag et al. 2022) picks, amo
 candidates (the beam's n best, or n samples), the candidate h with the highest expected utility
 E_y[u(h, y)], the candidates themselves standing in for draws y of the model's distribution,
 each with weight 1/n (the Monte Carlo estimate of Eikema and Aziz; for n-best lists an
-approximation). Computed pairwise that is n^2 metric calls a line. Here it is n: with reference
-aggregation (Vamvas and Sennrich 2024, "Linear-time Minimum Bayes Risk Decoding with Reference
-Aggregation") the pseudo-references' n-gram counts are averaged into one expected reference
-and each candidate is scored once against it. For chrF that is the metric's own form with
-fractional counts; for BLEU likewise (clipped matches against the expected counts, the expected
-reference length). With one pseudo-reference both equal sacreBLEU's sentence_chrf and
-sentence_bleu (tests/core/decode/test_mbr.py).
+approximation), itself included. Two ways to compute it (`METHODS`):
+
+* `pairwise` (the default): the expectation itself, u(h, y) for every pair, n^2 sentence
+  scores a line. Each candidate's n-grams are counted once; each pair is then scored with the
+  metric's own formula, which equals sacreBLEU's sentence_chrf and sentence_bleu
+  (tests/core/decode/test_mbr.py).
+* `aggregate`: reference aggregation (Vamvas and Sennrich 2024, "Linear-time Minimum Bayes
+  Risk Decoding with Reference Aggregation"), n scores a line: the pseudo-references' n-gram
+  counts are averaged into one expected reference and each candidate is scored once against
+  it (the metric's form with fractional counts; for BLEU the expected reference length). This
+  is an approximation of the expectation, not the expectation: chrF and BLEU are not linear in
+  the reference's counts, so it can choose another candidate (docs/decoding.md measures how
+  often). With one pseudo-reference both methods give the sentence score.
 
 Utilities: `chrf` (sacreBLEU's chrF: character 1- to 6-grams, whitespace left out, beta 2) and
 `bleu` (sacreBLEU's sentence BLEU: 13a tokens, 1- to 4-grams, exponential smoothing).
@@ -23,21 +29,31 @@ from collections import Counter
 from typing import Sequence
 
 UTILITIES = ("chrf", "bleu")
+METHODS = ("pairwise", "aggregate")  # the exact expectation; reference aggregation
 CHAR_ORDER, BETA, WORD_ORDER = 6, 2, 4
 
 
-def expected_utilities(candidates: Sequence[str], utility: str) -> list[float]:
+def expected_utilities(
+    candidates: Sequence[str], utility: str, method: str = "pairwise"
+) -> list[float]:
     """Each candidate's expected `utility` (0-100) against all the candidates as equally likely
-    references (itself included), by reference aggregation: linear in their number."""
+    references (itself included): exactly, the mean of its sentence scores against each
+    (`pairwise`), or against their averaged n-gram counts (`aggregate`, linear in their
+    number)."""
     if utility not in UTILITIES:
         raise ValueError(f"utility {utility!r}: one of {', '.join(UTILITIES)}")
+    if method not in METHODS:
+        raise ValueError(f"method {method!r}: one of {', '.join(METHODS)}")
     if not candidates:
         return []
     stats = _chrf_ngrams if utility == "chrf" else _bleu_ngrams
     score = _chrf if utility == "chrf" else _bleu
     counted = [stats(c) for c in candidates]
-    reference = _mean(counted)
-    return [score(h, reference) for h in counted]
+    if method == "aggregate":
+        reference = _mean(counted)
+        return [score(h, reference) for h in counted]
+    references = [_mean([c]) for c in counted]
+    return [sum(score(h, r) for r in references) / len(references) for h in counted]
 
 
 def _mean(counted: list) -> tuple:

@@ -28,6 +28,7 @@ from ..setup.settings import Stop
 from ..contract.task import DecodeDefaults
 from ..contract.vocab import EOS, PAD
 from .beam import beam_search, greedy
+from .mbr import METHODS, UTILITIES
 from .sampling import Sampling, sample, sentence_generators
 from .steps import Stepper, penalty
 
@@ -43,7 +44,8 @@ class Wanted:
     """What a caller asks of a search beyond the task's settings (`DecodeDefaults`): `n`
     outputs a source, the n best of the beam search (n at most the beam) or, with `sampling`,
     n drawn ones; with `mbr` (a utility: chrf, bleu) ranked by their expected utility against
-    each other (minimum Bayes risk), not by score. `incremental=False` recomputes the decoder
+    each other (minimum Bayes risk), not by score, computed by `mbr_method` (pairwise: exact;
+    aggregate: reference aggregation, s2s.core.decode.mbr). `incremental=False` recomputes the decoder
     over the whole prefix at each step instead of keeping its cache (the same outputs, slower:
     what tests and the speed benchmark compare the cache with)."""
 
@@ -51,12 +53,17 @@ class Wanted:
     sampling: Sampling | None = None
     incremental: bool = True
     mbr: str | None = None  # rank the n outputs by expected utility (s2s.core.decode.mbr)
+    mbr_method: str = "pairwise"  # how the expectation is computed (mbr.METHODS)
 
     def problem(self, beam: int) -> str | None:
         """What is wrong with what is asked of a search with this beam, as `option value: why`
         (the sampling settings', `Sampling.problem`), or None."""
         if isinstance(self.n, bool) or not isinstance(self.n, int) or self.n < 1:
             return f"nbest {shown(self.n)}: must be a whole number, 1 or more"
+        if self.mbr is not None and self.mbr not in UTILITIES:
+            return f"mbr {shown(self.mbr)}: one of {', '.join(UTILITIES)}"
+        if self.mbr_method not in METHODS:
+            return f"mbr-method {shown(self.mbr_method)}: one of {', '.join(METHODS)}"
         if self.sampling is None and self.n > beam:
             return (
                 f"nbest {self.n}: above the beam ({beam}); a beam search keeps at most its beam "

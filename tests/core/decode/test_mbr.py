@@ -45,3 +45,38 @@ def test_the_consensus_wins(utility):
     scores = expected_utilities(candidates, utility)
     assert len(scores) == 4 and scores.index(max(scores)) in (0, 1)
     assert scores[3] == min(scores)
+
+
+@pytest.mark.parametrize("utility", ["chrf", "bleu"])
+def test_pairwise_is_the_mean_of_sacrebleus_sentence_scores(utility):
+    """The default method is the expectation itself: each candidate's mean sentence score
+    against every candidate (itself included), as sacreBLEU computes each."""
+    metric = sacrebleu.sentence_chrf if utility == "chrf" else sacrebleu.sentence_bleu
+    rng = random.Random(1)
+    words = " ".join(SENTENCES).split()
+    candidates = SENTENCES[:6] + [" ".join(rng.choices(words, k=7)) for _ in range(4)]
+    exact = [sum(metric(h, [y]).score for y in candidates) / len(candidates) for h in candidates]
+    assert expected_utilities(candidates, utility) == pytest.approx(exact, abs=1e-9)
+    assert expected_utilities(candidates, utility, "pairwise") == pytest.approx(exact, abs=1e-9)
+
+
+@pytest.mark.parametrize("utility", ["chrf", "bleu"])
+def test_aggregation_approximates_the_expectation(utility):
+    """Reference aggregation scores against the averaged counts: with one candidate it is the
+    sentence score, with several it is not the mean of the pairwise scores."""
+    one = [SENTENCES[2]]
+    assert expected_utilities(one, utility, "aggregate") == expected_utilities(one, utility)
+    candidates = SENTENCES[:7]
+    exact = expected_utilities(candidates, utility, "pairwise")
+    aggregated = expected_utilities(candidates, utility, "aggregate")
+    assert max(abs(a - b) for a, b in zip(exact, aggregated)) > 0.5
+
+
+def test_a_bad_utility_or_method_is_named():
+    from s2s.core.decode.search import Wanted
+
+    assert Wanted(2, mbr="ter").problem(4).startswith("mbr 'ter'")
+    assert Wanted(2, mbr="chrf", mbr_method="exact").problem(4).startswith("mbr-method 'exact'")
+    assert Wanted(2, mbr="chrf", mbr_method="aggregate").problem(4) is None
+    with pytest.raises(ValueError, match="method"):
+        expected_utilities(["a"], "chrf", "exact")

@@ -9,7 +9,15 @@ from s2s.core.decode.banks import allocate
 from s2s.core.decode.sampling import Sampling
 from s2s.core.decode.search import Wanted, nbest, search
 from s2s.core.decode.steps import length_penalty
-from s2s.core.decode.terminology import Spelling, Terms, line_terms, placeable, read_terms
+from s2s.core.decode.terminology import (
+    Spelling,
+    Terms,
+    holds_term,
+    line_terms,
+    placeable,
+    read_terms,
+    word_glue,
+)
 from s2s.core.errors import DataError
 from s2s.core.contract.task import DecodeDefaults
 from s2s.core.contract.vocab import EOS
@@ -72,6 +80,11 @@ class WordTask:
         return [[self.words.get(w, 3) for w in line.split()] for line in lines]
 
     encode_target = encode_source
+    tgt_vocab_size = 14
+
+    def decode_target(self, ids):
+        names = {i: w for w, i in self.words.items()}
+        return " ".join(names.get(i, "<unk>") for i in ids)
 
 
 def test_terms_are_matched_on_the_tokenisation():
@@ -254,3 +267,138 @@ def test_an_ensemble_places_the_terms():
     )
     for ts, hyps in zip(terms, found):
         assert len(hyps) == 2 and all(holds(h.tokens, t) for h in hyps for t in ts)
+
+
+def test_a_source_term_counts_only_as_whole_words():
+    """At the start of a line or after a space, and up to a word's end: `cat` is not in
+    "catalog", `bike` not in "motorbike", `dog` not in "hotdog"; punctuation ends a word."""
+    for line, term, held in [
+        ("a catalog of cats", "cat", False),
+        ("catalog", "cat", False),
+        ("a motorbike", "bike", False),
+        ("hotdog stand", "dog", False),
+        ("the cat.", "cat", True),
+        ("cat", "cat", True),
+        ("a big  dog runs", "big dog", True),
+        ("a bigdog", "big dog", False),
+        ("the dog's bowl", "dog", True),
+        ("U.S. trade", "U.S.", True),
+    ]:
+        assert holds_term(line, term) == held, (line, term)
+    pairs = [("cat", "Katze"), ("bike", "Fahrrad"), ("dog", "Hund")]
+    lines = ["the catalog", "a motorbike", "a hotdog", "a cat, a bike and a dog"]
+    found = line_terms(WordTask(), lines, pairs)
+    assert [[t[0] for t in ts] for ts in found] == [[], [], [], ["cat", "bike", "dog"]]
+
+
+def test_a_real_subword_vocabulary_is_matched_as_words():
+    """With a byte-level BPE vocabulary the spelling "cat" is the start of "catalog" too: the
+    line is matched as text, so it is not taken; the target side knows which pieces continue
+    a word (`word_glue`)."""
+    from s2s.core.data.subwords import Subwords
+
+    text = ["a catalog of the cats", "the cat sees a motorbike", "Katzen und eine Katze"] * 20
+    vocab = Subwords.train([text], 300)
+
+    class BPETask:
+        tgt_vocab_size = len(vocab)
+        encode_source = encode_target = staticmethod(vocab.encode)
+        decode_target = staticmethod(vocab.decode)
+
+    task = BPETask()
+    found = line_terms(task, ["a catalog", "catalog", "the cat sees"], [("cat", "Katze")])
+    assert [len(ts) for ts in found] == [0, 0, 1]
+    glue = word_glue(task)
+    assert word_glue(task) is glue  # once a task
+    (inside,) = task.encode_target([" Katze"])
+    pieces = {vocab.decode([i]): bool(glue[i]) for i in range(4, len(vocab))}
+    assert pieces["n"] and pieces["e"] and not pieces["."] and not pieces[","]
+    assert not any(glued for piece, glued in pieces.items() if piece.startswith(" "))
+    after = vocab.encode([" Katzen"])[0]
+    assert after[: len(inside)] == inside and glue[after[len(inside)]]  # Katze + n: glued
+
+
+def test_a_term_followed_by_a_piece_of_its_word_is_not_met():
+    """[5] then 9 (a token that continues the word: "Katze" + "n") has not met the term; the
+    end, or a token that begins a word, does."""
+    glue = torch.zeros(20, dtype=torch.bool)
+    glue[9] = True
+    terms = Terms(spelled([[[5]]] * 3), 20, glue)
+    state = terms.initial("cpu")
+    state = terms.advance(state, torch.tensor([4, 4, 4]))
+    state = terms.advance(state, torch.tensor([5, 5, 5]))
+    assert terms.met(state, torch.tensor([[9, 6, EOS]] * 3)).tolist() == [[0, 1, 1]] * 3
+    allowed = terms.allowed(state, torch.tensor([5, 5, 5]))
+    assert allowed[:, EOS].all()  # the end closes the word
+    after = terms.advance(state, torch.tensor([9, 6, 5]))
+    assert terms.allowed(after, torch.tensor([5, 5, 5]))[:, EOS].tolist() == [False, True, True]
+    # with one token left after [5], a glued token would leave no room to write the term again
+    tight = terms.allowed(state, torch.tensor([1, 1, 1]))
+    assert not tight[:, 9].any() and tight[:, 6].all()
+    model, src = transformer(), sources([3, 7, 1, 5])
+    found = nbest(model, src, DecodeDefaults(beam=4, **SETTINGS), Wanted(n=4),
+                  Terms(spelled([[[5]]] * 4), 20, glue))  # fmt: skip
+    for hyps in found:
+        for h in hyps:
+            y = h.tokens + [EOS]
+            assert any(y[i] == 5 and y[i + 1] != 9 for i in range(len(y) - 1)), y
+
+
+def brute_holds(tokens, ids):
+    return any(tokens[i : i + len(ids)] == list(ids) for i in range(len(tokens) - len(ids) + 1))
+
+
+def test_the_tracker_follows_the_longest_beginning_after_a_mismatch():
+    """Knuth-Morris-Pratt: after any output, a term is met exactly where it occurs in it (`a a
+    b` in "a a a b"); once met, the end is allowed."""
+    rng = torch.Generator().manual_seed(0)
+    spellings = [(4, 4, 5), (4, 5, 4, 4), (4, 4, 4), (5, 4, 5, 4, 4), (4,), (4, 5, 4, 5, 5)]
+    for ids in spellings:
+        terms = Terms(spelled([[list(ids)]] * 64), 8)
+        outputs = torch.randint(4, 6, (64, 12), generator=rng)
+        state = terms.initial("cpu")
+        for t in range(outputs.size(1)):
+            state = terms.advance(state, outputs[:, t])
+            got = terms.met(state, torch.full((64, 1), EOS))[:, 0].tolist()
+            want = [brute_holds(row[: t + 1], ids) for row in outputs.tolist()]
+            assert got == want, (ids, t)
+            allowed = terms.allowed(state, torch.full((64,), 20))
+            assert allowed[:, EOS].tolist() == want
+    terms = Terms(spelled([[[4, 4, 5]]]), 8)
+    state = terms.initial("cpu")
+    for token in [4, 4, 4, 5]:
+        state = terms.advance(state, torch.tensor([token]))
+    assert terms.allowed(state, torch.tensor([3]))[0, EOS]
+
+
+@pytest.mark.parametrize("term", [[3, 3, 4], [3, 4, 3, 3], [4, 4, 4, 3]])
+def test_overlapping_terms_are_written_once(term):
+    """A model that writes 3 3 3 4 (or the like) by itself: the term inside it is seen, so the
+    output is the model's own, not the term written again after it."""
+    vocab, max_len = 5, 6
+    model = ToyModel(vocab, ends_at=2.0)
+    src = torch.tensor([[3, 3, EOS], [4, 3, EOS]])
+    settings = DecodeDefaults(beam=2**max_len, alpha=0.6, max_len_a=0.0, max_len_b=max_len)
+    hyps = search(model, src, settings, Terms(spelled([[term]] * 2), vocab))
+    outputs = [list(y) for n in range(max_len + 1) for y in itertools.product([3, 4], repeat=n)]
+    outputs = [y for y in outputs if holds(y, term)]
+    for i, hyp in enumerate(hyps):
+        sums = log_probs(model, src[i : i + 1], outputs)
+        scores = [s / length_penalty(len(y) + 1, 0.6) for s, y in zip(sums, outputs)]
+        best = max(range(len(outputs)), key=scores.__getitem__)
+        assert hyp.tokens == outputs[best]
+
+
+def test_an_ending_candidate_takes_no_rank_in_its_bank():
+    """Bank 0's best candidate ends (EOS): it joins the finished outputs, and bank 0's best
+    live candidate still gets bank 0's place, not the second candidate of bank 1."""
+    k, V = 2, 10
+    total = torch.full((1, k * V), -torch.inf)
+    total[0, EOS], total[0, 4], total[0, 7] = -1.0, -5.0, -2.0  # row 0: EOS best
+    total[0, V + 7] = -3.0  # row 1: token 7
+    score, index = total.topk(2 * k)
+    state = (torch.zeros(k, 1),)
+    score, index, key = allocate(Sevens(), state, total, score, index, k)
+    ends = (index % V).eq(EOS)
+    live = torch.where(ends, -torch.inf, key).topk(k, dim=1).indices
+    assert sorted(index[0, live[0]].tolist()) == [4, 7]  # one of each bank
