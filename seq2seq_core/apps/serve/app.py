@@ -1,6 +1,8 @@
 """The Starlette application: the endpoints, each a request typed (`bodies`) and checked
 (`requests`), queued for the one decoding worker (`batcher`) and answered as JSON; every error
-answered as {"error": "..."}."""
+answered as {"error": "..."}. The body's size and counts are bounded while it is read and typed;
+the checks that tokenise (sources, prefixes, terms, targets) run on a worker thread, so that
+the event loop answers /health and other clients meanwhile."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import time
 from pathlib import Path
 
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.trustedhost import TrustedHostMiddleware
@@ -119,10 +122,9 @@ def build_app(service: Service):
     async def info(request):
         return JSONResponse(service.info)
 
-    async def generate(request):
-        body = parsed(await body_json(request), "/generate")
+    def generate_job(body, client: str):
+        """The checked job of a /generate body (tokenising: CPU work, run off the event loop)."""
         member = member_of(service, body)
-        start = time.perf_counter()
         settings = service.batcher.settings(member)
         wanted = wanted_of(body, settings.beam)
         sources, tokens, unknown = measured(member, body.text, max_positions)
@@ -135,25 +137,38 @@ def build_app(service: Service):
             wanted=wanted,
             prefixes=prefixes,
             terms=terms,
-            client=client_of(request),
+            client=client,
+        )
+        return member, job, sources, unknown
+
+    async def generate(request):
+        body = parsed(await body_json(request), "/generate")
+        start = time.perf_counter()
+        member, job, sources, unknown = await run_in_threadpool(
+            generate_job, body, client_of(request)
         )
         result = await decoded(service, job, request)
         trees = [parse(h) for h in result["hypotheses"]]
         trees = [svg(t) if t else None for t in trees]
         return answer(member, result, sources, unknown, start, trees=trees)
 
-    async def score(request):
-        body = parsed(await body_json(request), "/score")
+    def score_job(body, client: str):
+        """The checked job of a /score body (tokenising, off the event loop)."""
         member = member_of(service, body)
-        start = time.perf_counter()
         sources, tokens, unknown = measured(member, body.text, max_positions)
         targets = targets_of(body, member, sources, max_positions)
-        job = Job(member, sources, sum(tokens), targets=targets, client=client_of(request))
+        job = Job(member, sources, sum(tokens), targets=targets, client=client)
+        return member, job, sources, unknown
+
+    async def score(request):
+        body = parsed(await body_json(request), "/score")
+        start = time.perf_counter()
+        member, job, sources, unknown = await run_in_threadpool(score_job, body, client_of(request))
         result = await decoded(service, job, request)
         return answer(member, result, sources, unknown, start)
 
-    async def attention(request):
-        body = parsed(await body_json(request), "/attention")
+    def attention_job(body, client: str):
+        """The checked job of an /attention body (tokenising, off the event loop)."""
         member = member_of(service, body)
         layers = len(service.batcher.attending.decoder)
         layer = body.layer if body.layer is not None else layers
@@ -172,7 +187,11 @@ def build_app(service: Service):
                 f"tokens, up to {most} output tokens, every head); at most {MAX_WEIGHTS:,} a "
                 "request: send a shorter sentence",
             )
-        job = Job(member, sources, tokens[0], attention_layer=layer, client=client_of(request))
+        return Job(member, sources, tokens[0], attention_layer=layer, client=client)
+
+    async def attention(request):
+        body = parsed(await body_json(request), "/attention")
+        job = await run_in_threadpool(attention_job, body, client_of(request))
         return JSONResponse(await decoded(service, job, request))
 
     async def error(request, exc: HTTPException):

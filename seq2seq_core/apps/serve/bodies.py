@@ -30,7 +30,8 @@ from ...decode.sampling import Sampling
 MAX_SENTENCES = 64  # sentences a request
 MAX_CHARS = 2000  # characters a sentence
 MAX_SAMPLES = 16  # outputs drawn a sentence ("sampling" with "nbest")
-MAX_TERMS = 32  # source/target term pairs a request ("terms")
+MAX_TERMS = 32  # source/target term pairs a request ("terms"), identical ones merged
+MAX_TERM_PAIRS = 4 * MAX_TERMS  # term pairs a request as sent, before any is read
 MAX_BODY = 1 << 20  # bytes a request body
 MAX_WEIGHTS = 400_000  # attention weights an /attention answer may hold (about 3 MB of JSON)
 
@@ -57,6 +58,18 @@ def _one_sentence(value):
     return value
 
 
+def _whole(value):
+    """A JSON number that is a whole number written as a float (7.0, 1e3: what Python's
+    json.dumps and Java's clients send for whole numbers) as that int; any other value as it is,
+    for the strict int to take or refuse (2.5 is not whole, true is not 1, and a float beyond
+    2^53 stands for no one whole number)."""
+    if type(value) is float and value.is_integer() and abs(value) <= 2**53:
+        return int(value)
+    return value
+
+
+#: a whole number, sent as 7 or 7.0
+Whole = Annotated[int, BeforeValidator(_whole)]
 Line = Annotated[str, Field(max_length=MAX_CHARS), AfterValidator(_one_line)]
 Sentences = Annotated[list[Line], Field(min_length=1, max_length=MAX_SENTENCES)]
 Term = Annotated[str, Field(max_length=MAX_CHARS), AfterValidator(_not_blank)]
@@ -70,12 +83,17 @@ class Body(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
 
+def _typed(hint):
+    """A field's type in a body: a whole number as `Whole` (7.0 taken), else as declared."""
+    return Whole if hint is int else hint
+
+
 #: the "sampling" object: `Sampling`'s fields, types and defaults (their bounds are checked as
 #: the command line checks them, by `Sampling.problem`)
 SamplingBody = create_model(
     "SamplingBody",
     __base__=Body,
-    **{f.name: (get_type_hints(Sampling)[f.name], f.default) for f in fields(Sampling)},
+    **{f.name: (_typed(get_type_hints(Sampling)[f.name]), f.default) for f in fields(Sampling)},
 )
 
 
@@ -84,18 +102,29 @@ class GenerateBody(Body):
 
     text: Sentences
     task: str | None = None
-    nbest: Annotated[int, Field(ge=1)] = 1
+    nbest: Annotated[Whole, Field(ge=1)] = 1
     sampling: SamplingBody | None = None
     mbr: Literal[UTILITIES] | None = None
-    prefixes: list[Annotated[str, Field(max_length=MAX_CHARS)]] | None = None
-    terms: list[Annotated[list[Term], Field(min_length=2, max_length=2)]] | None = None
+    prefixes: (
+        Annotated[
+            list[Annotated[str, Field(max_length=MAX_CHARS)]], Field(max_length=MAX_SENTENCES)
+        ]
+        | None
+    ) = None
+    terms: (
+        Annotated[
+            list[Annotated[list[Term], Field(min_length=2, max_length=2)]],
+            Field(max_length=MAX_TERM_PAIRS),
+        ]
+        | None
+    ) = None
 
 
 class ScoreBody(Body):
     """POST /score: the sentences and one output each to score."""
 
     text: Sentences
-    targets: list[Line]
+    targets: Annotated[list[Line], Field(max_length=MAX_SENTENCES)]
     task: str | None = None
 
 
@@ -104,7 +133,7 @@ class AttentionBody(Body):
 
     text: Annotated[Line, BeforeValidator(_one_sentence)]
     task: str | None = None
-    layer: Annotated[int, Field(ge=1)] | None = None
+    layer: Annotated[Whole, Field(ge=1)] | None = None
 
 
 BODIES = {"/generate": GenerateBody, "/score": ScoreBody, "/attention": AttentionBody}
@@ -155,7 +184,7 @@ def _message(model: type[Body], endpoint: str, error: dict) -> str:
         return f'no {where} in the request: send {{"text": ["a sentence", ...]}}'
     if kind == "extra_forbidden":
         return _unknown(model, endpoint, loc)
-    if kind == "float_type" and isinstance(value, int):
+    if kind == "float_type" and isinstance(value, int) and not isinstance(value, bool):
         return f"{where} is {json_shown(value)}, beyond a float's range"
     if kind == "string_unicode":
         return f"{where} is not valid UTF-8 text (it holds a lone surrogate)"

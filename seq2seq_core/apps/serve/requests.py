@@ -25,8 +25,23 @@ def bad(status: int, message: str, retry_after: int | None = None):
     return HTTPException(status, message, headers=headers)
 
 
+#: the one media type a request body may have: a browser sends no other cross-site without
+#: asking first (a page's "simple" POST is text/plain or a form), so no web page a user visits
+#: can drive the server
+JSON_TYPE = "application/json"
+
+
 async def body_json(request) -> dict:
-    """The request's JSON object, or a 4xx: empty, too large, not UTF-8, not JSON, not an object."""
+    """The request's JSON object, or a 4xx: not sent as application/json (415), empty, too
+    large, not UTF-8, not JSON, a key repeated in an object, not an object."""
+    media = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if media != JSON_TYPE:
+        shown = json.dumps(media)[:60] if media else "none"
+        raise bad(
+            415,
+            f"request body of Content-Type {shown}: send it as {JSON_TYPE} "
+            "(curl: -H 'Content-Type: application/json')",
+        )
     body = bytearray()
     try:
         async for chunk in request.stream():
@@ -44,9 +59,16 @@ async def body_json(request) -> dict:
             400, f"request body is not valid UTF-8 (byte {e.start}: {body[e.start]:#04x})"
         ) from None
     try:
-        data = json.loads(text, parse_constant=_not_a_number, parse_float=_finite_float)
+        data = json.loads(
+            text,
+            parse_constant=_not_a_number,
+            parse_float=_finite_float,
+            object_pairs_hook=_unique_keys,
+        )
     except NotANumber as e:
         raise bad(400, f"request body holds {e}, which is not a JSON number: send a finite one")
+    except RepeatedKey as e:
+        raise bad(400, f"request body repeats the key {e} in one object: send each key once")
     except ValueError as e:
         raise bad(400, f"request body is not JSON: {e}") from None
     except RecursionError:
@@ -58,6 +80,19 @@ async def body_json(request) -> dict:
 
 class NotANumber(ValueError):
     """A number JSON has no room for: Infinity, NaN (which Python's reader takes), 1e999."""
+
+
+class RepeatedKey(ValueError):
+    """A key given twice in one JSON object, whose first value Python's reader would drop."""
+
+
+def _unique_keys(pairs: list) -> dict:
+    seen = set()
+    for key, _ in pairs:
+        if key in seen:
+            raise RepeatedKey(json.dumps(key)[:60])
+        seen.add(key)
+    return dict(pairs)
 
 
 def _not_a_number(name: str):
@@ -143,12 +178,13 @@ def terms_of(body, member, sources: list[str], settings, max_positions: int):
         return None
     if not member.terminology:
         raise bad(400, f'"terms": task {member.name!r} writes no target words for source terms')
+    different = len({(" ".join(s.split()), " ".join(t.split())) for s, t in pairs})
+    if different > MAX_TERMS:  # counted before any term is tokenised
+        raise bad(400, f'"terms" holds {different} different pairs; at most {MAX_TERMS} a request')
     try:
         pairs = checked_terms(member, pairs, lambda i: f'"terms"[{i}]')
     except UsageError as e:
         raise bad(400, str(e)) from None
-    if len(pairs) > MAX_TERMS:
-        raise bad(400, f'"terms" holds {len(pairs)} different pairs; at most {MAX_TERMS} a request')
     found = line_terms(member, sources, pairs)
     for i, (source, terms) in enumerate(zip(sources, found)):
         if placeable(member, source, terms, settings, max_positions) < len(terms):

@@ -26,7 +26,15 @@ from ...setup.config import load_config
 from .app import Service, build_app
 from .batcher import Batcher
 from .connections import Limits, guarded
-from .bodies import MAX_BODY, MAX_CHARS, MAX_SAMPLES, MAX_SENTENCES, MAX_TERMS, MAX_WEIGHTS
+from .bodies import (
+    MAX_BODY,
+    MAX_CHARS,
+    MAX_SAMPLES,
+    MAX_SENTENCES,
+    MAX_TERMS,
+    MAX_WEIGHTS,
+    MAX_TERM_PAIRS,
+)
 
 log = logging.getLogger("s2s")
 
@@ -172,6 +180,7 @@ def serve(path, registry, options: ServeOptions) -> None:
             "nbest": {name: decode_settings(m, cfg.decode).beam for name, m in members.items()},
             "samples": MAX_SAMPLES,
             "terms": MAX_TERMS,
+            "term_pairs": MAX_TERM_PAIRS,
             "body_bytes": MAX_BODY,
             "attention_weights": MAX_WEIGHTS,
             "queued_requests": batcher.max_queued,

@@ -29,6 +29,7 @@ from s2s.core.apps.serve.bodies import (
     MAX_SAMPLES,
     MAX_SENTENCES,
     MAX_TERMS,
+    MAX_TERM_PAIRS,
     MAX_WEIGHTS,
 )
 from s2s.core.data.members import build_members, pick
@@ -251,6 +252,7 @@ def test_health_and_info(demo_run, demo_server):
         "nbest": {"demo": 4},  # at most the beam
         "samples": MAX_SAMPLES,
         "terms": MAX_TERMS,
+        "term_pairs": MAX_TERM_PAIRS,
         "body_bytes": MAX_BODY,
         "attention_weights": MAX_WEIGHTS,
         "queued_requests": 1024,
@@ -281,9 +283,9 @@ BAD = [  # (body, status, words the error names)
     ({"text": [None]}, 400, '"text"[0] is null, not a string'),
     ({"text": [["nested"]]}, 400, '"text"[0] is a JSON list, not a string'),
     (
-        {"text": ["the dog"], "nbest": 2.0},
+        {"text": ["the dog"], "nbest": 2.5},
         400,
-        '"nbest" is the JSON number 2.0, not a whole number',
+        '"nbest" is the JSON number 2.5, not a whole number',
     ),
     ({"text": ["the dog"], "nbest": True}, 400, '"nbest" is true, not a whole number'),
     ({"text": ["the dog"], "nbest": 0}, 400, '"nbest" is the JSON number 0; at least 1'),
@@ -320,6 +322,78 @@ def test_every_bad_request_gets_its_4xx_and_the_server_goes_on(demo_server):
     assert post(demo_server + "/generate", b"x" * ((1 << 20) + 1))[0] == 413
     status, health = get(demo_server + "/health")
     assert status == 200 and health["status"] == "ok"
+
+
+def raw_post(url: str, data: bytes, headers: dict) -> tuple[int, dict]:
+    """(status, JSON answer) of a POST with exactly these headers (none added)."""
+    return _answer(urllib.request.Request(url, data=data, method="POST", headers=headers), 60)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "media",
+    [
+        None,
+        "text/plain",
+        "text/plain;charset=UTF-8",
+        "application/x-www-form-urlencoded",
+        "multipart/form-data; boundary=x",
+        "application/jsonp",
+    ],
+)
+def test_only_json_bodies_are_read(demo_server, media):
+    """A browser's cross-site "simple" POST (text/plain, a form type, from any Origin) gets a
+    415 and is not decoded: no web page a user visits can drive the server (issue 77)."""
+    headers = {"Origin": "https://evil.example"}
+    if media is not None:
+        headers["Content-Type"] = media
+    body = json.dumps({"text": ["the dog sees a cat"]}).encode()
+    for path in ("/generate", "/score", "/attention"):
+        status, answer = raw_post(demo_server + path, body, headers)
+        assert status == 415 and "application/json" in answer["error"], (path, answer)
+    ok = {"Content-Type": "application/json; charset=utf-8"}
+    assert raw_post(demo_server + "/generate", body, ok)[0] == 200
+
+
+@pytest.mark.slow
+def test_whole_numbers_repeated_keys_and_bools_in_bodies(demo_server):
+    """Whole numbers written as floats (7.0, 1e3: json.dumps's and Java's way) are taken where
+    a whole number is wanted, other floats refused; a key given twice is refused (not the last
+    value taken silently); a bool where a float is wanted is named as a bool (issue 77)."""
+    text = ["the dog sees a cat"]
+    drawn = {"nbest": 2.0, "sampling": {"seed": 7.0, "top_k": 5.0}}
+    got = post(demo_server + "/generate", {"text": text, **drawn})
+    assert got[0] == 200 and len(got[1]["nbest"][0]) == 2, got
+    assert post(demo_server + "/generate", b'{"text": ["a"], "sampling": {"seed": 1e3}}')[0] == 200
+    assert post(demo_server + "/attention", {"text": text[0], "layer": 1.0})[0] == 200
+    for body, needle in (
+        ({"text": text, "sampling": {"top_k": 5.5}}, '"sampling"."top_k" is the JSON number 5.5'),
+        ({"text": text, "sampling": {"temperature": True}}, '"temperature" is true, not a number'),
+        (b'{"text": ["a"], "text": ["b"]}', 'repeats the key "text"'),
+        (b'{"text": ["a"], "sampling": {"seed": 1, "seed": 2}}', 'repeats the key "seed"'),
+    ):
+        status, answer = post(demo_server + "/generate", body)
+        assert status == 400 and needle in answer["error"], (body, answer)
+        assert "\n" not in answer["error"]
+
+
+@pytest.mark.slow
+def test_a_megabyte_of_terms_is_refused_before_it_is_tokenised(demo_server):
+    """About 1 MB of term pairs (their count over the bound, or too many different ones) gets
+    its 400 at once, while /health answers; it once held the event loop for 13 s."""
+    import concurrent.futures
+
+    many = {"text": ["the dog"], "terms": [["dog", "hond"]] * 60_000}
+    different = {"text": ["the dog"], "terms": [[f"dog{i}", "hond"] for i in range(MAX_TERM_PAIRS)]}
+    assert len(json.dumps(many)) > 900_000
+    start = time.perf_counter()
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        bodies = [many, different, many, different]
+        answers = list(pool.map(lambda b: post(demo_server + "/generate", b), bodies))
+        health = pool.submit(get, demo_server + "/health").result()
+    assert time.perf_counter() - start < 20 and health[0] == 200
+    for (status, answer), needle in zip(answers, ["at most", "different pairs"] * 2):
+        assert status == 400 and needle in answer["error"] and '"terms"' in answer["error"], answer
 
 
 @pytest.mark.slow
