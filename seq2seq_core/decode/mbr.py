@@ -12,8 +12,11 @@ fractional counts; for BLEU likewise (clipped matches against the expected count
 reference length). With one pseudo-reference both equal sacreBLEU's sentence_chrf and
 sentence_bleu (tests/core/decode/test_mbr.py).
 
-Utilities: `chrf` (sacreBLEU's chrF: character 1- to 6-grams, whitespace left out, beta 2) and
-`bleu` (sacreBLEU's sentence BLEU: 13a tokens, 1- to 4-grams, exponential smoothing).
+Utilities: `chrf` (sacreBLEU's chrF: character 1- to 6-grams, whitespace left out, beta 2),
+`bleu` (sacreBLEU's sentence BLEU: 13a tokens, 1- to 4-grams, exponential smoothing), and `task`:
+the task's own metric (`Task.score` of one candidate against one other, pairwise: n^2 calls a
+line), in the direction its `Score.higher_is_better` declares: of an error rate (TER, a
+character error rate), the candidate with the lowest expected error, the risk itself minimised.
 """
 
 from __future__ import annotations
@@ -22,15 +25,15 @@ import math
 from collections import Counter
 from typing import Sequence
 
-UTILITIES = ("chrf", "bleu")
+UTILITIES = ("chrf", "bleu", "task")
 CHAR_ORDER, BETA, WORD_ORDER = 6, 2, 4
 
 
 def expected_utilities(candidates: Sequence[str], utility: str) -> list[float]:
     """Each candidate's expected `utility` (0-100) against all the candidates as equally likely
     references (itself included), by reference aggregation: linear in their number."""
-    if utility not in UTILITIES:
-        raise ValueError(f"utility {utility!r}: one of {', '.join(UTILITIES)}")
+    if utility not in UTILITIES[:2]:
+        raise ValueError(f"utility {utility!r}: one of {', '.join(UTILITIES[:2])}")
     if not candidates:
         return []
     stats = _chrf_ngrams if utility == "chrf" else _bleu_ngrams
@@ -38,6 +41,22 @@ def expected_utilities(candidates: Sequence[str], utility: str) -> list[float]:
     counted = [stats(c) for c in candidates]
     reference = _mean(counted)
     return [score(h, reference) for h in counted]
+
+
+def expected_figures(candidates: Sequence[str], score) -> tuple[list[float], bool]:
+    """Each candidate's expected figure of a task's metric against all the candidates as
+    equally likely references (itself included), pairwise, and whether the figure is better
+    higher: `score(hypotheses, references)` is the task's checked `Score` of one candidate
+    against one other. The caller ranks by it in that direction (an error rate: lowest
+    first)."""
+    if not candidates:
+        return [], True
+    figures, higher = [], set()
+    for h in candidates:
+        found = [score([h], [y]) for y in candidates]
+        higher.update(f.higher_is_better for f in found)
+        figures.append(sum(f.value for f in found) / len(found))
+    return figures, higher != {False}
 
 
 def _mean(counted: list) -> tuple:
