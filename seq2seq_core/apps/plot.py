@@ -22,6 +22,11 @@ from ..runs.metrics import read_metrics
 NOT_METRICS = {"kind", "update", "elapsed", "loss", "nll", "ppl", "seconds"}
 
 
+def _number(value) -> bool:
+    """A figure to draw: a number, not a flag (a valid record's `best`)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def time_unit(seconds: float) -> tuple[str, float]:
     """(name, seconds per unit) for a time axis that reaches `seconds`: seconds up to 3 minutes,
     minutes up to 3 hours, then hours."""
@@ -40,7 +45,7 @@ def _curves(
     """(updates, times, values, band) of `key` in the records of `kind`, times in units of
     `unit` seconds (empty if not recorded); band: the confidence interval's (lows, highs) where
     every record holds `key`_low and `key`_high (the run recorded one), else None."""
-    rows = [r for r in records if r.get("kind") == kind and isinstance(r.get(key), (int, float))]
+    rows = [r for r in records if r.get("kind") == kind and _number(r.get(key))]
     times = [r["elapsed"] / unit for r in rows] if all("elapsed" in r for r in rows) else []
     bounded = rows and all(f"{key}_low" in r and f"{key}_high" in r for r in rows)
     band = ([r[f"{key}_low"] for r in rows], [r[f"{key}_high"] for r in rows]) if bounded else None
@@ -108,9 +113,7 @@ def plot_run(run_dir: Path, out_dir: Path | None = None) -> list[Path]:
     # metric -> its keys, one per member (or the one of a single task)
     metrics: dict[str, list[str]] = {}
     for key in sorted(
-        k
-        for k in keys
-        if any(r.get("kind") == "valid" and isinstance(r.get(k), (int, float)) for r in records)
+        k for k in keys if any(r.get("kind") == "valid" and _number(r.get(k)) for r in records)
     ):
         metric = key.rpartition("/")[2]
         bound = metric.endswith(("_low", "_high")) and metric.rpartition("_")[0] in keys

@@ -90,15 +90,20 @@ class Report:
                     "a": self.hyps[0],
                     "b": other,
                     "figures": {k: d.as_dict() for k, d in differences.items()},
+                    # on the primary figure, in its direction: "a", "b" or null (the same)
+                    "better": differences[score.name].better(score.higher_is_better),
+                    "higher_is_better": score.higher_is_better,
                 }
-                for other, differences in zip(self.hyps[1:], self.compared)
+                for other, differences, score in zip(self.hyps[1:], self.compared, self.scores[1:])
             ],
             "resampling": self.how.as_dict(),
         }
 
     def lines(self) -> list[str]:
         """For a person: each file's figures with their intervals, then each comparison as a
-        table of A, B, B - A with its interval and p-value."""
+        table of A, B, B - A with its interval and p-value, and which of the two is better on
+        the primary figure, in the direction its score declares ("B is better than A on ter
+        (lower is better), p = 0.0012")."""
         how = self.how
         if len(self.scores) == 1:
             return [*self.scores[0].lines(), how.describe()]
@@ -108,7 +113,7 @@ class Report:
             out.append(
                 f"{letter}: {hyp}  {score.name} {score.value:.2f} [{i['low']:.2f}, {i['high']:.2f}]"
             )
-        for letter, differences in zip(LETTERS[1:], self.compared):
+        for letter, differences, score in zip(LETTERS[1:], self.compared, self.scores[1:]):
             width = max(len(k) for k in differences)
             head = f"{'':<{width}}  {'A':>7}  {letter:>7}  {letter + ' - A':>7}  "
             out += ["", f"{letter} against A"]
@@ -119,6 +124,7 @@ class Report:
                     f"{k:<{width}}  {d.a:7.2f}  {d.b:7.2f}  {d.difference:+7.2f}  "
                     f"{interval:<18}  {d.p:.4f}"
                 )
+            out.append(_verdict(letter, score, differences[score.name], how))
         test = (
             f"approximate randomisation, {how.trials} trials"
             if how.test == "ar"
@@ -128,6 +134,20 @@ class Report:
 
 
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+
+def _verdict(letter: str, score: Score, d: Difference, how: Resampling) -> str:
+    """Which of A and system `letter` is better on the primary figure, read in its direction,
+    and whether the test finds the difference significant at 1 - how.level."""
+    alpha = 1 - how.level
+    winner = d.better(score.higher_is_better)
+    if winner is None:
+        return f"A and {letter} have the same {score.name}"
+    first, second = (letter, "A") if winner == "b" else ("A", letter)
+    sure = "" if d.p < alpha else f", not significant at the {alpha:.2g} level"
+    return (
+        f"{first} is better than {second} on {score.name} ({score.direction}), p = {d.p:.4f}{sure}"
+    )
 
 
 def resampled_report(task, ref, hyps: list, src, how: Resampling) -> Report:

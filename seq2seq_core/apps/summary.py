@@ -40,6 +40,7 @@ def chosen(result: dict) -> str:
     if name in dev:
         text += f": dev figure {dev[name]:.2f}"
         text += f" against {', '.join(others)}" if others else ", the only candidate"
+        text += " (lower is better)" if result.get("select_higher_is_better") is False else ""
     return text
 
 

@@ -200,6 +200,16 @@ class Difference:
     def as_dict(self) -> dict:
         return {k: round(v, 4) if k != "p" else round(v, 6) for k, v in vars(self).items()}
 
+    def better(self, higher_is_better: bool = True) -> str | None:
+        """Which system is better on this figure, "a" or "b" (None: the same figure), in the
+        direction its `Score.higher_is_better` declares: of two error rates, the lower. The
+        difference stays B - A either way; this is what reads it."""
+        from .task import better
+
+        if better(self.b, self.a, higher_is_better):
+            return "b"
+        return "a" if better(self.a, self.b, higher_is_better) else None
+
 
 def compare(
     a: SentenceStatistics, b: SentenceStatistics, how: Resampling = Resampling()

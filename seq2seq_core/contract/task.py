@@ -67,9 +67,25 @@ class DecodeDefaults:
     min_len: int = 0
 
 
+def better(a: float, b: float, higher_is_better: bool = True) -> bool:
+    """Whether figure `a` is strictly better than `b` in the direction of a `Score` whose
+    `higher_is_better` is given: the one comparison the engine makes of two scores."""
+    return a > b if higher_is_better else a < b
+
+
 @dataclass
 class Score:
-    """A metric's answer: the primary figure (higher is better), other figures, a signature."""
+    """A metric's answer: the primary figure, other figures, a signature, and which way is
+    better.
+
+    `higher_is_better` says which way the primary figure improves: True for BLEU, F1 or
+    accuracy; False for an error rate (TER, character or word error rate, edit distance). The
+    engine never guesses it from the name: the best checkpoint, early stopping (run.patience),
+    a sweep's ranking, reranker tuning, minimum Bayes risk over the task's metric and which of
+    two systems a paired test calls better all follow it. A task whose direction depends on
+    its config (the demo's task.metric) sets it in each Score it returns. It is recorded
+    (`as_dict`, so result.json and checkpoints keep it); a record written before it existed
+    reads as True."""
 
     name: str
     value: float
@@ -78,30 +94,50 @@ class Score:
     # figure -> its confidence interval {"value", "low", "high", "mean"}: set by the engine from
     # `Task.statistics` (`s2s.core.contract.resampling.scored`), not by a plugin
     intervals: dict = field(default_factory=dict)
+    higher_is_better: bool = True
 
     def as_dict(self) -> dict:
-        found = {self.name: self.value, **self.figures, "signature": self.signature}
+        found = {
+            self.name: self.value,
+            **self.figures,
+            "higher_is_better": self.higher_is_better,
+            "signature": self.signature,
+        }
         return found | ({"intervals": self.intervals} if self.intervals else {})
 
+    def better(self, a: float, b: float) -> bool:
+        """Whether primary figure `a` is strictly better than `b`, in this score's direction."""
+        return better(a, b, self.higher_is_better)
+
+    @property
+    def direction(self) -> str:
+        """ "higher is better" or "lower is better", for a person."""
+        return "higher is better" if self.higher_is_better else "lower is better"
+
+    def _notes(self) -> str:
+        """The primary figure's parenthesis: its signature, and "lower is better" where it is."""
+        notes = [n for n in (self.signature, "" if self.higher_is_better else "lower is better")]
+        found = "; ".join(n for n in notes if n)
+        return f" ({found})" if found else ""
+
     def __str__(self) -> str:
-        return (
-            f"{self.name} {self.value:.2f} ({self.signature})"
-            if self.signature
-            else f"{self.name} {self.value:.2f}"
-        )
+        return f"{self.name} {self.value:.2f}{self._notes()}"
 
     @classmethod
     def from_dict(cls, record: dict) -> "Score":
         """The Score that `as_dict` wrote (result.json's test figures): its first key is the
-        primary figure."""
+        primary figure; a record without "higher_is_better" (written before it) reads True."""
         name, value = next(iter(record.items()))
-        figures = {k: v for k, v in record.items() if k not in (name, "signature", "intervals")}
+        kept = (name, "signature", "intervals", "higher_is_better")
+        figures = {k: v for k, v in record.items() if k not in kept}
         intervals = record.get("intervals", {})
-        return cls(name, value, figures, record.get("signature", ""), intervals)
+        higher = bool(record.get("higher_is_better", True))
+        return cls(name, value, figures, record.get("signature", ""), intervals, higher)
 
     def lines(self) -> list[str]:
-        """Every figure for a person, one a line: the primary with its signature first; a
-        figure with an interval is followed by it, [low, high]."""
+        """Every figure for a person, one a line: the primary with its signature (and "lower
+        is better" where it is) first; a figure with an interval is followed by it, [low,
+        high]."""
         width = max(len(k) for k in (self.name, *self.figures))
 
         def interval(key: str) -> str:
@@ -109,8 +145,7 @@ class Score:
             return f"  [{found['low']:.2f}, {found['high']:.2f}]" if found else ""
 
         lines = [
-            f"{self.name:<{width}}  {self.value:.2f}{interval(self.name)}"
-            + (f"  ({self.signature})" if self.signature else "")
+            f"{self.name:<{width}}  {self.value:.2f}{interval(self.name)} {self._notes()}".rstrip()
         ]
         for key, value in self.figures.items():
             shown = f"{value:.2f}" if isinstance(value, float) else value  # e.g. cer 39.64
@@ -369,7 +404,7 @@ class Task:
 
 def checked_score(task, result) -> Score:
     """`result`, what `task.score` returned, if it is a Score whose value is a finite number
-    (as a float); else a PluginError naming the plugin and `score`. The engine calls it where
+    (as a float) and whose higher_is_better is a bool; else a PluginError naming the plugin and `score`. The engine calls it where
     it receives a score: `s2s score`, validation and test."""
     if not isinstance(result, Score):
         raise plugin_error(task, "score", f"returned {type(result).__name__}, not a s2s.core.Score")
@@ -385,5 +420,12 @@ def checked_score(task, result) -> Score:
     if not isinstance(result.name, str) or not result.name or not isinstance(result.figures, dict):
         raise plugin_error(
             task, "score", "returned a Score without a name (str) or whose figures are not a dict"
+        )
+    if not isinstance(result.higher_is_better, bool):
+        raise plugin_error(
+            task,
+            "score",
+            f"returned a Score whose higher_is_better is {result.higher_is_better!r:.40}, "
+            "not True or False",
         )
     return result if type(value) is float else replace(result, value=float(value))

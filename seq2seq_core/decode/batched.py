@@ -20,10 +20,10 @@ import torch
 
 from ..data.batches import chunks
 from ..errors import UsageError, plugin_error
-from ..contract.task import DecodeDefaults, Task
+from ..contract.task import DecodeDefaults, Task, checked_score
 from ..contract.vocab import BOS, EOS, PAD, UNK
 from .constraints import Prefix, joined
-from .mbr import expected_utilities
+from .mbr import expected_figures, expected_utilities
 from .terminology import SAMPLING_REFUSED, Terms, word_glue
 from .search import Wanted, nbest, sentences_per_batch, sentences_per_search
 from .steps import penalty
@@ -151,7 +151,7 @@ class Decoder:
                         task, "postprocess", f"returned {type(out.text).__name__}, not a str"
                     )
         if wanted.mbr is not None:
-            found = [_by_utility(outs, wanted.mbr, wanted.mbr_method) for outs in found]
+            found = [_by_utility(outs, wanted.mbr, wanted.mbr_method, task) for outs in found]
         return found
 
     @torch.no_grad()
@@ -284,13 +284,20 @@ class Decoder:
         return found
 
 
-def _by_utility(outs: list[Output], utility: str, method: str) -> list[Output]:
+def _by_utility(outs: list[Output], utility: str, method: str, task) -> list[Output]:
     """A line's outputs ranked by their expected utility against each other (the found ones;
-    minimum Bayes risk, `s2s.core.decode.mbr`), best first; ties keep the search's order."""
+    minimum Bayes risk, `s2s.core.decode.mbr`), best first; ties keep the search's order.
+    With utility `task`, by the task's own metric in its direction (`utility` is then the
+    expected figure: of an error rate, the expected error, the lowest first)."""
     found = [o for o in outs if o.found]
-    for out, value in zip(found, expected_utilities([o.text for o in found], utility, method)):
+    texts = [o.text for o in found]
+    if utility == "task":
+        values, higher = expected_figures(texts, lambda h, r: checked_score(task, task.score(h, r)))
+    else:
+        values, higher = expected_utilities(texts, utility, method), True
+    for out, value in zip(found, values):
         out.utility = value
-    ranked = sorted(found, key=lambda o: -o.utility)
+    ranked = sorted(found, key=lambda o: -o.utility if higher else o.utility)
     return ranked + [o for o in outs if not o.found]
 
 

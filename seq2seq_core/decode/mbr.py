@@ -18,8 +18,11 @@ approximation), itself included. Two ways to compute it (`METHODS`):
   the reference's counts, so it can choose another candidate (docs/decoding.md measures how
   often). With one pseudo-reference both methods give the sentence score.
 
-Utilities: `chrf` (sacreBLEU's chrF: character 1- to 6-grams, whitespace left out, beta 2) and
-`bleu` (sacreBLEU's sentence BLEU: 13a tokens, 1- to 4-grams, exponential smoothing).
+Utilities: `chrf` (sacreBLEU's chrF: character 1- to 6-grams, whitespace left out, beta 2),
+`bleu` (sacreBLEU's sentence BLEU: 13a tokens, 1- to 4-grams, exponential smoothing), and `task`:
+the task's own metric (`Task.score` of one candidate against one other, pairwise: n^2 calls a
+line), in the direction its `Score.higher_is_better` declares: of an error rate (TER, a
+character error rate), the candidate with the lowest expected error, the risk itself minimised.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ import math
 from collections import Counter
 from typing import Sequence
 
-UTILITIES = ("chrf", "bleu")
+UTILITIES = ("chrf", "bleu", "task")
 METHODS = ("pairwise", "aggregate")  # the exact expectation; reference aggregation
 CHAR_ORDER, BETA, WORD_ORDER = 6, 2, 4
 
@@ -40,8 +43,8 @@ def expected_utilities(
     references (itself included): exactly, the mean of its sentence scores against each
     (`pairwise`), or against their averaged n-gram counts (`aggregate`, linear in their
     number)."""
-    if utility not in UTILITIES:
-        raise ValueError(f"utility {utility!r}: one of {', '.join(UTILITIES)}")
+    if utility not in UTILITIES[:2]:
+        raise ValueError(f"utility {utility!r}: one of {', '.join(UTILITIES[:2])}")
     if method not in METHODS:
         raise ValueError(f"method {method!r}: one of {', '.join(METHODS)}")
     if not candidates:
@@ -54,6 +57,22 @@ def expected_utilities(
         return [score(h, reference) for h in counted]
     references = [_mean([c]) for c in counted]
     return [sum(score(h, r) for r in references) / len(references) for h in counted]
+
+
+def expected_figures(candidates: Sequence[str], score) -> tuple[list[float], bool]:
+    """Each candidate's expected figure of a task's metric against all the candidates as
+    equally likely references (itself included), pairwise, and whether the figure is better
+    higher: `score(hypotheses, references)` is the task's checked `Score` of one candidate
+    against one other. The caller ranks by it in that direction (an error rate: lowest
+    first)."""
+    if not candidates:
+        return [], True
+    figures, higher = [], set()
+    for h in candidates:
+        found = [score([h], [y]) for y in candidates]
+        higher.update(f.higher_is_better for f in found)
+        figures.append(sum(f.value for f in found) / len(found))
+    return figures, higher != {False}
 
 
 def _mean(counted: list) -> tuple:

@@ -43,9 +43,10 @@ class Hypothesis:
 class Wanted:
     """What a caller asks of a search beyond the task's settings (`DecodeDefaults`): `n`
     outputs a source, the n best of the beam search (n at most the beam) or, with `sampling`,
-    n drawn ones; with `mbr` (a utility: chrf, bleu) ranked by their expected utility against
-    each other (minimum Bayes risk), not by score, computed by `mbr_method` (pairwise: exact;
-    aggregate: reference aggregation, s2s.core.decode.mbr). `incremental=False` recomputes the decoder
+    n drawn ones; with `mbr` (a utility: chrf, bleu, or the task's metric) ranked by their
+    expected utility against each other (minimum Bayes risk), not by score, computed by
+    `mbr_method` (pairwise: exact; aggregate: reference aggregation, s2s.core.decode.mbr; the
+    task's metric is always pairwise). `incremental=False` recomputes the decoder
     over the whole prefix at each step instead of keeping its cache (the same outputs, slower:
     what tests and the speed benchmark compare the cache with)."""
 

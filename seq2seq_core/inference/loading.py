@@ -179,8 +179,8 @@ class Run:
         the n best of the beam (n at most the beam), or n drawn with `sampling`; with
         `prefixes` (one a line, "" for none) each output starts with its line's prefix; with
         `terms` ((source term, target term) pairs, as `--terms` reads them) every output of a
-        line that holds a source term holds its target term; with `mbr` (chrf, bleu) ranked by
-        their expected utility against each other (minimum Bayes risk). What the command line
+        line that holds a source term holds its target term; with `mbr` (chrf, bleu, task)
+        ranked by their expected utility against each other (minimum Bayes risk). What the command line
         and the server refuse is a UsageError naming the setting, prefix or term: settings out
         of range (`Wanted.problem`), prefixes and terms that cannot be used (`decode.given`)."""
         from ..decode.given import checked_terms, prefix_problem

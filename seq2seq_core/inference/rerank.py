@@ -7,9 +7,10 @@ reverse run (one that translates the other way) its score of x after y, the chan
 log p(x | y) over its length penalty. The candidate with the highest f_0 + sum_i w_i f_i wins.
 
 `tune` chooses the weights on a dev set: every feature is computed once, then coordinate
-ascent (each weight in turn set to the grid value that most raises the task's corpus metric
+ascent (each weight in turn set to the grid value that most improves the task's corpus metric
 against the references, all others held; rounds until no weight moves) from all-zero weights,
-which is the search's own choice. Only dev data is read.
+which is the search's own choice. "Improves" is in the direction the task's score declares
+(`Score.higher_is_better`): BLEU is raised, an error rate lowered. Only dev data is read.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from typing import Sequence
+
+from ..contract.task import better
 
 log = logging.getLogger("s2s")
 
@@ -64,9 +67,12 @@ def choose(rows: Sequence[Sequence[Sequence[float]]], weights: Sequence[float]) 
     return chosen
 
 
-def tune(rows, candidates, references: Sequence[str], metric) -> tuple[list[float], float]:
+def tune(
+    rows, candidates, references: Sequence[str], metric, higher_is_better: bool = True
+) -> tuple[list[float], float]:
     """The weights (one a scorer) coordinate ascent over `GRID` finds on dev, and the corpus
-    figure they give; `metric(hypotheses, references)` is the task's primary figure."""
+    figure they give; `metric(hypotheses, references)` is the task's primary figure, better
+    higher or lower as `higher_is_better` says (its `Score.higher_is_better`)."""
     k = len(rows[0][0]) - 1 if rows and rows[0] else 0
     weights = [0.0] * k
 
@@ -82,7 +88,7 @@ def tune(rows, candidates, references: Sequence[str], metric) -> tuple[list[floa
             for value in GRID:
                 trial = weights[:i] + [value] + weights[i + 1 :]
                 score = figure(trial)
-                if score > best + 1e-9:
+                if better(score, best + (1e-9 if higher_is_better else -1e-9), higher_is_better):
                     best, weights, moved = score, trial, True
             log.info("rerank tuning: weights %s, dev %.2f", weights, best)
     return weights, best

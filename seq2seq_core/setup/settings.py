@@ -241,6 +241,9 @@ class RunConfig:
     valid_beam: int = setting(
         0, at_least(0, "0 = the task's beam")
     )  # dev search's beam for the metric, at most the task's (0 = the task's)
+    # early stopping: stop after this many validations in a row without a better selection
+    # figure than the best so far, better in the direction the task's Score declares (0 = off)
+    patience: int = setting(0, at_least(0, "0 = off"))
     save_interval: int = setting(1000, at_least(1))  # updates between checkpoints
     # also stop after this many minutes of training, across resumes (0 = off): updates, validation
     # and checkpoints count; data preparation and what follows the budget (averaging, the chosen
@@ -254,7 +257,7 @@ class RunConfig:
         0,
         at_least(0, "0 = none"),
         # at the end, average the last K checkpoints (0 = none); tested unless the best
-        # validated model scores higher on dev
+        # validated model scores better on dev
     )
     max_nonfinite: int = setting(
         10, at_least(1)

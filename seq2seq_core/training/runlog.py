@@ -21,7 +21,7 @@ log = logging.getLogger("s2s")
 
 
 #: the figures of a dev record that are the run's, not a member's
-_VALID_RUN = ("kind", "update", "elapsed", "select", "seconds")
+_VALID_RUN = ("kind", "update", "elapsed", "select", "select_higher_is_better", "best", "seconds")
 #: the per-token figures that open each member's dev figures, before its metric's
 _PER_TOKEN = ("loss", "nll", "ppl")
 #: how many of a metric's other figures a valid line shows after its primary (EVALB has dozens)
@@ -33,17 +33,23 @@ def _value(v) -> str:
 
 
 def _valid_figures(record: dict) -> str:
-    """A valid record's figures for the console: the selection figure, then each member's
-    metric (its primary figure, the first after loss, nll and ppl, and the first `_SECONDARY`
-    of its other figures) and dev loss, then the seconds validating took: "select 31.2 |
-    translate bleu 31.2 chrf 55.1 loss 2.41 | parse f1 88.1 recall 87.9 precision 88.3 loss
-    0.92 | seconds 41.3". A multi-task run's loss over all members' tokens is left out."""
+    """A valid record's figures for the console: the selection figure (with "lower is better"
+    where it is, and "best" when it is the best so far), then each member's metric (its primary
+    figure, the first after loss, nll and ppl, and the first `_SECONDARY` of its other figures)
+    and dev loss, then the seconds validating took: "select 31.2 (best) | translate bleu 31.2
+    chrf 55.1 loss 2.41 | parse f1 88.1 recall 87.9 precision 88.3 loss 0.92 | seconds 41.3". A
+    multi-task run's loss over all members' tokens is left out."""
     members: dict[str, list[str]] = {}  # member prefix ("" for a lone one) -> its figures
     for key in record:
         if key not in _VALID_RUN:
             name, _, figure = key.rpartition("/")
             members.setdefault(name, []).append(figure)
-    parts = [f"select {_value(record['select'])}"]
+    notes = [
+        "lower is better" if record.get("select_higher_is_better") is False else "",
+        "best" if record.get("best") else "",
+    ]
+    notes = "; ".join(n for n in notes if n)
+    parts = [f"select {_value(record['select'])}" + (f" ({notes})" if notes else "")]
     for name, figures in members.items():
         primary = next((f for f in figures if f not in _PER_TOKEN), None)
         if primary is None:  # the run's loss, nll and ppl over every member's dev tokens
@@ -108,7 +114,8 @@ class RunLog:
             f.write(json.dumps(record) + "\n")
         if self.tb is not None:
             for key, value in record.items():
-                if key not in ("update", "elapsed") and isinstance(value, (int, float)):
+                number = isinstance(value, (int, float)) and not isinstance(value, bool)
+                if key not in ("update", "elapsed") and number:
                     self.tb.add_scalar(f"{record['kind']}/{key}", value, record["update"])
         if not self.quiet or record.get("kind") != "train":
             log.info(shown(record))

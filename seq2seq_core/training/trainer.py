@@ -38,6 +38,7 @@ from ..files import atomic_write_text
 from ..nn import precision
 from ..nn.model import Transformer
 from ..nn.optim import adam, lrate
+from ..contract.task import better
 from ..contract.vocab import PAD
 from ..runs import checkpoint, directory
 from ..runs.agreement import Read, check_members
@@ -162,8 +163,11 @@ class Trainer:
         update 0. True when resumed."""
         self.update, self.skipped_updates, self.nonfinite_in_row, self.elapsed = 0, 0, 0, 0.0
         self.member_updates = [0] * len(self.members)  # the updates each member has trained
-        self.best = None  # {"update", "select"}: the validated model with the highest dev figure
-        self.validated = None  # (update, figure) of this process's latest validation
+        # {"update", "select", "higher_is_better"}: the validated model with the best dev figure
+        self.best = None
+        self.stale = 0  # validations since the best one (run.patience)
+        # (update, figure, higher_is_better) of this process's latest validation
+        self.validated = None
         state, path = checkpoint.resume(self.run_dir, self.group)
         if state is not None:
             self._resume(state, path)
@@ -202,6 +206,7 @@ class Trainer:
         self.skipped_updates = state.get("skipped_updates", 0)
         self.nonfinite_in_row = state.get("nonfinite_in_row", 0)
         self.best, self.elapsed = state.get("best"), state.get("elapsed", 0.0)
+        self.stale = state.get("stale", 0)
         if "global_batch" not in state and len(state.get("rng", ())) > 1:
             # written before the data was one sequence for all processes: each process held a
             # position in its own share of every epoch, so all of them together had taken
@@ -343,6 +348,7 @@ class Trainer:
             "skipped_updates": self.skipped_updates,
             "nonfinite_in_row": self.nonfinite_in_row,
             "best": self.best,
+            "stale": self.stale,
             "elapsed": self._elapsed(),
             # what the data position counts in: an update takes processes x update_freq batches
             # of max_tokens from each member's one sequence (`schedule.Stream`)
@@ -508,19 +514,41 @@ class Trainer:
         models = DevModels(self.net, search, self.autocast)
         return evaluate_dev(models, self.members, self.group, self.cfg, self.update)
 
-    def _keep_if_best(self, figure: float) -> None:
-        """Write RUN_DIR/checkpoint_best.pt when this update's dev figure is the highest so far
-        (an earlier model keeps a tie): the model, its update and figure, config and tokenizer."""
-        self.validated = (self.update, figure)
-        if self.best is not None and figure <= self.best["select"]:
-            return
-        self.best = {"update": self.update, "select": figure}
-        state = {**self._model_state(), "select": figure}
+    def _keep_if_best(self, figure: float, higher: bool) -> bool:
+        """Write RUN_DIR/checkpoint_best.pt when this update's dev figure is the best so far,
+        better as `higher` says (the task's `Score.higher_is_better`; an earlier model keeps a
+        tie): the model, its update, figure and direction, config and tokenizer. Returns
+        whether it was; counts the validations since the best (run.patience)."""
+        self.validated = (self.update, figure, higher)
+        best = self.best
+        if best is not None and best.get("higher_is_better", True) != higher:
+            if self.group.rank == 0:
+                log.warning(
+                    "the best dev figure so far (update %d) was better %s, this run's is better "
+                    "%s: the two do not compare, update %d's model is the best from here on",
+                    best["update"],
+                    "higher" if best.get("higher_is_better", True) else "lower",
+                    "higher" if higher else "lower",
+                    self.update,
+                )
+            best = None
+        if best is not None and not better(figure, best["select"], higher):
+            self.stale += 1
+            return False
+        self.best = {"update": self.update, "select": figure, "higher_is_better": higher}
+        self.stale = 0
+        state = {**self._model_state(), "select": figure, "higher_is_better": higher}
         self.write(
             lambda: checkpoint.atomic_save(state, self.run_dir / checkpoint.BEST),
             str(self.run_dir / checkpoint.BEST),
             "the previous best model is intact",
         )
+        return True
+
+    def _out_of_patience(self) -> bool:
+        """True once run.patience validations in a row have not beaten the best (0: never)."""
+        patience = self.cfg.run.patience
+        return patience > 0 and self.stale >= patience
 
     # -- the loop -----------------------------------------------------------------------------
     def run(self) -> dict:
@@ -551,6 +579,9 @@ class Trainer:
                 self._elapsed() / 60,
             )
         last = self.update >= cfg.optim.max_updates or self._out_of_time()
+        if not last and self._out_of_patience():  # a run that stopped early, run again
+            last = True
+            self._say_patience_spent("the model chosen and tested")
         while not last:
             # one update; None when it was skipped (a non-finite loss or gradient)
             out = self.step()
@@ -574,12 +605,18 @@ class Trainer:
                 self.update % cfg.run.valid_interval == 0 and self.update >= cfg.run.valid_after
             ) or last:
                 record, figure = self.validate()
+                higher = record.get("select_higher_is_better", True)
+                record["best"] = self._keep_if_best(figure, higher)
                 self.record(record)
-                self._keep_if_best(figure)
                 # the budget spent while validating: this update, just validated, is the last
                 if not last and self._out_of_time():
                     last = True
                     self._say_budget_spent("its validation done; the last checkpoint")
+                # early stopping: run.patience validations without a better dev figure
+                if not last and self._out_of_patience():
+                    last = True
+                    self._say_patience_spent("the last checkpoint, then the model chosen")
+                    self.record({"kind": "stopped", "update": self.update, "reason": "patience"})
             # a checkpoint every run.save_interval updates, after run.save_minutes, and at the end
             if self._save_due(last):
                 self.save()
@@ -596,6 +633,21 @@ class Trainer:
                 self.cfg.run.max_minutes,
                 self.update,
                 self._elapsed() / 60,
+                then,
+            )
+
+    def _say_patience_spent(self, then: str) -> None:
+        """Log (rank 0) that run.patience ended the run early at this update, and what follows."""
+        if self.group.rank == 0:
+            log.info(
+                "run.patience=%d: %d validations without a better dev figure than update %d's "
+                "(select %.4g, better %s): stopped at update %d; %s",
+                self.cfg.run.patience,
+                self.stale,
+                self.best["update"],
+                self.best["select"],
+                "higher" if self.best.get("higher_is_better", True) else "lower",
+                self.update,
                 then,
             )
 
@@ -620,8 +672,8 @@ class Trainer:
     def select(self) -> dict:
         """Load the model to test into `model`: the average of the last run.average_last
         checkpoints (or, without averaging, the model as trained) or the best validated model
-        (checkpoint_best.pt), whichever has the higher dev figure (section 6.1 averages the last
-        checkpoints). Every process takes part (validation is shared out); rank 0 alone reads
+        (checkpoint_best.pt), whichever has the better dev figure, in the direction the task's
+        score declares (section 6.1 averages the last checkpoints). Every process takes part (validation is shared out); rank 0 alone reads
         checkpoints while the others wait (run.wait_minutes), then broadcasts the parameters: k
         checkpoints with their optimiser state are read once, not once per process. Returns
         what result.json records: the checkpoint tested, relative to the run directory, and
@@ -643,8 +695,13 @@ class Trainer:
         else:  # the model as trained, which the last save wrote
             chosen = {"checkpoint": str(paths[-1].relative_to(run_dir)) if paths else None}
         known = not averaged and self.validated is not None and self.validated[0] == self.update
-        figure = self.validated[1] if known else self.validate()[1]
+        if known:
+            figure, higher = self.validated[1:]
+        else:
+            record, figure = self.validate()
+            higher = record.get("select_higher_is_better", True)
         chosen["dev_select"] = {chosen["checkpoint"]: figure}
+        chosen["select_higher_is_better"] = higher
         best = self.best  # a candidate unless it is the model as trained
         if (
             best is not None
@@ -653,7 +710,7 @@ class Trainer:
         ):
             chosen["dev_select"][checkpoint.BEST] = best["select"]
             chosen["best_update"] = best["update"]
-            if best["select"] > figure:
+            if better(best["select"], figure, higher):
 
                 def read_best():
                     self.model.load_state_dict(checkpoint.load(run_dir / checkpoint.BEST)["model"])

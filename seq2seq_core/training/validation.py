@@ -178,12 +178,29 @@ def bounds(score) -> dict:
     return {f"{score.name}_low": found["low"], f"{score.name}_high": found["high"]}
 
 
+def selection(weighted: list) -> tuple[float, bool]:
+    """The figure a run selects its checkpoint by, from (weight, Score) of each member, and
+    whether it is better higher: the weighted mean of the members' primary figures, in their
+    direction when all members agree (a lone member's figure is its own: BLEU, or an error
+    rate that is better lower); when they disagree, each figure that is better lower enters
+    negated, and the mean is better higher. 0.0 (better higher) when no member has weight."""
+    weights = sum(w for w, _ in weighted)
+    if not weights:
+        return 0.0, True
+    directions = {score.higher_is_better for w, score in weighted if w}
+    higher = directions != {False}
+    sign = {True: 1.0, False: 1.0 if len(directions) == 1 else -1.0}
+    mean = sum(w * sign[score.higher_is_better] * score.value for w, score in weighted) / weights
+    return mean, higher
+
+
 def evaluate_dev(
     models: DevModels, members: list[Member], group, cfg, update: int
 ) -> tuple[dict, float]:
     """The valid record of `update` and the figure the run selects its checkpoint by: the
-    task's primary figure (higher is better), or a multi-task run's `select`. The RNG states are
-    restored afterwards, so that validating (or not) never changes the dropout masks of later
+    task's primary figure, or a multi-task run's `select` (`selection`); the record's
+    `select_higher_is_better` says which way it is better. The RNG states are restored
+    afterwards, so that validating (or not) never changes the dropout masks of later
     updates."""
     record = {"kind": "valid", "update": update}
     t0 = time.monotonic()
@@ -200,9 +217,8 @@ def evaluate_dev(
             models.net.train()
     # a lone member's figures are the run's own: its prefix is empty and its loss the run's
     record.update(_per_token(sum(sums for _, sums, _ in results)))
-    weights = sum(m.select for m, _, _ in results)
-    record["select"] = (
-        sum(m.select * score.value for m, _, score in results) / weights if weights else 0.0
+    record["select"], record["select_higher_is_better"] = selection(
+        [(m.select, score) for m, _, score in results]
     )
     for m, sums, score in results:
         record.update({f"{m.prefix}{k}": v for k, v in _figures(sums, score).items()})

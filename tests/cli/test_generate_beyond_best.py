@@ -75,6 +75,24 @@ def test_mbr_writes_the_candidate_the_others_agree_with(demo_runs, lines, capsys
     assert len(plain) == 8
 
 
+def test_mbr_over_the_tasks_own_metric_ranks_in_its_direction(demo_runs, lines, capsys):
+    """--mbr task: the demo's BLEU (better higher) of each candidate against each other one,
+    averaged; the highest expected figure first, and written."""
+    from omegaconf import OmegaConf
+    from s2s.core.decode.mbr import expected_figures
+    from s2s.plugins.demo import DemoConfig, DemoTask
+
+    task = DemoTask(OmegaConf.structured(DemoConfig))
+    options = ["--sampling", "--nbest", "4", "--seed", "3", "--mbr", "task"]
+    chosen = generate(capsys, demo_runs["a"], lines, *options)
+    answers = [json.loads(x) for x in generate(capsys, demo_runs["a"], lines, *options, "--json")]
+    for line, answer in zip(chosen, answers):
+        outs = answer["outputs"]
+        figures, higher = expected_figures([o["output"] for o in outs], task.score)
+        assert higher and [o["utility"] for o in outs] == [round(f, 4) for f in figures]
+        assert figures == sorted(figures, reverse=True) and line == outs[0]["output"]
+
+
 def test_ensembles(demo_runs, lines, capsys):
     a, b = demo_runs["a"], demo_runs["b"]
     alone = generate(capsys, a, lines)

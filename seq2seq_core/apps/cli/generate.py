@@ -58,9 +58,10 @@ def add(subparsers, common) -> None:
     )
     s.add_argument(
         "--mbr",
-        choices=["chrf", "bleu"],
+        choices=["chrf", "bleu", "task"],
         help="minimum Bayes risk: of the --nbest N outputs (the beam's or, with --sampling, "
-        "drawn), write the one with the highest expected UTILITY against the others "
+        "drawn), write the one with the best expected UTILITY against the others: chrF, "
+        "BLEU, or the task's own metric (an error rate: the lowest expected error) "
         "(docs/decoding.md)",
     )
     s.add_argument(

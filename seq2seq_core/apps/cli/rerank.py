@@ -43,6 +43,7 @@ def add(subparsers, common) -> None:
 def run(args) -> int:
     # the work imports torch: here, when the command runs, not at start-up (tests/test_house.py)
     from ...inference import load_run
+    from ...contract.task import checked_score
     from ...inference.rerank import Scorers, choose, features, tune
 
     if args.nbest < 2:
@@ -80,10 +81,16 @@ def run(args) -> int:
         candidates = main.outputs(lines, n=args.nbest)
         rows = features(lines, candidates, scorers)
     if references is not None:
-        metric = lambda hyps, refs: main.task.score(hyps, refs).value  # noqa: E731
-        zero = metric([c[0].text for c in candidates], references)
-        weights, figure = tune(rows, candidates, references, metric)
-        print(json.dumps({"weights": weights, "dev": figure, "search": zero}))
+
+        def score(hyps):  # the task's primary figure, as checked wherever a score comes in
+            return checked_score(main.task, main.task.score(hyps, references))
+
+        searched = score([c[0].text for c in candidates])
+        higher = searched.higher_is_better
+        metric = lambda hyps, refs: score(hyps).value  # noqa: E731
+        weights, figure = tune(rows, candidates, references, metric, higher)
+        found = {"weights": weights, "dev": figure, "search": searched.value}
+        print(json.dumps({**found, "metric": searched.name, "higher_is_better": higher}))
         return 0
     picked = [cands[j].text for cands, j in zip(candidates, choose(rows, weights))]
     text = "".join(line.replace("\n", " ") + "\n" for line in picked)

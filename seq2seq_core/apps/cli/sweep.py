@@ -81,7 +81,7 @@ def run(args) -> int:
         args.seeds,
     )
     # the work imports torch: here, when the command runs, not at start-up (tests/test_house.py)
-    from ..sweep.results import table
+    from ..sweep.results import best_lines, table
     from ..sweep.runner import commands
     from ..sweep.runner import run as run_sweep
 
@@ -93,7 +93,8 @@ def run(args) -> int:
     print(
         table(results)
         + "\n".join(
-            written_lines(
+            best_lines(results)
+            + written_lines(
                 written, f"the table is results.md; each variant's run directory is {args.dir}/NAME"
             )
         )

@@ -1,6 +1,7 @@
 """A sweep's results: one row per variant (its settings and figures; with seeds, their mean,
-spread and pooled interval), the table (results.md, results.json) and a plot per varied
-setting."""
+spread and pooled interval), ranked by the dev figure in the direction the task's score declares
+(`Score.higher_is_better`: a BLEU sweep ranks the highest first, an error rate the lowest), the
+table (results.md, results.json) and a plot per varied setting."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from ...data.prepared import prepare_data
 from ...errors import DataError
 from ...files import atomic_write_text
 from ...contract.resampling import SentenceStatistics, intervals
+from ...contract.task import better
 from ...runs import checkpoint
 from ...runs.metrics import read_metrics
 from ...runs.result import read_result
@@ -46,7 +48,9 @@ def collect(sweep: Sweep, cfgs: list, registry=None) -> dict:
     """One row per variant: varied settings, parameters, updates, dev ppl, dev and test metric.
     With seeds, a row's figures are the mean over the variant's seed runs, with their standard
     deviation (`dev_sd`, `test_sd`), each seed's figures (`seed_runs`) and the pooled test
-    interval of the primary figure (`pooled`, `pooled_interval`)."""
+    interval of the primary figure (`pooled`, `pooled_interval`). Each row's `dev_rank` is its
+    place among the variants of its dev metric (1: the best; `ranking`: their names, best
+    first)."""
     varied = list(dict.fromkeys(k for v in sweep.variants for k in keys(v.overrides)))
     rows, metric = [], None
     runs = dict(zip((t.name for t in sweep.trained()), zip(sweep.trained(), cfgs)))
@@ -67,7 +71,37 @@ def collect(sweep: Sweep, cfgs: list, registry=None) -> dict:
         rows[-1]["seed_runs"] = seeds
     metrics = list(dict.fromkeys(r["dev_name"] for r in rows))  # variants may differ (task.mode)
     metric = metrics[0] if len(metrics) == 1 else "several"
-    return {**sweep.manifest(), "varied": varied, "metric": metric, "rows": rows}
+    ranking = _rank(rows)
+    return {
+        **sweep.manifest(),
+        "varied": varied,
+        "metric": metric,
+        "rows": rows,
+        "ranking": ranking,
+    }
+
+
+def _rank(rows: list[dict]) -> dict[str, list[str]]:
+    """Set each row's `dev_rank` among the rows of its dev metric and direction (1: the best,
+    better as the run's `select_higher_is_better` says; tied figures share a place; None: no dev
+    figure); returns each metric's variant names, best first."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        r["dev_rank"] = None
+        if _number(r.get("dev_metric")):
+            groups.setdefault((r["dev_name"], r.get("dev_higher_is_better", True)), []).append(r)
+    ranking = {}
+    for (name, higher), group in groups.items():
+        ordered = sorted(group, key=lambda r: -r["dev_metric"] if higher else r["dev_metric"])
+        for r in ordered:
+            r["dev_rank"] = 1 + sum(better(o["dev_metric"], r["dev_metric"], higher) for o in group)
+        label = name if (name, not higher) not in groups else f"{name} ({direction(higher)})"
+        ranking[label] = [r["name"] for r in ordered]
+    return ranking
+
+
+def direction(higher: bool) -> str:
+    return "higher is better" if higher else "lower is better"
 
 
 def _run_row(sweep: Sweep, v: Variant, cfg, varied: list[str]) -> dict:
@@ -95,6 +129,8 @@ def _run_row(sweep: Sweep, v: Variant, cfg, varied: list[str]) -> dict:
         "elapsed_s": valid[-1].get("elapsed") if valid else None,
         "dev_ppl": valid[-1].get("ppl") if valid else None,
         "dev_metric": (result.get("dev_select") or {}).get(result.get("checkpoint")),
+        # which way dev_metric is better (the task's Score.higher_is_better); True before it
+        "dev_higher_is_better": result.get("select_higher_is_better", True),
         "checkpoint": result.get("checkpoint"),
         "test": tests,
     }
@@ -124,6 +160,7 @@ def _over_seeds(seeds: list[dict]) -> dict:
         "dev_ppl": spread([r["dev_ppl"] for r in seeds])[0],
         "dev_metric": spread([r["dev_metric"] for r in seeds])[0],
         "dev_sd": spread([r["dev_metric"] for r in seeds])[1],
+        "dev_higher_is_better": first["dev_higher_is_better"],
         "test": {label: mean for label, (mean, _) in tests.items()},
         "test_sd": {label: sd for label, (_, sd) in tests.items()},
     }
@@ -167,15 +204,19 @@ def table(results: dict) -> str:
     seeds = results.get("seeds", 1)
     pooled = list(dict.fromkeys(k for r in results["rows"] for k in r.get("pooled_interval", {})))
     dev_names = list(dict.fromkeys(r.get("dev_name", results["metric"]) for r in results["rows"]))
+    lower = {r.get("dev_name") for r in results["rows"] if r.get("dev_higher_is_better") is False}
     head = [
         "variant",
         *results["varied"],
         "params",
         "updates",
         "dev ppl",
-        *(f"dev {name}" for name in dev_names),  # each metric its own column
+        *(  # each metric its own column
+            f"dev {name}" + (" (lower is better)" if name in lower else "") for name in dev_names
+        ),
         *(f"test {label}" for label in labels),
         *(f"pooled test {label} [95%]" for label in pooled),
+        "rank (dev)",
     ]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
 
@@ -202,6 +243,7 @@ def table(results: dict) -> str:
                 f"{i['value']:.2f} [{i['low']:.2f}, {i['high']:.2f}]" if i else "-"
                 for i in (intervals.get(label) for label in pooled)
             ),
+            _cell(r.get("dev_rank")),
         ]
         lines.append("| " + " | ".join(cells) + " |")
     if seeds > 1:
@@ -210,6 +252,17 @@ def table(results: dict) -> str:
             "seed's test output together, its 95% interval from resampling the test sentences"
         )
     return "\n".join(lines) + "\n"
+
+
+def best_lines(results: dict) -> list[str]:
+    """The best variant on each dev metric, one a line, saying which way is better: "best on
+    dev ter (lower is better): heads-2"."""
+    lines = []
+    for name, ranked in (results.get("ranking") or {}).items():
+        row = next(r for r in results["rows"] if r["name"] == ranked[0])
+        how = direction(row.get("dev_higher_is_better", True))
+        lines.append(f"best on dev {name.split(' (')[0]} ({how}): {ranked[0]}")
+    return lines
 
 
 def _number(value) -> bool:
@@ -231,12 +284,14 @@ def plot(results: dict, key: str, path: Path) -> Path:
     lines = [g for g in groups.values() if len(g) > 1] or list(groups.values())
     labels = list(dict.fromkeys(k for r in rows for k in r["test"]))
     dev_names = list(dict.fromkeys(r.get("dev_name", results["metric"]) for r in rows))
+    lower = any(r.get("dev_higher_is_better") is False for r in rows)
     fig = Figure(figsize=(11, 4), layout="constrained")
     dev, test = fig.subplots(1, 2)
     panels = (
         (
             dev,
-            f"dev {results['metric']}",
+            f"dev {results['metric']}"
+            + (f" ({direction(False)})" if lower and len(dev_names) == 1 else ""),
             [
                 (  # each metric its own line (variants of different tasks: bleu, f1)
                     name if len(dev_names) > 1 else None,

@@ -442,3 +442,33 @@ def test_metrics_get_their_own_columns_and_no_folder_or_empty_budget_is_adopted(
     assert "variant heads-1 trained no update in it" in err[-1], err
     manifest = json.loads((tmp_path / "tiny" / "sweep.json").read_text())
     assert manifest["variants"][0]["state"] != "done"
+
+
+def test_a_sweep_over_an_error_rate_ranks_the_lowest_first(tmp_path, capsys, monkeypatch):
+    """A grid of the demo with task.metric=ter (better lower), each variant's dev TER scripted
+    (heads 1: 30, heads 2: 10): heads-2 ranks first, the table's dev column says lower is
+    better, and the command names heads-2 the best."""
+    import s2s.core.training.trainer as train_module
+
+    real = train_module.evaluate_dev
+
+    def scripted(models, members, group, cfg, update):
+        record, _ = real(models, members, group, cfg, update)
+        record["select"] = {1: 30.0, 2: 10.0}[cfg.model.heads]
+        return record, record["select"]
+
+    monkeypatch.setattr(train_module, "evaluate_dev", scripted)
+    directory = tmp_path / "ter"
+    assert main(_sweep(directory, tmp_path / "cache", extra=["task.metric=ter"])) == 0
+    out = capsys.readouterr().out
+    results = json.loads((directory / "results.json").read_text())
+    rows = {r["name"]: r for r in results["rows"]}
+    assert results["metric"] == "ter" and results["ranking"] == {"ter": ["heads-2", "heads-1"]}
+    assert (rows["heads-2"]["dev_rank"], rows["heads-1"]["dev_rank"]) == (1, 2)
+    assert (
+        rows["heads-2"]["dev_metric"] == 10.0 and rows["heads-1"]["dev_higher_is_better"] is False
+    )
+    table = (directory / "results.md").read_text().splitlines()
+    assert "| dev ter (lower is better) |" in table[0] and table[0].endswith("| rank (dev) |")
+    assert table[2].startswith("| heads-1 |") and table[2].endswith("| 2 |")
+    assert "best on dev ter (lower is better): heads-2" in out

@@ -80,3 +80,24 @@ def test_a_bad_utility_or_method_is_named():
     assert Wanted(2, mbr="chrf", mbr_method="aggregate").problem(4) is None
     with pytest.raises(ValueError, match="method"):
         expected_utilities(["a"], "chrf", "exact")
+
+
+@pytest.mark.parametrize("metric", ["ter", "bleu"])
+def test_the_tasks_own_metric_is_a_utility_in_its_direction(metric):
+    """MBR over a task's metric (`mbr="task"`): each candidate's mean figure against all of them,
+    pairwise, with the figure's direction; of TER (better lower) the outlier has the highest
+    expected error, of BLEU the lowest expected score."""
+    from omegaconf import OmegaConf
+    from s2s.core.decode.mbr import expected_figures
+    from s2s.plugins.demo import DemoConfig, DemoTask
+
+    task = DemoTask(OmegaConf.merge(OmegaConf.structured(DemoConfig), {"metric": metric}))
+    near = [SENTENCES[0], SENTENCES[1], SENTENCES[0].replace("an orange", "a red")]
+    candidates = [*near, SENTENCES[5]]  # an outlier of about their length (TER divides by it)
+    figures, higher = expected_figures(candidates, task.score)
+    assert higher is (metric == "bleu") and len(figures) == 4
+    one = [task.score([candidates[3]], [y]).value for y in candidates]
+    assert figures[3] == pytest.approx(sum(one) / 4)
+    worst = max(figures) if metric == "ter" else min(figures)
+    assert figures[3] == worst and figures.index(worst) == 3
+    assert expected_figures([], task.score) == ([], True)
