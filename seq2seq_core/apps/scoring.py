@@ -27,12 +27,12 @@ def task_named(name: str, overrides, registry):
     (`translation task.tgt_lang=fr`), else a preset's one task; else a ConfigError naming both."""
     if name in registry.names():  # the task's defaults, with the overrides (e.g. task.tgt_lang=fr)
         cfg = load_config(None, [f"task.name={name}", *overrides], registry=registry)
-    elif name in preset_names():
+    elif name in preset_names(registry):
         cfg = single_task(load_config(name, overrides, registry=registry), f"preset {name!r}")
     else:
         raise ConfigError(
             f"{name!r} is neither a task ({', '.join(registry.names())}) nor a preset "
-            f"({', '.join(preset_names())})"
+            f"({', '.join(preset_names(registry))})"
         )
     return build_task(cfg.task, registry)
 

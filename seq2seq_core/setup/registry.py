@@ -8,6 +8,10 @@ Installed plugins (the built-in ones included) declare themselves in their packa
 A plugin under development is loaded with `--plugin my_module:MyTask` (a module importable from
 the current folder, or installed) or `--plugin path/to/file.py` (a file defines one or more `Task`
 subclasses; each is registered under its `name`).
+
+A plugin ships presets too: an installed one through the `s2s.presets` entry-point group
+(`NAME = "my_package.presets"`, a package whose `*.yaml` files are presets), a `--plugin` one as
+the `*.yaml` files of a `presets/` folder beside its file (`s2s.core.setup.config.presets`).
 """
 
 from __future__ import annotations
@@ -47,6 +51,8 @@ class Registry:
         self._tasks: dict[str, type[Task]] = {}
         self._origin: dict[str, str] = {}
         self._pending: dict[str, object] = {}  # entry points not imported yet
+        #: (folder, origin) of the presets beside each `--plugin` loaded: its `presets/` folder
+        self.preset_folders: list[tuple[Path, str]] = []
 
     @classmethod
     def installed(cls, plugins: list[str] = ()) -> "Registry":
@@ -126,6 +132,9 @@ class Registry:
             origin = f"--plugin {spec}"
         if not classes:
             raise RegistryError(f"plugin {spec} defines no Task subclass with a name")
+        beside = Path(getattr(module, "__file__", None) or path).resolve().parent / "presets"
+        if beside.is_dir():
+            self.preset_folders.append((beside, origin))
         for c in classes:
             self.register(c, origin)
         return [c.name for c in classes]
@@ -136,14 +145,15 @@ class Registry:
         from omegaconf import OmegaConf
 
         from ..errors import ConfigError
-        from .config import preset_names, preset_path
+        from .config import presets
 
-        if name in preset_names() or name not in self.names() or Path(name).exists():
+        known = presets(self)
+        if name in known or name not in self.names() or Path(name).exists():
             return
         ours = [
             p
-            for p in preset_names()
-            if (OmegaConf.load(preset_path(p)).get("task") or {}).get("name") == name
+            for p, places in known.items()
+            if (OmegaConf.load(places[0][0]).get("task") or {}).get("name") == name
         ]
         own = [p for p in ours if p.startswith("own_")]
         raise ConfigError(
