@@ -67,10 +67,11 @@ def venv(tmp_path_factory):
     purelib = _run(
         [python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"], tmp, env
     )
-    if (
-        sys.prefix != sys.base_prefix
-    ):  # the tests run in a venv: its dependencies (and pip) are there
-        (Path(purelib.strip()) / "outer.pth").write_text("\n".join(site.getsitepackages()) + "\n")
+    if sys.prefix != sys.base_prefix:
+        # the tests run in a venv: its dependencies (and pip) are there, after the base Python's
+        # (whose setuptools builds wheels where a venv's may be too old to)
+        outer = [*site.getsitepackages([sys.base_prefix]), *site.getsitepackages()]
+        (Path(purelib.strip()) / "outer.pth").write_text("\n".join(outer) + "\n")
     pip = [python, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "-q"]
     _run([*pip, src], tmp, env)
     where = _run([python, "-c", "import s2s.core; print(s2s.core.__file__)"], tmp, env)
