@@ -65,7 +65,12 @@ class Subject:
         self._pairs: dict[str, list | Exception] = {}
         self.reading = False  # True while check splits_read runs: it reports the error itself
         self.building = False  # the same for check vocab_built
-        self.tmp = Path(tempfile.mkdtemp(prefix=f"s2s-check-{getattr(task_cls, 'name', 'x')}-"))
+        # the checks' files (a vocabulary, a copy of the data, the round trip's run), removed
+        # with the subject
+        self._tmp = tempfile.TemporaryDirectory(
+            prefix=f"s2s-check-{getattr(task_cls, 'name', 'x')}-"
+        )
+        self.tmp = Path(self._tmp.name)
 
     @property
     def cfg(self):
