@@ -72,7 +72,11 @@ def _keep_freed_memory() -> list[str]:
 MALLOC_SET = _keep_freed_memory()
 
 from .contract.task import CONTRACT_VERSION, DataError, DecodeDefaults, Score, Task, TaskConfig
-from .contract.vocab import BOS, EOS, PAD, SPECIALS, UNK
+from .contract.vocab import BOS, EOS, PAD, SPECIALS, UNK, WordTokenizer
+from .contract.checks import at_least, in_range, one_of, setting
+from .contract.conformance import task_checks
+from .contract.resampling import SentenceStatistics
+from .errors import CheckFailed, ConfigError
 
 __all__ = [
     "RUNTIME_ENV",
@@ -89,5 +93,14 @@ __all__ = [
     "BOS",
     "EOS",
     "UNK",
+    "WordTokenizer",
+    "SentenceStatistics",
+    "setting",
+    "at_least",
+    "in_range",
+    "one_of",
+    "ConfigError",
+    "task_checks",
+    "CheckFailed",
 ]
 __version__ = "0.1.0"

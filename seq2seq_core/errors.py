@@ -43,6 +43,11 @@ class UsageError(S2SError):
     """A command line that cannot work (a missing input, an unwritable output, a bad option)."""
 
 
+class CheckFailed(S2SError, AssertionError):
+    """A task that fails a check of the conformance kit (`s2s.core.task_checks`,
+    `s2s check-task`); the one line says what broke and where."""
+
+
 class PluginError(S2SError):
     """A plugin that breaks the task contract; the message names the task, its class and file,
     and the method."""

@@ -35,12 +35,12 @@ def task_named(name: str, overrides, registry):
         registry.adopt(task_origins(name), name)
         cfg = load_config(Path(name) / "config.yaml", overrides, registry=registry)
         cfg = single_task(cfg, f"run {name!r}")
-    elif name in preset_names() or Path(name).is_file():
+    elif name in preset_names(registry) or Path(name).is_file():
         cfg = single_task(load_config(name, overrides, registry=registry), f"preset {name!r}")
     else:
         raise ConfigError(
             f"{name!r} is neither a task ({', '.join(registry.names())}), a run directory nor a "
-            f"preset ({', '.join(preset_names())})"
+            f"preset ({', '.join(preset_names(registry))})"
         )
     return build_task(cfg.task, registry)
 

@@ -41,24 +41,67 @@ def _preset_dir() -> Path:
 
 
 PRESET_DIR = _preset_dir()
+#: the entry-point group of plugin presets: `NAME = "package"`, an importable package whose
+#: `*.yaml` files are presets (as `s2s.tasks` is the built-in ones')
+PRESET_GROUP = "s2s.presets"
 
 
-def preset_names() -> list[str]:
-    return sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))
+def _preset_folders(registry=None) -> list[tuple[Path, str]]:
+    """(folder, origin) of every place presets come from: the built-in `s2s.tasks`, each
+    `s2s.presets` entry point's package, and the `presets/` folder beside each `--plugin` the
+    registry loaded. A package that cannot be imported is a ConfigError naming the entry point."""
+    import importlib.util
+    from importlib.metadata import entry_points
+
+    folders = [(PRESET_DIR, "s2s (built-in)")]
+    for ep in entry_points(group=PRESET_GROUP):
+        where = f"entry point {ep.name} = {ep.value} ({ep.dist.name if ep.dist else '?'})"
+        try:
+            spec = importlib.util.find_spec(ep.value)
+        except (ImportError, ValueError) as e:
+            raise ConfigError(f"presets of {where}: cannot import {ep.value!r}: {e}") from None
+        if spec is None or not spec.submodule_search_locations:
+            raise ConfigError(f"presets of {where}: {ep.value!r} is not an importable package")
+        folders += [(Path(p), where) for p in spec.submodule_search_locations]
+    folders += list(getattr(registry, "preset_folders", ()))
+    return folders
 
 
-def preset_path(preset: str) -> Path:
-    """A preset name (a file in tasks/) or a path to a YAML file."""
+def presets(registry=None) -> dict[str, list[tuple[Path, str]]]:
+    """Preset name -> the (file, origin) of each place that has one of that name (one file found
+    twice, through an editable install and an entry point say, counts once)."""
+    found: dict[str, list[tuple[Path, str]]] = {}
+    for folder, origin in _preset_folders(registry):
+        for path in sorted(folder.glob("*.yaml")) if folder.is_dir() else ():
+            places = found.setdefault(path.stem, [])
+            if all(p.resolve() != path.resolve() for p, _ in places):
+                places.append((path, origin))
+    return dict(sorted(found.items()))
+
+
+def preset_names(registry=None) -> list[str]:
+    return list(presets(registry))
+
+
+def preset_path(preset: str, registry=None) -> Path:
+    """A preset name (built-in, a plugin's, or beside a `--plugin` the registry loaded) or a path
+    to a YAML file. A name two places give is a ConfigError naming both."""
     p = Path(preset)
     if p.suffix in (".yaml", ".yml") or p.exists():
         if not p.is_file():
             raise ConfigError(f"preset file {p} does not exist")
         return p
-    candidate = PRESET_DIR / f"{preset}.yaml"
-    if candidate.is_file():
-        return candidate
-    known = preset_names()
-    near = difflib.get_close_matches(preset, known, n=1)
+    known = presets(registry)
+    places = known.get(preset, [])
+    if len(places) > 1:
+        raise ConfigError(
+            f"preset {preset!r} comes from two places: "
+            + " and ".join(f"{path} ({origin})" for path, origin in places)
+            + "; rename one of them, or give the YAML file's path"
+        )
+    if places:
+        return places[0][0]
+    near = difflib.get_close_matches(preset, list(known), n=1)
     hint = f" (did you mean {near[0]!r}?)" if near else ""
     raise ConfigError(f"unknown preset {preset!r}{hint}; known presets: {', '.join(known)}")
 
@@ -244,7 +287,7 @@ def load_config(
     """
     data: dict = {}
     if preset is not None:
-        path = preset_path(str(preset))
+        path = preset_path(str(preset), registry)
         raw = _load_yaml(path)
         if not isinstance(raw, DictConfig):
             raise ConfigError(f"preset {path} must be a mapping of sections")
@@ -396,7 +439,7 @@ def _members(members, registry, task_config_cls=None) -> dict:
         if member.get("preset"):
             ref = str(member["preset"])
             try:
-                path = preset_path(ref)
+                path = preset_path(ref, registry)
             except ConfigError as e:
                 raise ConfigError(f"{where}.preset={ref!r}: {e}") from None
             preset = OmegaConf.to_container(_load_yaml(path, f"{where}.preset={ref!r}: "))

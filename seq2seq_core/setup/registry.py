@@ -14,6 +14,10 @@ entry point with its distribution and version, `module:Class`, or a file with it
 that a run loads its task again without `--plugin` (`adopt`), and says in one line what to do
 when the file moved or changed. Two tasks of one name from two places are refused, and so is a
 task written for a contract this s2s does not keep (`Task.contract_version`).
+
+A plugin ships presets too: an installed one through the `s2s.presets` entry-point group
+(`NAME = "my_package.presets"`, a package whose `*.yaml` files are presets), a `--plugin` one as
+the `*.yaml` files of a `presets/` folder beside its file (`s2s.core.setup.config.presets`).
 """
 
 from __future__ import annotations
@@ -98,6 +102,8 @@ class Registry:
         self._pending: dict[str, object] = {}  # entry points not imported yet
         self._clashes: dict[str, str] = {}  # name -> why two installed entry points clash
         self._runs: dict[str, str] = {}  # name -> the run whose record loaded it (`adopt`)
+        #: (folder, origin) of the presets beside each `--plugin` loaded: its `presets/` folder
+        self.preset_folders: list[tuple[Path, str]] = []
 
     @classmethod
     def installed(cls, plugins: list[str] = ()) -> "Registry":
@@ -232,6 +238,9 @@ class Registry:
             ]
         if not classes:
             raise RegistryError(f"plugin {spec} defines no Task subclass with a name")
+        beside = Path(getattr(module, "__file__", None) or path).resolve().parent / "presets"
+        if beside.is_dir():
+            self.preset_folders.append((beside, described(origins[0])))
         for c, origin in zip(classes, origins):
             self.register(c, origin)
         return [c.name for c in classes]
@@ -302,14 +311,15 @@ class Registry:
         from omegaconf import OmegaConf
 
         from ..errors import ConfigError
-        from .config import preset_names, preset_path
+        from .config import presets
 
-        if name in preset_names() or name not in self.names() or Path(name).exists():
+        known = presets(self)
+        if name in known or name not in self.names() or Path(name).exists():
             return
         ours = [
             p
-            for p in preset_names()
-            if (OmegaConf.load(preset_path(p)).get("task") or {}).get("name") == name
+            for p, places in known.items()
+            if (OmegaConf.load(places[0][0]).get("task") or {}).get("name") == name
         ]
         own = [p for p in ours if p.startswith("own_")]
         raise ConfigError(

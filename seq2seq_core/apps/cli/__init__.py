@@ -14,10 +14,12 @@ from ...errors import explain
 from . import (
     attention,
     average,
+    check_task,
     export,
     generate,
     imports,
     label,
+    new_task,
     plot,
     prepare,
     quickstart,
@@ -31,7 +33,8 @@ from . import (
 
 #: what `s2s --help` says above the commands
 DESCRIPTION = (
-    "The `s2s` command: tasks, prepare, train, generate, label, score, rerank, average, export, "
+    "The `s2s` command: tasks, check-task, new-task, prepare, train, generate, label, score, "
+    "rerank, average, export, "
     "import, plot, sweep, attention, serve, quickstart."
 )
 
@@ -88,6 +91,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common_options(common, argparse.SUPPRESS)
     subparsers = parser.add_subparsers(dest="command", required=True)
     tasks.add(subparsers, common)
+    check_task.add(subparsers, common)
+    new_task.add(subparsers, common)
     prepare.add(subparsers, common)
     train.add(subparsers, common)
     generate.add(subparsers, common)
