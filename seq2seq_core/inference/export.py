@@ -276,7 +276,7 @@ def to_ctranslate2(model: Transformer, task, out: Path, quantization: str | None
         )
     activation = model.encoder[0].ffn[1]
     layers, relu = (
-        len(model.encoder),
+        (len(model.encoder), len(model.decoder)),
         (
             common_spec.Activation.SWISH
             if isinstance(activation, torch.nn.SiLU)
@@ -290,10 +290,10 @@ def to_ctranslate2(model: Transformer, task, out: Path, quantization: str | None
     else:  # heads narrower or wider than d_model / h
         spec = transformer_spec.TransformerSpec(
             transformer_spec.TransformerEncoderSpec(
-                layers, attn.h, pre_norm=pre_norm, activation=relu, head_dim=attn.d_k
+                layers[0], attn.h, pre_norm=pre_norm, activation=relu, head_dim=attn.d_k
             ),
             transformer_spec.TransformerDecoderSpec(
-                layers, attn.h, pre_norm=pre_norm, activation=relu, head_dim=attn.d_k
+                layers[1], attn.h, pre_norm=pre_norm, activation=relu, head_dim=attn.d_k
             ),
         )
     spec.config.add_source_eos = True  # the engine ends every source with EOS
@@ -422,8 +422,8 @@ def to_huggingface(model: Transformer, cfg, task, out: Path) -> None:
         share_encoder_decoder_embeddings=shared,
         tie_word_embeddings=tied,
         d_model=m.d_model,
-        encoder_layers=m.layers,
-        decoder_layers=m.layers,
+        encoder_layers=len(model.encoder),
+        decoder_layers=len(model.decoder),
         encoder_ffn_dim=m.d_ff,
         decoder_ffn_dim=m.d_ff,
         encoder_attention_heads=m.heads,

@@ -1,6 +1,6 @@
 """The Transformer of "Attention Is All You Need" (Vaswani et al. 2017), section 3, attention aside.
 
-An encoder and a decoder stack of N layers each (3.1); multi-head scaled dot-product attention (3.2,
+An encoder and a decoder stack of N layers each (3.1), or of depths of their own (`depths`); multi-head scaled dot-product attention (3.2,
 s2s.core.nn.attention), d_k and d_v per head d_model / h or set (Table 3, rows A and B);
 position-wise feed-forward networks (3.3); embeddings scaled by sqrt(d_model), with a shared
 vocabulary tied with the pre-softmax projection (3.4); sinusoidal positional encodings (3.5), or
@@ -30,10 +30,18 @@ from .attention import AttentionWeights, MultiHeadAttention
 from .loss import label_smoothed_loss
 
 
+def depths(cfg) -> tuple[int, int]:
+    """The encoder's and the decoder's number of layers: model.encoder_layers and
+    model.decoder_layers, each `model.layers` where unset."""
+    enc, dec = getattr(cfg, "encoder_layers", None), getattr(cfg, "decoder_layers", None)
+    return int(enc or cfg.layers), int(dec or cfg.layers)
+
+
 def sinusoids(n_positions: int, d_model: int) -> Tensor:
     """PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(pos /
-    10000^(2i/d_model)), computed in float64 and rounded to float32 (as Marian and fairseq's
-    models were trained with: an import decodes with their table to the last bit)."""
+    10000^(2i/d_model)), computed in float64 and rounded to float32 (as transformers' Marian
+    table is: an OPUS-MT import decodes with its table to the last bit; fairseq computes its own
+    table in float32, s2s.core.inference.imports.fairseq)."""
     pos = np.arange(n_positions, dtype=np.float64)[:, None]
     angle = pos / np.power(10000.0, np.arange(0, d_model, 2, dtype=np.float64) / d_model)
     pe = np.zeros((n_positions, d_model), dtype=np.float32)
@@ -312,8 +320,9 @@ class Transformer(nn.Module):
             persistent=False,
         )
         self.drop = Dropout(cfg.dropout)
-        self.encoder = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.layers))
-        self.decoder = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.layers))
+        n_enc, n_dec = depths(cfg)
+        self.encoder = nn.ModuleList(EncoderLayer(cfg) for _ in range(n_enc))
+        self.decoder = nn.ModuleList(DecoderLayer(cfg) for _ in range(n_dec))
         # pre-norm leaves the residual stream unnormalised: each stack ends with a LayerNorm
         self.enc_norm = LayerNorm(cfg.d_model) if cfg.pre_norm else nn.Identity()
         self.dec_norm = LayerNorm(cfg.d_model) if cfg.pre_norm else nn.Identity()
@@ -364,33 +373,34 @@ class Transformer(nn.Module):
         """Matmul FLOPs (2mkn a product) of training (`backward`) or of a forward pass over pairs of
         these real lengths (numbers or arrays, an entry a pair: padding is waste, not work), what
         model-FLOPs utilisation divides by. S, T: a pair's source and target tokens (with EOS /
-        BOS), N layers a stack, d = d_model, V the target vocabulary, a = h d_k, b = h d_v (d both
+        BOS), N (M) layers in the encoder (decoder), d = d_model, V the target vocabulary, a = h d_k, b = h d_v (d both
         by default):
 
             training = 3 forward             the backward pass costs twice the forward
             forward = 2 (S P_src + T P_tgt) + A
                 P: the weights a token is multiplied by
-            P_src = N (2 d (a + b) + 2 d d_ff) + N d (a + b)
+            P_src = N (2 d (a + b) + 2 d d_ff) + M d (a + b)
                 encoder Q, K, V, O, FFN; the decoder's cross-attention K, V
-            P_tgt = N (3 d (a + b) + 2 d d_ff) + d V
+            P_tgt = M (3 d (a + b) + 2 d d_ff) + d V
                 decoder self-attention Q, K, V, O, cross-attention Q, O, FFN; the output layer
-            A = N (a + b) (2 S^2 + T (T + 1) + 2 T S)
+            A = (a + b) (2 N S^2 + M T (T + 1) + 2 M T S)
                 Q K^T and weights x V; causal pairs only
 
         Embeddings, biases, norms, softmax, dropout, loss and Adam count 0. Without `attention`
         (small in a search step) only the lengths' sums matter: a search's source tokens and decoder
         rows will do."""
         S, T = np.asarray(src_lens, dtype=np.float64), np.asarray(tgt_lens, dtype=np.float64)
-        N, d, d_ff, V = len(self.encoder), self.d_model, self.d_ff, self.out.out_features
+        N, M = len(self.encoder), len(self.decoder)
+        d, d_ff, V = self.d_model, self.d_ff, self.out.out_features
         att = self.encoder[0].self_attn
         ab = att.h * (att.d_k + att.d_v)  # a + b
         p_src, p_tgt = (
-            N * (2 * d * ab + 2 * d * d_ff) + N * d * ab,
-            N * (3 * d * ab + 2 * d * d_ff) + d * V,
+            N * (2 * d * ab + 2 * d * d_ff) + M * d * ab,
+            M * (3 * d * ab + 2 * d * d_ff) + d * V,
         )
         forward = 2 * (S * p_src + T * p_tgt)
         if attention:
-            forward = forward + N * ab * (2 * S * S + T * (T + 1) + 2 * T * S)
+            forward = forward + ab * (2 * N * S * S + M * T * (T + 1) + 2 * M * T * S)
         return float((3 if backward else 1) * forward.sum())
 
     def embed(self, emb: nn.Embedding, tokens: Tensor, start: int = 0) -> Tensor:

@@ -32,6 +32,10 @@ class ModelConfig:
     """The Transformer of section 3: N layers in each stack, d_model, d_ff, h heads, P_drop."""
 
     layers: int = setting(6, at_least(1))
+    # a stack's own depth (None: `layers`): a deep encoder with a shallow decoder decodes faster
+    # at the same quality (Kasai et al. 2021), OPUS-MT's students are 6 + 2
+    encoder_layers: Optional[int] = setting(None, at_least(1))
+    decoder_layers: Optional[int] = setting(None, at_least(1))
     d_model: int = setting(512, at_least(1))
     d_ff: int = setting(2048, at_least(1))
     heads: int = setting(8, at_least(1))

@@ -144,11 +144,11 @@ def _marian_config(model_cfg, folder, src_vocab, tgt_vocab, src_lang, tgt_lang) 
             raise ImportModelError(f"{where}: {key!r} is missing")
         return value
 
-    for a, b in (("encoder_layers", "decoder_layers"), ("encoder_ffn_dim", "decoder_ffn_dim")):
-        if need(a) != need(b):
-            raise ImportModelError(
-                f"{where}: {a}={need(a)} but {b}={need(b)}: s2s's stacks are alike"
-            )
+    if need("encoder_ffn_dim") != need("decoder_ffn_dim"):
+        raise ImportModelError(
+            f"{where}: encoder_ffn_dim={need('encoder_ffn_dim')} but "
+            f"decoder_ffn_dim={need('decoder_ffn_dim')}: s2s's stacks have one d_ff"
+        )
     if need("encoder_attention_heads") != need("decoder_attention_heads"):
         raise ImportModelError(f"{where}: the encoder's and the decoder's heads differ")
     activation = ACTIVATIONS.get(str(need("activation_function")))
@@ -189,6 +189,8 @@ def _marian_config(model_cfg, folder, src_vocab, tgt_vocab, src_lang, tgt_lang) 
         },
         "model": {
             "layers": int(need("encoder_layers")),
+            "encoder_layers": int(need("encoder_layers")),
+            "decoder_layers": int(need("decoder_layers")),
             "d_model": int(need("d_model")),
             "d_ff": int(need("encoder_ffn_dim")),
             "heads": int(need("encoder_attention_heads")),

@@ -241,3 +241,28 @@ def test_separate_vocabularies_and_pytorch_weights(tmp_path, capsys):
     source.write_text("\n".join(test) + "\n", encoding="utf-8")
     for beam in (1, 4):
         assert s2s_generate(run, source, beam) == hf_generate(folder, test, beam)
+
+
+def test_depths_of_their_own(tmp_path, capsys):
+    """An OPUS-MT-shaped model with 3 encoder and 2 decoder layers imports with those depths and
+    decodes as transformers does, greedy and beam 4."""
+    from bench.opus_mt import build_opus_mt, hf_generate, s2s_generate
+    from omegaconf import OmegaConf
+
+    from s2s.core.runs.checkpoint import listed, load
+
+    root = corpus(MULTI30K)
+    src = (root / "train.en").read_text(encoding="utf-8").splitlines()[:3000]
+    tgt = (root / "train.de").read_text(encoding="utf-8").splitlines()[:3000]
+    test = (root / "test_2016_flickr.en").read_text(encoding="utf-8").splitlines()[:25]
+    folder = build_opus_mt(tmp_path / "m", src, tgt, 300, 32, layers=3, decoder_layers=2)
+    run = tmp_path / "run"
+    assert s2s(capsys, "import", folder, "--output", run)[0] == 0
+    cfg = OmegaConf.load(run / "config.yaml")
+    assert (cfg.model.encoder_layers, cfg.model.decoder_layers) == (3, 2)
+    weights = load(listed(run)[0])["model"]
+    assert "encoder.2.ffn.0.weight" in weights and "decoder.2.ffn.0.weight" not in weights
+    source = tmp_path / "in.en"
+    source.write_text("\n".join(test) + "\n", encoding="utf-8")
+    for beam in (1, 4):
+        assert s2s_generate(run, source, beam) == hf_generate(folder, test, beam)
