@@ -305,7 +305,7 @@ def to_ctranslate2(model: Transformer, task, out: Path, quantization: str | None
     ):
         embeddings = stack.embeddings[0] if isinstance(stack.embeddings, list) else stack.embeddings
         embeddings.weight = _numpy(emb.weight)
-        stack.scale_embeddings = True  # x sqrt(d_model)
+        stack.scale_embeddings = model.embed_scale != 1.0  # x sqrt(d_model), or not
         stack.position_encodings.encodings = _numpy(
             model.position_table()
         )  # interleaved sinusoids, or learned
@@ -430,7 +430,7 @@ def to_huggingface(model: Transformer, cfg, task, out: Path) -> None:
         decoder_attention_heads=m.heads,
         max_position_embeddings=m.max_positions,
         activation_function=m.activation,
-        scale_embedding=True,
+        scale_embedding=model.embed_scale != 1.0,
         dropout=m.dropout,
         attention_dropout=m.attention_dropout,
         activation_dropout=0.0,

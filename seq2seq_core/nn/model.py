@@ -1,11 +1,13 @@
 """The Transformer of "Attention Is All You Need" (Vaswani et al. 2017), section 3, attention aside.
 
-An encoder and a decoder stack of N layers each (3.1), or of depths of their own (`depths`); multi-head scaled dot-product attention (3.2,
-s2s.core.nn.attention), d_k and d_v per head d_model / h or set (Table 3, rows A and B);
-position-wise feed-forward networks (3.3); embeddings scaled by sqrt(d_model), with a shared
-vocabulary tied with the pre-softmax projection (3.4); sinusoidal positional encodings (3.5), or
-learned ones (Table 3, row E). Residual blocks are post-norm as in the paper, LayerNorm(x +
-Dropout(Sublayer(x))), or pre-norm with `cfg.pre_norm`. `forward(..., return_attention=True)` also
+An encoder and a decoder stack of N layers each (3.1), or of depths of their own (`depths`);
+multi-head scaled dot-product attention (3.2, s2s.core.nn.attention), d_k and d_v per head
+d_model / h or set (Table 3, rows A and B); position-wise feed-forward networks (3.3); embeddings
+scaled by sqrt(d_model) (or not: `cfg.scale_embedding`), with a shared vocabulary tied with the
+pre-softmax projection (3.4); sinusoidal positional encodings (3.5), learned ones (Table 3, row
+E), or fairseq's sinusoids offset past the padding index (M2M100's and NLLB-200's). Residual
+blocks are post-norm as in the paper, LayerNorm(x + Dropout(Sublayer(x))), or pre-norm with
+`cfg.pre_norm`, each stack then ending with a LayerNorm. `forward(..., return_attention=True)` also
 returns every attention's weights.
 
 Besides training (`forward`), the model serves search: `encode` once, then either `decode` the
@@ -48,6 +50,21 @@ def sinusoids(n_positions: int, d_model: int) -> Tensor:
     pe[:, 0::2] = np.sin(angle)
     pe[:, 1::2] = np.cos(angle)
     return torch.from_numpy(pe)
+
+
+def offset_sinusoids(n_positions: int, d_model: int, padding_idx: int = 1) -> Tensor:
+    """fairseq's sinusoidal table, which M2M100 and NLLB-200 were trained with, for s2s's
+    positions 0..n-1: [sin | cos] halves at frequencies 10000^(-i / (d/2 - 1)) (Vaswani et al.'s
+    are 10000^(-2i / d)), computed in float32 as fairseq computes them, its positions counted
+    from padding_idx + 1 (row padding_idx + 1 + t is position t's)."""
+    half = d_model // 2
+    scale = math.log(10000) / (half - 1)
+    freq = torch.exp(torch.arange(half, dtype=torch.float) * -scale)
+    pos = torch.arange(padding_idx + 1 + n_positions, dtype=torch.float)[:, None] * freq[None]
+    table = torch.cat([torch.sin(pos), torch.cos(pos)], dim=1)
+    if d_model % 2:
+        table = torch.cat([table, torch.zeros(table.size(0), 1)], dim=1)
+    return table[padding_idx + 1 :]
 
 
 class LayerNorm(nn.LayerNorm):
@@ -312,13 +329,17 @@ class Transformer(nn.Module):
         # learned positions (Table 3, row E) are a parameter; the sinusoid buffer `pe` is then
         # empty, kept for its dtype, the activations' (s2s.core.nn.precision casts buffers, not
         # embeddings)
-        learned = getattr(cfg, "positions", "sinusoid") == "learned"
+        kind = getattr(cfg, "positions", "sinusoid")
+        learned = kind == "learned"
         self.pos_embed = nn.Embedding(cfg.max_positions, cfg.d_model) if learned else None
+        table = offset_sinusoids if kind == "offset_sinusoid" else sinusoids
         self.register_buffer(
             "pe",
-            torch.zeros(0, cfg.d_model) if learned else sinusoids(cfg.max_positions, cfg.d_model),
+            torch.zeros(0, cfg.d_model) if learned else table(cfg.max_positions, cfg.d_model),
             persistent=False,
         )
+        # x sqrt(d_model) (section 3.4), or 1 with model.scale_embedding=false
+        self.embed_scale = math.sqrt(cfg.d_model) if getattr(cfg, "scale_embedding", True) else 1.0
         self.drop = Dropout(cfg.dropout)
         n_enc, n_dec = depths(cfg)
         self.encoder = nn.ModuleList(EncoderLayer(cfg) for _ in range(n_enc))
@@ -404,7 +425,8 @@ class Transformer(nn.Module):
         return float((3 if backward else 1) * forward.sum())
 
     def embed(self, emb: nn.Embedding, tokens: Tensor, start: int = 0) -> Tensor:
-        """Dropout(Embedding(tokens) * sqrt(d_model) + PE), positions from `start`, in the dtype of
+        """Dropout(Embedding(tokens) * sqrt(d_model) + PE) (x 1 without model.scale_embedding),
+        positions from `start`, in the dtype of
         the buffer `pe` (that of the activations: s2s.core.nn.precision casts it with the weights).
         Learned positions are added in their table's dtype, then cast: the gradient of a position's
         row, a sum over the batch, is summed in fp32 when the table is (as the token
@@ -415,11 +437,9 @@ class Transformer(nn.Module):
                 f"position {end - 1} is beyond model.max_positions={self.max_positions}"
             )
         if self.pos_embed is not None:
-            x = emb(tokens) * math.sqrt(self.d_model) + self.pos_embed.weight[start:end]
+            x = emb(tokens) * self.embed_scale + self.pos_embed.weight[start:end]
             return self.drop(x.to(self.pe.dtype))
-        return self.drop(
-            emb(tokens).to(self.pe.dtype) * math.sqrt(self.d_model) + self.pe[start:end]
-        )
+        return self.drop(emb(tokens).to(self.pe.dtype) * self.embed_scale + self.pe[start:end])
 
     def position_table(self) -> Tensor:
         """The positional encodings added at each position, [max_positions, d_model]."""

@@ -418,3 +418,25 @@ def test_attention_weights_unfold_beam_rows():
         alone = attn(x[r : r + 1], *(t[r // 3 : r // 3 + 1] for t in attn.keys_values(memory)))
         torch.testing.assert_close(attn.recorded[0][0], w[r])
         torch.testing.assert_close(alone[0], folded[r], atol=1e-5, rtol=1e-5)
+
+
+def test_offset_sinusoids_are_fairseqs_table_past_the_padding_index():
+    """model.positions=offset_sinusoid: position t adds row padding_idx + 1 + t of fairseq's
+    [sin | cos] table (M2M100's, NLLB-200's), its frequencies 10000^(-i / (d/2 - 1))."""
+    import math
+
+    model = tiny(positions="offset_sinusoid", dropout=0.0)
+    d, half = 32, 16
+    t = torch.arange(64, dtype=torch.float)[:, None] + 2
+    freq = torch.exp(torch.arange(half, dtype=torch.float) * -(math.log(10000) / (half - 1)))
+    expected = torch.cat([torch.sin(t * freq), torch.cos(t * freq)], dim=1)
+    assert torch.equal(model.position_table(), expected) and model.pe.shape == (64, d)
+
+
+def test_embeddings_unscaled_with_scale_embedding_false():
+    scaled, plain = tiny(dropout=0.0), tiny(dropout=0.0, scale_embedding=False)
+    tokens = sentences([5])
+    emb = scaled.src_embed(tokens)
+    pe = scaled.position_table()[:5]
+    torch.testing.assert_close(scaled.embed(scaled.src_embed, tokens), emb * 32**0.5 + pe)
+    torch.testing.assert_close(plain.embed(plain.src_embed, tokens), emb + pe)
