@@ -1,11 +1,13 @@
 """The Transformer of "Attention Is All You Need" (Vaswani et al. 2017), section 3, attention aside.
 
-An encoder and a decoder stack of N layers each (3.1); multi-head scaled dot-product attention (3.2,
-s2s.core.nn.attention), d_k and d_v per head d_model / h or set (Table 3, rows A and B);
-position-wise feed-forward networks (3.3); embeddings scaled by sqrt(d_model), with a shared
-vocabulary tied with the pre-softmax projection (3.4); sinusoidal positional encodings (3.5), or
-learned ones (Table 3, row E). Residual blocks are post-norm as in the paper, LayerNorm(x +
-Dropout(Sublayer(x))), or pre-norm with `cfg.pre_norm`. `forward(..., return_attention=True)` also
+An encoder and a decoder stack of N layers each (3.1), or of depths of their own (`depths`);
+multi-head scaled dot-product attention (3.2, s2s.core.nn.attention), d_k and d_v per head
+d_model / h or set (Table 3, rows A and B); position-wise feed-forward networks (3.3); embeddings
+scaled by sqrt(d_model) (or not: `cfg.scale_embedding`), with a shared vocabulary tied with the
+pre-softmax projection (3.4); sinusoidal positional encodings (3.5), learned ones (Table 3, row
+E), or fairseq's sinusoids offset past the padding index (M2M100's and NLLB-200's). Residual
+blocks are post-norm as in the paper, LayerNorm(x + Dropout(Sublayer(x))), or pre-norm with
+`cfg.pre_norm`, each stack then ending with a LayerNorm. `forward(..., return_attention=True)` also
 returns every attention's weights.
 
 Besides training (`forward`), the model serves search: `encode` once, then either `decode` the
@@ -30,16 +32,39 @@ from .attention import AttentionWeights, MultiHeadAttention
 from .loss import label_smoothed_loss
 
 
+def depths(cfg) -> tuple[int, int]:
+    """The encoder's and the decoder's number of layers: model.encoder_layers and
+    model.decoder_layers, each `model.layers` where unset."""
+    enc, dec = getattr(cfg, "encoder_layers", None), getattr(cfg, "decoder_layers", None)
+    return int(enc or cfg.layers), int(dec or cfg.layers)
+
+
 def sinusoids(n_positions: int, d_model: int) -> Tensor:
     """PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(pos /
-    10000^(2i/d_model)), computed in float64 and rounded to float32 (as Marian and fairseq's
-    models were trained with: an import decodes with their table to the last bit)."""
+    10000^(2i/d_model)), computed in float64 and rounded to float32 (as transformers' Marian
+    table is: an OPUS-MT import decodes with its table to the last bit; fairseq computes its own
+    table in float32, s2s.core.inference.formats.fairseq)."""
     pos = np.arange(n_positions, dtype=np.float64)[:, None]
     angle = pos / np.power(10000.0, np.arange(0, d_model, 2, dtype=np.float64) / d_model)
     pe = np.zeros((n_positions, d_model), dtype=np.float32)
     pe[:, 0::2] = np.sin(angle)
     pe[:, 1::2] = np.cos(angle)
     return torch.from_numpy(pe)
+
+
+def offset_sinusoids(n_positions: int, d_model: int, padding_idx: int = 1) -> Tensor:
+    """fairseq's sinusoidal table, which M2M100 and NLLB-200 were trained with, for s2s's
+    positions 0..n-1: [sin | cos] halves at frequencies 10000^(-i / (d/2 - 1)) (Vaswani et al.'s
+    are 10000^(-2i / d)), computed in float32 as fairseq computes them, its positions counted
+    from padding_idx + 1 (row padding_idx + 1 + t is position t's)."""
+    half = d_model // 2
+    scale = math.log(10000) / (half - 1)
+    freq = torch.exp(torch.arange(half, dtype=torch.float) * -scale)
+    pos = torch.arange(padding_idx + 1 + n_positions, dtype=torch.float)[:, None] * freq[None]
+    table = torch.cat([torch.sin(pos), torch.cos(pos)], dim=1)
+    if d_model % 2:
+        table = torch.cat([table, torch.zeros(table.size(0), 1)], dim=1)
+    return table[padding_idx + 1 :]
 
 
 class LayerNorm(nn.LayerNorm):
@@ -304,16 +329,21 @@ class Transformer(nn.Module):
         # learned positions (Table 3, row E) are a parameter; the sinusoid buffer `pe` is then
         # empty, kept for its dtype, the activations' (s2s.core.nn.precision casts buffers, not
         # embeddings)
-        learned = getattr(cfg, "positions", "sinusoid") == "learned"
+        kind = getattr(cfg, "positions", "sinusoid")
+        learned = kind == "learned"
         self.pos_embed = nn.Embedding(cfg.max_positions, cfg.d_model) if learned else None
+        table = offset_sinusoids if kind == "offset_sinusoid" else sinusoids
         self.register_buffer(
             "pe",
-            torch.zeros(0, cfg.d_model) if learned else sinusoids(cfg.max_positions, cfg.d_model),
+            torch.zeros(0, cfg.d_model) if learned else table(cfg.max_positions, cfg.d_model),
             persistent=False,
         )
+        # x sqrt(d_model) (section 3.4), or 1 with model.scale_embedding=false
+        self.embed_scale = math.sqrt(cfg.d_model) if getattr(cfg, "scale_embedding", True) else 1.0
         self.drop = Dropout(cfg.dropout)
-        self.encoder = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.layers))
-        self.decoder = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.layers))
+        n_enc, n_dec = depths(cfg)
+        self.encoder = nn.ModuleList(EncoderLayer(cfg) for _ in range(n_enc))
+        self.decoder = nn.ModuleList(DecoderLayer(cfg) for _ in range(n_dec))
         # pre-norm leaves the residual stream unnormalised: each stack ends with a LayerNorm
         self.enc_norm = LayerNorm(cfg.d_model) if cfg.pre_norm else nn.Identity()
         self.dec_norm = LayerNorm(cfg.d_model) if cfg.pre_norm else nn.Identity()
@@ -364,37 +394,39 @@ class Transformer(nn.Module):
         """Matmul FLOPs (2mkn a product) of training (`backward`) or of a forward pass over pairs of
         these real lengths (numbers or arrays, an entry a pair: padding is waste, not work), what
         model-FLOPs utilisation divides by. S, T: a pair's source and target tokens (with EOS /
-        BOS), N layers a stack, d = d_model, V the target vocabulary, a = h d_k, b = h d_v (d both
+        BOS), N (M) layers in the encoder (decoder), d = d_model, V the target vocabulary, a = h d_k, b = h d_v (d both
         by default):
 
             training = 3 forward             the backward pass costs twice the forward
             forward = 2 (S P_src + T P_tgt) + A
                 P: the weights a token is multiplied by
-            P_src = N (2 d (a + b) + 2 d d_ff) + N d (a + b)
+            P_src = N (2 d (a + b) + 2 d d_ff) + M d (a + b)
                 encoder Q, K, V, O, FFN; the decoder's cross-attention K, V
-            P_tgt = N (3 d (a + b) + 2 d d_ff) + d V
+            P_tgt = M (3 d (a + b) + 2 d d_ff) + d V
                 decoder self-attention Q, K, V, O, cross-attention Q, O, FFN; the output layer
-            A = N (a + b) (2 S^2 + T (T + 1) + 2 T S)
+            A = (a + b) (2 N S^2 + M T (T + 1) + 2 M T S)
                 Q K^T and weights x V; causal pairs only
 
         Embeddings, biases, norms, softmax, dropout, loss and Adam count 0. Without `attention`
         (small in a search step) only the lengths' sums matter: a search's source tokens and decoder
         rows will do."""
         S, T = np.asarray(src_lens, dtype=np.float64), np.asarray(tgt_lens, dtype=np.float64)
-        N, d, d_ff, V = len(self.encoder), self.d_model, self.d_ff, self.out.out_features
+        N, M = len(self.encoder), len(self.decoder)
+        d, d_ff, V = self.d_model, self.d_ff, self.out.out_features
         att = self.encoder[0].self_attn
         ab = att.h * (att.d_k + att.d_v)  # a + b
         p_src, p_tgt = (
-            N * (2 * d * ab + 2 * d * d_ff) + N * d * ab,
-            N * (3 * d * ab + 2 * d * d_ff) + d * V,
+            N * (2 * d * ab + 2 * d * d_ff) + M * d * ab,
+            M * (3 * d * ab + 2 * d * d_ff) + d * V,
         )
         forward = 2 * (S * p_src + T * p_tgt)
         if attention:
-            forward = forward + N * ab * (2 * S * S + T * (T + 1) + 2 * T * S)
+            forward = forward + ab * (2 * N * S * S + M * T * (T + 1) + 2 * M * T * S)
         return float((3 if backward else 1) * forward.sum())
 
     def embed(self, emb: nn.Embedding, tokens: Tensor, start: int = 0) -> Tensor:
-        """Dropout(Embedding(tokens) * sqrt(d_model) + PE), positions from `start`, in the dtype of
+        """Dropout(Embedding(tokens) * sqrt(d_model) + PE) (x 1 without model.scale_embedding),
+        positions from `start`, in the dtype of
         the buffer `pe` (that of the activations: s2s.core.nn.precision casts it with the weights).
         Learned positions are added in their table's dtype, then cast: the gradient of a position's
         row, a sum over the batch, is summed in fp32 when the table is (as the token
@@ -405,11 +437,9 @@ class Transformer(nn.Module):
                 f"position {end - 1} is beyond model.max_positions={self.max_positions}"
             )
         if self.pos_embed is not None:
-            x = emb(tokens) * math.sqrt(self.d_model) + self.pos_embed.weight[start:end]
+            x = emb(tokens) * self.embed_scale + self.pos_embed.weight[start:end]
             return self.drop(x.to(self.pe.dtype))
-        return self.drop(
-            emb(tokens).to(self.pe.dtype) * math.sqrt(self.d_model) + self.pe[start:end]
-        )
+        return self.drop(emb(tokens).to(self.pe.dtype) * self.embed_scale + self.pe[start:end])
 
     def position_table(self) -> Tensor:
         """The positional encodings added at each position, [max_positions, d_model]."""

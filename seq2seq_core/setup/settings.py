@@ -32,6 +32,10 @@ class ModelConfig:
     """The Transformer of section 3: N layers in each stack, d_model, d_ff, h heads, P_drop."""
 
     layers: int = setting(6, at_least(1))
+    # a stack's own depth (None: `layers`): a deep encoder with a shallow decoder decodes faster
+    # at the same quality (Kasai et al. 2021), OPUS-MT's students are 6 + 2
+    encoder_layers: Optional[int] = setting(None, at_least(1))
+    decoder_layers: Optional[int] = setting(None, at_least(1))
     d_model: int = setting(512, at_least(1))
     d_ff: int = setting(2048, at_least(1))
     heads: int = setting(8, at_least(1))
@@ -46,9 +50,11 @@ class ModelConfig:
     # (section 3.4 ties all three); a small separate target vocabulary learns a little faster untied
     tie_output: Optional[bool] = None
     max_positions: int = setting(1024, at_least(2))
-    positions: str = setting(
-        "sinusoid", one_of("sinusoid", "learned")
-    )  # section 3.5, or learned (Table 3, E)
+    # section 3.5, learned (Table 3, E), or offset_sinusoid: fairseq's and M2M100 / NLLB's table
+    # ([sin | cos] halves, frequencies 10000^(-i / (d/2 - 1))), its rows from the padding index + 1
+    positions: str = setting("sinusoid", one_of("sinusoid", "learned", "offset_sinusoid"))
+    # embeddings multiplied by sqrt(d_model) (section 3.4); M2M100's scale_embedding=false does not
+    scale_embedding: bool = True
     # the feed-forward network's activation: the paper's ReLU, or swish (x sigmoid(x), OPUS-MT's)
     activation: str = setting("relu", one_of("relu", "swish"))
     # a bias on the pre-softmax projection (OPUS-MT's final logits bias); -inf marks an id the

@@ -28,6 +28,7 @@ import torch
 from ..data.idspace import N_SPECIAL
 from ..data.members import build_members, load_vocabularies, pick
 from ..errors import CheckpointError, ConfigError, UsageError
+from ..nn.model import depths
 from ..setup.config import load_config
 from ..runs import checkpoint
 from ..runs.directory import run_dir_of
@@ -44,7 +45,6 @@ VOCAB_ROWS = {
 #: the model settings that decide a parameter's shape (pre_norm: the final LayerNorms, and what
 #: every one normalises; activation: what the feed-forward weights were trained through)
 SHAPE_KEYS = (
-    "layers",
     "d_model",
     "d_ff",
     "heads",
@@ -119,6 +119,14 @@ def checked_source(cfg, registry) -> Source:
         raise ConfigError(f"run.init_from={where!r}: {e}") from None
     registry.adopt(checkpoint.task_origins(run_dir), run_dir)  # its tasks, without --plugin
     source_cfg = load_config(run_dir / "config.yaml", registry=registry)
+    for key, mine, theirs in zip(
+        ("encoder_layers", "decoder_layers"), depths(cfg.model), depths(source_cfg.model)
+    ):
+        if mine != theirs:
+            raise ConfigError(
+                f"run.init_from={where!r}: the {key.split('_')[0]} has {theirs} layers there and "
+                f"{mine} here; set model.{key}={theirs} (the weights have the source's shape)"
+            )
     for key in SHAPE_KEYS:
         mine, theirs = cfg.model.get(key), source_cfg.model.get(key)
         if mine != theirs:

@@ -64,7 +64,7 @@ def to_ctranslate2(model: Transformer, task, out: Path, quantization: str | None
         )
     activation = model.encoder[0].ffn[1]
     layers, relu = (
-        len(model.encoder),
+        (len(model.encoder), len(model.decoder)),
         (
             common_spec.Activation.SWISH
             if isinstance(activation, torch.nn.SiLU)
@@ -78,10 +78,10 @@ def to_ctranslate2(model: Transformer, task, out: Path, quantization: str | None
     else:  # heads narrower or wider than d_model / h
         spec = transformer_spec.TransformerSpec(
             transformer_spec.TransformerEncoderSpec(
-                layers, attn.h, pre_norm=pre_norm, activation=relu, head_dim=attn.d_k
+                layers[0], attn.h, pre_norm=pre_norm, activation=relu, head_dim=attn.d_k
             ),
             transformer_spec.TransformerDecoderSpec(
-                layers, attn.h, pre_norm=pre_norm, activation=relu, head_dim=attn.d_k
+                layers[1], attn.h, pre_norm=pre_norm, activation=relu, head_dim=attn.d_k
             ),
         )
     spec.config.add_source_eos = True  # the engine ends every source with EOS
@@ -93,7 +93,7 @@ def to_ctranslate2(model: Transformer, task, out: Path, quantization: str | None
     ):
         embeddings = stack.embeddings[0] if isinstance(stack.embeddings, list) else stack.embeddings
         embeddings.weight = _numpy(emb.weight)
-        stack.scale_embeddings = True  # x sqrt(d_model)
+        stack.scale_embeddings = model.embed_scale != 1.0  # x sqrt(d_model), or not
         stack.position_encodings.encodings = _numpy(
             model.position_table()
         )  # interleaved sinusoids, or learned

@@ -4,7 +4,6 @@ What maps and what is refused: docs/pretrained.md, "fairseq's Transformer checkp
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import torch
@@ -14,6 +13,7 @@ from ...data.moses_bpe import MosesBPE, read_fairseq_dictionary
 from ...errors import DataError, ImportModelError
 from ...files import sha256
 from ...contract.vocab import BOS
+from ...nn.model import offset_sinusoids
 from .common import Fields, ImportJob, Imported, checked_weight, layer_weights
 
 #: checkpoint names looked for in a folder: fairseq's hub archives' and fairseq-train's
@@ -215,7 +215,7 @@ def _fairseq_config(args: dict, path: Path, src_vocab, tgt_vocab, src_lang, tgt_
             "attention_dropout": f.float("attention_dropout", 0.0, minimum=0.0),
             "pre_norm": bool(pre_norm),
             "max_positions": max_positions,
-            "positions": "learned",  # fairseq's own sinusoids, as a table (_fairseq_positions)
+            "positions": "learned",  # fairseq's own sinusoids, as a table (offset_sinusoids)
             "activation": "relu",
             "output_bias": True,  # zero but s2s's BOS row: -inf
             "tie_output": share_all or f.bool("share_decoder_input_output_embed", False),
@@ -233,20 +233,6 @@ def _fairseq_config(args: dict, path: Path, src_vocab, tgt_vocab, src_lang, tgt_
         "data": {"max_len": min(256, max_positions)},
         "run": {},
     }
-
-
-def _fairseq_positions(n: int, d: int, padding_idx: int = 1) -> torch.Tensor:
-    """fairseq's sinusoidal table for s2s's positions 0..n-1, which are its padding_idx + 1 ..:
-    [sin | cos] halves at frequencies 10000^(-i / (d/2 - 1)), computed in float32 as fairseq
-    computes them (Vaswani et al.'s frequencies are 10000^(-2i / d))."""
-    half = d // 2
-    scale = math.log(10000) / (half - 1)
-    freq = torch.exp(torch.arange(half, dtype=torch.float) * -scale)
-    pos = torch.arange(padding_idx + 1 + n, dtype=torch.float).unsqueeze(1) * freq.unsqueeze(0)
-    table = torch.cat([torch.sin(pos), torch.cos(pos)], dim=1)
-    if d % 2:
-        table = torch.cat([table, torch.zeros(table.size(0), 1)], dim=1)
-    return table[padding_idx + 1 :]
 
 
 def _fairseq_state(model, w, args, src_vocab, tgt_vocab, path) -> dict:
@@ -292,7 +278,7 @@ def _fairseq_state(model, w, args, src_vocab, tgt_vocab, path) -> dict:
         state["out.weight"] = rows("decoder.output_projection.weight", tgt_vocab)
     state["out.bias"] = torch.zeros(len(tgt_vocab))
     state["out.bias"][BOS] = -torch.inf  # a copy of </s> as input; never written
-    state["pos_embed.weight"] = _fairseq_positions(model.max_positions, model.d_model)
+    state["pos_embed.weight"] = offset_sinusoids(model.max_positions, model.d_model)
     skipped = {k for k in w if k.endswith(("embed_positions._float_tensor", ".version"))}
     left = sorted(set(w) - taken - skipped)
     if left:

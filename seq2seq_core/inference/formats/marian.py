@@ -152,13 +152,13 @@ def _marian_config(model_cfg, folder, src_vocab, tgt_vocab, src_lang, tgt_lang) 
     where = folder / "config.json"
     f = Fields(where, model_cfg)
     for a, b in (
-        ("encoder_layers", "decoder_layers"),
         ("encoder_ffn_dim", "decoder_ffn_dim"),
         ("encoder_attention_heads", "decoder_attention_heads"),
-    ):
+    ):  # the depths may differ (model.encoder_layers, model.decoder_layers); these may not
         if f.int(a, minimum=1) != f.int(b, minimum=1):
             raise ImportModelError(
-                f"{where}: {a}={f.int(a)} but {b}={f.int(b)}: s2s's stacks are alike"
+                f"{where}: {a}={f.int(a)} but {b}={f.int(b)}: s2s's stacks have one d_ff and "
+                "one number of heads"
             )
     activation = ACTIVATIONS.get(f.str("activation_function"))
     if activation is None:
@@ -197,7 +197,9 @@ def _marian_config(model_cfg, folder, src_vocab, tgt_vocab, src_lang, tgt_lang) 
             "shared_vocab": src_vocab.id_space == tgt_vocab.id_space,
         },
         "model": {
-            "layers": f.int("encoder_layers"),
+            "layers": f.int("encoder_layers", minimum=1),
+            "encoder_layers": f.int("encoder_layers", minimum=1),
+            "decoder_layers": f.int("decoder_layers", minimum=1),
             "d_model": f.int("d_model", minimum=1),
             "d_ff": f.int("encoder_ffn_dim"),
             "heads": f.int("encoder_attention_heads"),

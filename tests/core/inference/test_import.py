@@ -17,13 +17,13 @@ pytestmark = pytest.mark.skipif(
     reason="transformers is not installed (pip install -e '.[export]')",
 )
 
-LINES = 60  # test sources compared (bench/opus_mt.py compares all 1,000)
+LINES = 60  # test sources compared (bench/interop/opus_mt.py compares all 1,000)
 
 
 @pytest.fixture(scope="module")
 def opus_mt(tmp_path_factory):
     """(folder, run directory, test lines): a small OPUS-MT-shaped model and its import."""
-    from bench.opus_mt import build_opus_mt
+    from bench.interop.opus_mt import build_opus_mt
 
     root = corpus(MULTI30K)
     src = (root / "train.en").read_text(encoding="utf-8").splitlines()[:4000]
@@ -39,7 +39,7 @@ def opus_mt(tmp_path_factory):
 
 
 def test_ids_are_marian_tokenizers(opus_mt):
-    from bench.opus_mt import marian_ids, s2s_ids
+    from bench.interop.opus_mt import marian_ids, s2s_ids
 
     folder, run, test = opus_mt
     extra = ["", ">>deu<< A dog runs.", "Ünïcödé — «quotes» and    spaces"]
@@ -54,7 +54,7 @@ def test_ids_are_marian_tokenizers(opus_mt):
 
 @pytest.mark.parametrize("beam", [1, 4])
 def test_generate_equals_transformers(opus_mt, beam, tmp_path):
-    from bench.opus_mt import hf_generate, s2s_generate
+    from bench.interop.opus_mt import hf_generate, s2s_generate
 
     folder, run, test = opus_mt
     source = tmp_path / "test.en"
@@ -189,7 +189,7 @@ def test_export_of_an_import_imports_back_bitwise(opus_mt, tmp_path, capsys):
     """`s2s export --to huggingface` gives an import back in its model's own numbering and
     MarianTokenizer's files; importing that again gives every parameter bit for bit, and
     transformers decodes the export as it decodes the original."""
-    from bench.opus_mt import hf_generate
+    from bench.interop.opus_mt import hf_generate
 
     from s2s.core.runs.checkpoint import listed, load
 
@@ -222,7 +222,7 @@ def test_a_hub_name_offline_is_one_line(tmp_path, capsys, monkeypatch):
 def test_separate_vocabularies_and_pytorch_weights(tmp_path, capsys):
     """An OPUS-MT model with a source and a target vocabulary (target_vocab.json, embeddings of
     their own) whose weights are a pytorch_model.bin: its import decodes as transformers does."""
-    from bench.opus_mt import build_opus_mt, hf_generate, marian_ids, s2s_generate, s2s_ids
+    from bench.interop.opus_mt import build_opus_mt, hf_generate, marian_ids, s2s_generate, s2s_ids
     from safetensors.torch import load_file
 
     root = corpus(MULTI30K)
@@ -353,3 +353,28 @@ def test_a_broken_model_writes_valid_json(opus_mt, tmp_path, capsys):
 
     [row] = [json.loads(line, parse_constant=refuse) for line in out.splitlines()]
     assert row["outputs"][0]["score"] is None
+
+
+def test_depths_of_their_own(tmp_path, capsys):
+    """An OPUS-MT-shaped model with 3 encoder and 2 decoder layers imports with those depths and
+    decodes as transformers does, greedy and beam 4."""
+    from bench.interop.opus_mt import build_opus_mt, hf_generate, s2s_generate
+    from omegaconf import OmegaConf
+
+    from s2s.core.runs.checkpoint import listed, load
+
+    root = corpus(MULTI30K)
+    src = (root / "train.en").read_text(encoding="utf-8").splitlines()[:3000]
+    tgt = (root / "train.de").read_text(encoding="utf-8").splitlines()[:3000]
+    test = (root / "test_2016_flickr.en").read_text(encoding="utf-8").splitlines()[:25]
+    folder = build_opus_mt(tmp_path / "m", src, tgt, 300, 32, layers=3, decoder_layers=2)
+    run = tmp_path / "run"
+    assert s2s(capsys, "import", folder, "--output", run)[0] == 0
+    cfg = OmegaConf.load(run / "config.yaml")
+    assert (cfg.model.encoder_layers, cfg.model.decoder_layers) == (3, 2)
+    weights = load(listed(run)[0])["model"]
+    assert "encoder.2.ffn.0.weight" in weights and "decoder.2.ffn.0.weight" not in weights
+    source = tmp_path / "in.en"
+    source.write_text("\n".join(test) + "\n", encoding="utf-8")
+    for beam in (1, 4):
+        assert s2s_generate(run, source, beam) == hf_generate(folder, test, beam)

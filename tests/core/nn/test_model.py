@@ -106,8 +106,17 @@ def test_all_pad_row_gives_no_nan():
         {"d_k": 12, "d_v": 3},
         {"d_k": 16, "d_v": 16},
         {"positions": "learned"},
+        {"encoder_layers": 3, "decoder_layers": 1},
     ],
-    ids=["post_norm", "pre_norm", "d_k<d_v", "d_k>d_v", "wide_heads", "learned_positions"],
+    ids=[
+        "post_norm",
+        "pre_norm",
+        "d_k<d_v",
+        "d_k>d_v",
+        "wide_heads",
+        "learned_positions",
+        "depths",
+    ],  # fmt: skip
 )
 @pytest.mark.parametrize("in_order", [False, True], ids=["products", "cache_in_order"])
 def test_decode_step_equals_full_decode(kw, in_order, monkeypatch):
@@ -298,6 +307,16 @@ def test_initialisation_bounds():
     assert abs(m.src_embed.weight[1:].std().item() - d**-0.5) < 0.01
 
 
+def test_depths_of_their_own():
+    """model.layers sets both stacks' depth; model.encoder_layers / decoder_layers each its
+    own."""
+    assert (len(tiny().encoder), len(tiny().decoder)) == (2, 2)
+    model = tiny(encoder_layers=4, decoder_layers=1)
+    assert (len(model.encoder), len(model.decoder)) == (4, 1)
+    model = tiny(layers=3, decoder_layers=1)
+    assert (len(model.encoder), len(model.decoder)) == (3, 1)
+
+
 def test_default_heads_keep_the_parameter_names_and_shapes():
     """d_k = d_v = d_model / h, unset or given, is the model of before: same names, shapes, values."""
     unset, given = tiny().state_dict(), tiny(d_k=8, d_v=8).state_dict()
@@ -343,7 +362,9 @@ def test_learned_positions_in_bf16_keep_an_fp32_table_and_gradient():
     assert model.pe.dtype == torch.float32
 
 
-@pytest.mark.parametrize("kw", [{}, {"d_k": 5, "d_v": 11}])
+@pytest.mark.parametrize(
+    "kw", [{}, {"d_k": 5, "d_v": 11}, {"encoder_layers": 3}, {"decoder_layers": 1}]
+)
 def test_flops_count_the_products_of_a_forward_pass(kw):
     """Transformer.flops against torch's FLOP counter on one pair (no padding), attention written
     out (return_attention: the counter misses some fused kernels), where all T^2 query-key pairs of
@@ -397,3 +418,25 @@ def test_attention_weights_unfold_beam_rows():
         alone = attn(x[r : r + 1], *(t[r // 3 : r // 3 + 1] for t in attn.keys_values(memory)))
         torch.testing.assert_close(attn.recorded[0][0], w[r])
         torch.testing.assert_close(alone[0], folded[r], atol=1e-5, rtol=1e-5)
+
+
+def test_offset_sinusoids_are_fairseqs_table_past_the_padding_index():
+    """model.positions=offset_sinusoid: position t adds row padding_idx + 1 + t of fairseq's
+    [sin | cos] table (M2M100's, NLLB-200's), its frequencies 10000^(-i / (d/2 - 1))."""
+    import math
+
+    model = tiny(positions="offset_sinusoid", dropout=0.0)
+    d, half = 32, 16
+    t = torch.arange(64, dtype=torch.float)[:, None] + 2
+    freq = torch.exp(torch.arange(half, dtype=torch.float) * -(math.log(10000) / (half - 1)))
+    expected = torch.cat([torch.sin(t * freq), torch.cos(t * freq)], dim=1)
+    assert torch.equal(model.position_table(), expected) and model.pe.shape == (64, d)
+
+
+def test_embeddings_unscaled_with_scale_embedding_false():
+    scaled, plain = tiny(dropout=0.0), tiny(dropout=0.0, scale_embedding=False)
+    tokens = sentences([5])
+    emb = scaled.src_embed(tokens)
+    pe = scaled.position_table()[:5]
+    torch.testing.assert_close(scaled.embed(scaled.src_embed, tokens), emb * 32**0.5 + pe)
+    torch.testing.assert_close(plain.embed(plain.src_embed, tokens), emb + pe)

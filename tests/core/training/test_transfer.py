@@ -344,3 +344,29 @@ def test_rows_are_carried_by_token_string_on_a_vocabulary_that_differs_in_a_few_
     finally:
         trainer.close()
         fresh.close()
+
+
+def test_depths_of_their_own_train_resume_generate_and_fine_tune(registry, tmp_path, capsys):
+    """A run with a 2-layer encoder and a 1-layer decoder trains, its checkpoint holds those
+    stacks, `s2s generate` decodes it, fine-tuning takes it with the same depths, and another
+    decoder depth is named in one line."""
+    common = [*TINY, "task.train_size=400", f"data.cache_dir={tmp_path / 'cache'}"]
+    run = tmp_path / "deep"
+    depths = ["model.encoder_layers=2", "model.decoder_layers=1"]
+    argv = ["train", "demo", "-q", *common, *depths, "optim.max_updates=2", f"run.dir={run}"]
+    assert main(argv) == 0, capsys.readouterr().err
+    capsys.readouterr()
+    weights = _tested(run)["model"]
+    assert "encoder.1.ffn.0.weight" in weights and "decoder.1.ffn.0.weight" not in weights
+    source = tmp_path / "in.txt"
+    source.write_text("a b c\nd e\n", encoding="utf-8")
+    assert main(["generate", str(run), "--input", str(source)]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 2
+    tuned = ["train", "demo", "-q", *common, *depths, "optim.max_updates=2"]
+    assert main([*tuned, f"run.dir={tmp_path / 'ft'}", f"run.init_from={run}"]) == 0
+    capsys.readouterr()
+    assert _tested(tmp_path / "ft")["model"].keys() == weights.keys()
+    tuned[tuned.index("model.decoder_layers=1")] = "model.decoder_layers=2"
+    assert main([*tuned, f"run.dir={tmp_path / 'bad'}", f"run.init_from={run}"]) == 2
+    err = capsys.readouterr().err
+    assert "the decoder has 1 layers there and 2 here; set model.decoder_layers=1" in err, err
