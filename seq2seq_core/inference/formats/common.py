@@ -1,5 +1,7 @@
 """What the formats share, so that no format reaches into another: the import job and what a
-reader hands back, JSON and weights files read with one-line errors, the layers' names in
+reader hands back, JSON and weights files read with one-line errors, the one typed reader of a
+model folder's values (`Fields`) and of its vocabulary's ids (`read_ids`), every imported tensor
+checked against its config (`checked_weight`: shape, dtype, finiteness), the layers' names in
 fairseq's and transformers' Marian layout (`layer_weights`), the export folder's marker, a task's
 tokens in id order, and transformers' MarianMTModel both ways (`permutation`,
 `marian_state_dict`, `from_marian_state`, `save_marian_model`), which OPUS-MT's models
