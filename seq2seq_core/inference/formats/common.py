@@ -1,5 +1,7 @@
 """What the formats share, so that no format reaches into another: the import job and what a
-reader hands back, JSON and weights files read with one-line errors, the layers' names in
+reader hands back, JSON and weights files read with one-line errors, the one typed reader of a
+model folder's values (`Fields`) and of its vocabulary's ids (`read_ids`), every imported tensor
+checked against its config (`checked_weight`: shape, dtype, finiteness), the layers' names in
 fairseq's and transformers' Marian layout (`layer_weights`), the export folder's marker, a task's
 tokens in id order, and transformers' MarianMTModel both ways (`permutation`,
 `marian_state_dict`, `from_marian_state`, `save_marian_model`), which OPUS-MT's models
@@ -83,9 +85,6 @@ class Fields:
     def __init__(self, where, values: dict):
         self.where, self.values = where, values
 
-    def has(self, key: str) -> bool:
-        return self.values.get(key) is not None
-
     def _get(self, key, default):
         value = self.values.get(key)
         if value is None and default is _NEEDED:
@@ -112,11 +111,11 @@ class Fields:
             return default
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             self._bad(key, value, "a number")
-        if not math.isfinite(value) or (minimum is not None and value < minimum):
-            self._bad(
-                key, value, "a finite number" + (f" of at least {minimum}" if minimum else "")
-            )
-        return float(value)
+        number = float(value) if abs(value) < 1e308 else math.inf  # a JSON integer of 400 digits
+        if not math.isfinite(number) or (minimum is not None and number < minimum):
+            wanted = "a finite number" + ("" if minimum is None else f" of at least {minimum}")
+            self._bad(key, value, wanted)
+        return number
 
     def bool(self, key: str, default=_NEEDED):
         value = self._get(key, default)

@@ -81,7 +81,8 @@ def read(job: ImportJob) -> Imported:
             "is (s2s generate RUN_DIR --input FILE); import reads models trained elsewhere"
         )
     cfg = saved.get("cfg") or {}
-    args = cfg.get("model") if isinstance(cfg, dict) else None
+    cfg = cfg if isinstance(cfg, dict) else {}
+    args = cfg.get("model")
     args = args if args is not None else saved.get("args")
     if isinstance(args, argparse.Namespace):
         args = vars(args)
@@ -97,7 +98,7 @@ def read(job: ImportJob) -> Imported:
         )
     folder = path.parent
     codes_file = next((folder / n for n in BPE_CODES if (folder / n).is_file()), None)
-    bpe = (cfg.get("bpe") or {}) if isinstance(cfg, dict) else {}
+    bpe = cfg.get("bpe") if isinstance(cfg.get("bpe"), dict) else {}
     if str(bpe.get("_name", "subword_nmt")) not in ("subword_nmt", "None"):
         raise ImportModelError(
             f"{path}: bpe {bpe.get('_name')!r} is not supported (subword_nmt after Moses is)"

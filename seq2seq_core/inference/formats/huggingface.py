@@ -27,6 +27,7 @@ from .common import (
     read_json,
     read_weights,
     save_marian_model,
+    shown,
     tokenizers_of,
 )
 
@@ -82,7 +83,13 @@ def read_export(folder: Path) -> Imported:
             f"{folder / MARKER}: not a Hugging Face export of s2s (format "
             f"{marker.get('format')!r}); import the folder `s2s export --to huggingface` wrote"
         )
-    task = saved.get("task") or {}
+    for key in ("task", "model", "decode"):
+        if not isinstance(saved.get(key), dict):
+            raise ImportModelError(
+                f"{folder / MARKER}: config.{key} is {shown(saved.get(key))}, not the run's "
+                f"{key} section (a JSON object)"
+            )
+    task = saved["task"]
     if task.get("name") != "translation" or task.get("tokenizer") not in ("bpe", "wordpiece"):
         raise ImportModelError(
             f"{folder / MARKER}: an export of task {task.get('name')!r} (tokenizer "

@@ -17,13 +17,13 @@ pytestmark = pytest.mark.skipif(
     reason="transformers is not installed (pip install -e '.[export]')",
 )
 
-LINES = 60  # test sources compared (bench/interop/opus_mt.py compares all 1,000)
+LINES = 60  # test sources compared (python -m bench.interop.opus_mt compares all 1,000)
 
 
 @pytest.fixture(scope="module")
 def opus_mt(tmp_path_factory):
     """(folder, run directory, test lines): a small OPUS-MT-shaped model and its import."""
-    from bench.interop.opus_mt import build_opus_mt
+    from opus_mt_fixture import build_opus_mt
 
     root = corpus(MULTI30K)
     src = (root / "train.en").read_text(encoding="utf-8").splitlines()[:4000]
@@ -39,7 +39,7 @@ def opus_mt(tmp_path_factory):
 
 
 def test_ids_are_marian_tokenizers(opus_mt):
-    from bench.interop.opus_mt import marian_ids, s2s_ids
+    from opus_mt_fixture import marian_ids, s2s_ids
 
     folder, run, test = opus_mt
     extra = ["", ">>deu<< A dog runs.", "Ünïcödé — «quotes» and    spaces"]
@@ -54,7 +54,7 @@ def test_ids_are_marian_tokenizers(opus_mt):
 
 @pytest.mark.parametrize("beam", [1, 4])
 def test_generate_equals_transformers(opus_mt, beam, tmp_path):
-    from bench.interop.opus_mt import hf_generate, s2s_generate
+    from opus_mt_fixture import hf_generate, s2s_generate
 
     folder, run, test = opus_mt
     source = tmp_path / "test.en"
@@ -189,7 +189,7 @@ def test_export_of_an_import_imports_back_bitwise(opus_mt, tmp_path, capsys):
     """`s2s export --to huggingface` gives an import back in its model's own numbering and
     MarianTokenizer's files; importing that again gives every parameter bit for bit, and
     transformers decodes the export as it decodes the original."""
-    from bench.interop.opus_mt import hf_generate
+    from opus_mt_fixture import hf_generate
 
     from s2s.core.runs.checkpoint import listed, load
 
@@ -222,7 +222,7 @@ def test_a_hub_name_offline_is_one_line(tmp_path, capsys, monkeypatch):
 def test_separate_vocabularies_and_pytorch_weights(tmp_path, capsys):
     """An OPUS-MT model with a source and a target vocabulary (target_vocab.json, embeddings of
     their own) whose weights are a pytorch_model.bin: its import decodes as transformers does."""
-    from bench.interop.opus_mt import build_opus_mt, hf_generate, marian_ids, s2s_generate, s2s_ids
+    from opus_mt_fixture import build_opus_mt, hf_generate, marian_ids, s2s_generate, s2s_ids
     from safetensors.torch import load_file
 
     root = corpus(MULTI30K)
@@ -358,7 +358,7 @@ def test_a_broken_model_writes_valid_json(opus_mt, tmp_path, capsys):
 def test_depths_of_their_own(tmp_path, capsys):
     """An OPUS-MT-shaped model with 3 encoder and 2 decoder layers imports with those depths and
     decodes as transformers does, greedy and beam 4."""
-    from bench.interop.opus_mt import build_opus_mt, hf_generate, s2s_generate
+    from opus_mt_fixture import build_opus_mt, hf_generate, s2s_generate
     from omegaconf import OmegaConf
 
     from s2s.core.runs.checkpoint import listed, load
