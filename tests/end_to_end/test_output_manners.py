@@ -66,3 +66,25 @@ def test_unknown_pieces_of_a_character_task_are_named(tmp_path):
     demo.build_vocab([("the cat sat", "cat the sat")])
     (ids,) = demo.encode_source(["the dog sat"])
     assert unknown_words(demo, "the dog sat", ids) == ["dog"]
+
+
+def test_a_multi_task_run_is_given_only_hints_that_run():
+    """A multi-task run's next steps: generate names a member and its test sources; no score
+    line (score takes one task) and no export line (the formats take single-task runs)."""
+    from pathlib import Path
+
+    from s2s.core.apps.summary import train_lines
+
+    result = {
+        "update": 8,
+        "checkpoint": "checkpoint_average.pt",
+        "averaged": 2,
+        "test": {"parse": {"f1": 50.0, "signature": ""}, "translate": {"bleu": 20.0}},
+    }
+    lines = train_lines(result, Path("runs/mt"), "multitask_demo")
+    assert lines[lines.index("next:") + 1 :] == [
+        "  s2s generate runs/mt --input runs/mt/test.parse.src.txt --task parse     # or your own "
+        "lines",
+        "  s2s plot runs/mt     # learning curves as PNG files",
+        "  s2s serve runs/mt     # a page and a JSON endpoint on 127.0.0.1:8000",
+    ]

@@ -1,5 +1,7 @@
 """`s2s score TASK --ref FILE --hyp FILE [--hyp FILE ...] [--ci]`: score output lines against
-reference lines with a task's metric (translation: BLEU, chrF; parsing: EVALB) and print the
+reference lines with a task's metric (translation: BLEU, chrF; parsing: EVALB; TASK a task, a
+preset or a run directory, whose task is the run's as trained, its plugin loaded from where the
+run recorded it: `s2s score RUN --ref RUN/test.ref.txt --hyp RUN/test.hyp.txt`) and print the
 figures (or one JSON object); with `--ci` each figure's confidence interval, with several
 `--hyp` files each compared with the first: the difference, its interval and a p-value."""
 

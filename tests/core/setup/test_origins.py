@@ -138,3 +138,16 @@ def test_a_plugin_file_with_relative_imports_says_what_to_do(tmp_path):
     message = str(e.value)
     assert "uses relative imports" in message and "--plugin PACKAGE.MODULE:CLASS" in message
     assert "ImportError" not in message and "no known parent package" not in message
+
+
+def test_a_recorded_module_whose_task_was_renamed_is_no_did_you_mean(tmp_path, monkeypatch):
+    plugin(tmp_path, "renamed.py", name="mine2")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    reg = Registry.installed()
+    reg.adopt({"mine": {"kind": "module", "spec": "renamed:Mine"}}, "runs/x")
+    with pytest.raises(RegistryError) as e:
+        reg.get("mine")
+    assert str(e.value) == (
+        "runs/x was trained with task 'mine', which its plugin no longer defines: pass --plugin "
+        "MODULE:CLASS|FILE.py of the task it was trained with"
+    )
