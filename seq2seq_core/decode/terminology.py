@@ -147,16 +147,19 @@ def word_glue(task) -> torch.Tensor:
     cached = _GLUE.get(id(task))
     if cached is not None and cached[0]() is task:
         return cached[1]
-    glue = torch.zeros(task.tgt_vocab_size, dtype=torch.bool)
+    glued = []
     word = list(task.encode_target([" a"])[0][-1:])
     before = task.decode_target(word) if word and word[0] >= len(SPECIALS) else ""
     if re.search(r"\w$", before):  # else no word to test against: no token glues
-        for token in range(len(SPECIALS), len(glue)):
+        for token in range(len(SPECIALS), task.tgt_vocab_size):
             try:
-                alone, after = task.decode_target([token]), task.decode_target(word + [token])
+                alone = task.decode_target([token])
+                if re.match(r"\w", alone) and task.decode_target(word + [token]) == before + alone:
+                    glued.append(token)
             except Exception:  # noqa: BLE001 -- an id outside a member's own range
                 continue
-            glue[token] = after == before + alone and re.match(r"\w", alone) is not None
+    glue = torch.zeros(task.tgt_vocab_size, dtype=torch.bool)
+    glue[glued] = True
     with contextlib.suppress(TypeError):  # a task that takes no weak reference: not kept
         _GLUE[id(task)] = (weakref.ref(task), glue)
     return glue
