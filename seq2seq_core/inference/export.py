@@ -44,7 +44,7 @@ import torch
 from omegaconf import OmegaConf
 
 from ..errors import ExportError
-from ..files import remove_stale_temporaries
+from ..files import output_folder, remove_stale_temporaries
 from ..nn.model import Transformer
 from ..setup.settings import ModelConfig
 from ..data.pieces import Pieces
@@ -150,6 +150,7 @@ def replaceable(out: Path, run_dir: Path, force: bool) -> None:
             f"--output {out} {'is' if target == run else 'contains'} the run directory {run_dir}: "
             "export into a folder of its own"
         )
+    output_folder(out, "--output")  # not below a file, nor a run's own folder
     if not out.exists() or not any(out.iterdir()):
         return
     if not force:
