@@ -73,6 +73,20 @@ def replaced_file(path: str | Path) -> Path | None:
 
 
 @contextlib.contextmanager
+def _named(tmp: Path, path: str | Path) -> Iterator[None]:
+    """An OSError about the temporary file `tmp`, or one of the system's naming no file (a full
+    disk while writing), raised as one about `path`, the file the user named: no message names a
+    temporary."""
+    try:
+        yield
+    except OSError as e:
+        named = e.filename is not None and Path(os.fsdecode(e.filename)) == tmp
+        if not named and (e.filename is not None or e.errno is None):
+            raise  # about another file, or no error of the system's
+        raise OSError(e.errno, e.strerror, str(path)) from None
+
+
+@contextlib.contextmanager
 def replacing(path: str | Path, mode: str = "w") -> Iterator[IO]:
     """A file open for writing that replaces `path` when the block ends without error; on an
     error the temporary file is removed and `path` is left as it was. A symbolic link is
@@ -88,13 +102,14 @@ def replacing(path: str | Path, mode: str = "w") -> Iterator[IO]:
         return
     tmp = temporary_name(target)
     try:
-        with open(tmp, mode, **text) as f:
+        with _named(tmp, path), open(tmp, mode, **text) as f:
             with contextlib.suppress(OSError):  # the replaced file's permissions, not the umask's
                 os.chmod(f.fileno(), stat.S_IMODE(target.stat().st_mode))
             yield f
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, target)
+        with _named(tmp, path):
+            os.replace(tmp, target)
         with contextlib.suppress(OSError):  # the rename itself survives a power cut
             fd = os.open(target.parent, os.O_RDONLY)
             try:

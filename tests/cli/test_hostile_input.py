@@ -598,6 +598,23 @@ def test_average_replaces_its_own_earlier_average_in_a_run(world, capsys, tmp_pa
         assert code == 0 and (run / "checkpoint_average.pt").is_file(), err
 
 
+def test_a_failed_write_names_the_users_file_never_a_temporary(tmp_path):
+    """A full disk while writing (or a failed rename) is reported about the file named, not
+    its hidden temporary, and leaves nothing behind (`files.replacing`, every writer's way)."""
+    import errno
+
+    from s2s.core.errors import explain
+    from s2s.core.files import replacing
+
+    out = tmp_path / "out.txt"
+    with pytest.raises(OSError) as caught:
+        with replacing(out) as f:
+            f.write("half")
+            raise OSError(errno.ENOSPC, "No space left on device")
+    assert explain(caught.value, "rerank") == (f"{out}: No space left on device", 2)
+    assert list(tmp_path.iterdir()) == []
+
+
 # -- rerank: weights, --nbest, scorers of another job, long lines, <unk>, --tune-ref --output ----
 @pytest.fixture(scope="module")
 def parse_run(world):
