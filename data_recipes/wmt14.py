@@ -18,6 +18,7 @@ shards is prepared without being held in memory.
 from __future__ import annotations
 
 import logging
+import re
 from pathlib import Path
 from typing import Iterator
 
@@ -52,11 +53,7 @@ def _local(root: Path, config: str, split: str):
             return saved[split]
         if (base / split / "state.json").is_file():
             return datasets.load_from_disk(str(base / split))
-        files = (
-            sorted(base.glob(f"{split}-*.parquet"))
-            + sorted(base.glob(f"{split}.parquet"))
-            + sorted(base.glob(f"{split}/*.parquet"))
-        )
+        files = _parquet_files(base, split)
         if files:
             return ParquetFiles(files)
     raise DataError(
@@ -64,6 +61,56 @@ def _local(root: Path, config: str, split: str):
         f"{split}/state.json, {split}-*.parquet, {split}.parquet, {split}/*.parquet in "
         f"{root / config} and {root})"
     )
+
+
+#: a shard's name as the hub writes it: train-00000-of-00003.parquet
+_SHARD = re.compile(r"(?P<index>\d+)-of-(?P<count>\d+)")
+
+
+def _parquet_files(base: Path, split: str) -> list[Path]:
+    """The parquet files of `split` in `base`, in order: one of the three layouts
+    (`{split}-*.parquet`, `{split}.parquet`, `{split}/*.parquet`), never two at once (the
+    split's pairs would be read twice), and a shard set `{split}-I-of-N` whole (a missing
+    shard would prepare part of a corpus silently); else a DataError naming the files."""
+    layouts = [
+        sorted(base.glob(f"{split}-*.parquet")),
+        sorted(base.glob(f"{split}.parquet")),
+        sorted(base.glob(f"{split}/*.parquet")),
+    ]
+    found = [files for files in layouts if files]
+    if len(found) > 1:
+        shown = " and ".join(
+            str(files[0]) + (f" (and {len(files) - 1} more)" if len(files) > 1 else "")
+            for files in found
+        )
+        raise DataError(
+            f"split {split!r} is in {shown}: its pairs would be read twice; keep one layout"
+        )
+    if not found:
+        return []
+    files = found[0]
+    shards = {}
+    for path in files:
+        m = _SHARD.fullmatch(path.stem.removeprefix(f"{split}-"))
+        if m and path.parent == base:
+            shards[path] = (int(m["index"]), int(m["count"]))
+    if shards:
+        counts = sorted({count for _, count in shards.values()})
+        if len(counts) > 1:
+            raise DataError(
+                f"{base}: the shards of split {split!r} disagree on their number "
+                f"({', '.join(map(str, counts))}): one shard set a split"
+            )
+        count, width = counts[0], len(files[0].stem.split("-")[-1])
+        have = {index for index, _ in shards.values()}
+        for index in range(count):
+            if index not in have:
+                name = f"{split}-{index:0{width}d}-of-{count:0{width}d}.parquet"
+                raise DataError(
+                    f"{base / name} is missing: split {split!r} has {count} shards and "
+                    f"{len(have)} are there (a part of the corpus would be left out)"
+                )
+    return files
 
 
 class ParquetFiles:
@@ -147,6 +194,12 @@ def _pairs(
                 lacks = " and ".join(map(repr, missing))
                 raise DataError(f"{where}, row {row}: translation {pair!r} lacks {lacks}")
             s, t = pair[src_lang], pair[tgt_lang]
+            for lang, value in ((src_lang, s), (tgt_lang, t)):
+                if value is not None and not isinstance(value, str):
+                    raise DataError(
+                        f"{where}, row {row}: translation[{lang!r}] is {type(value).__name__} "
+                        f"{str(value)[:40]!r}, not a string"
+                    )
             s, t = (s or "").strip(), (t or "").strip()
             if drop_empty and not (s and t):
                 dropped += 1

@@ -73,6 +73,20 @@ def replaced_file(path: str | Path) -> Path | None:
 
 
 @contextlib.contextmanager
+def _named(tmp: Path, path: str | Path) -> Iterator[None]:
+    """An OSError about the temporary file `tmp`, or one of the system's naming no file (a full
+    disk while writing), raised as one about `path`, the file the user named: no message names a
+    temporary."""
+    try:
+        yield
+    except OSError as e:
+        named = e.filename is not None and Path(os.fsdecode(e.filename)) == tmp
+        if not named and (e.filename is not None or e.errno is None):
+            raise  # about another file, or no error of the system's
+        raise OSError(e.errno, e.strerror, str(path)) from None
+
+
+@contextlib.contextmanager
 def replacing(path: str | Path, mode: str = "w") -> Iterator[IO]:
     """A file open for writing that replaces `path` when the block ends without error; on an
     error the temporary file is removed and `path` is left as it was. A symbolic link is
@@ -88,13 +102,14 @@ def replacing(path: str | Path, mode: str = "w") -> Iterator[IO]:
         return
     tmp = temporary_name(target)
     try:
-        with open(tmp, mode, **text) as f:
+        with _named(tmp, path), open(tmp, mode, **text) as f:
             with contextlib.suppress(OSError):  # the replaced file's permissions, not the umask's
                 os.chmod(f.fileno(), stat.S_IMODE(target.stat().st_mode))
             yield f
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, target)
+        with _named(tmp, path):
+            os.replace(tmp, target)
         with contextlib.suppress(OSError):  # the rename itself survives a power cut
             fd = os.open(target.parent, os.O_RDONLY)
             try:
@@ -227,29 +242,46 @@ def remove_stale_temporaries(folder: str | Path) -> list[Path]:
     return removed
 
 
-def writable(path: str) -> None:
+def _file_above(path: Path) -> Path | None:
+    """The nearest folder above `path` that is there, when it is a file and no folder (a path
+    below a regular file, which no folder can be made at), else None."""
+    above = Path(os.path.abspath(path)).parent
+    while not above.exists() and above != above.parent:
+        above = above.parent
+    return above if above.exists() and not above.is_dir() else None
+
+
+def writable(path: str, option: str = "output") -> None:
     """Fail before any work when the output file cannot be written (what is there stays): the
     file a link leads to, in the folder it lies in; a device or a FIFO in place."""
     p = Path(path)
     if p.is_dir():
-        raise UsageError(f"output {p} is a directory")
+        raise UsageError(f"{option} {p} is a directory")
     if descriptor_of(p) is not None:
         return
     target = replaced_file(p)
     if target is None:  # a device, a FIFO: written in place
         if not os.access(p, os.W_OK):
-            raise UsageError(f"output {p}: not writable")
+            raise UsageError(f"{option} {p}: not writable")
         return
     parent = target.parent
     if not parent.is_dir():
+        blocked = _file_above(target)
+        if blocked is not None:
+            raise UsageError(f"{option} {p}: {blocked} is a file, not a folder")
         if p.is_symlink():
-            raise UsageError(f"output {p}: the link leads to {target}, whose folder does not exist")
-        raise UsageError(f"output {p}: folder {p.parent} does not exist")
+            raise UsageError(
+                f"{option} {p}: the link leads to {target}, whose folder does not exist"
+            )
+        raise UsageError(f"{option} {p}: folder {p.parent} does not exist")
     if not os.access(parent, os.W_OK) or (target.exists() and not os.access(target, os.W_OK)):
-        raise UsageError(f"output {p}: not writable")
+        raise UsageError(f"{option} {p}: not writable")
 
 
 RUN_MARK = ".s2s-run"  # in every run directory s2s trains: the folder is s2s's to write
+
+#: the folders of a run directory that training writes and reads back (no output goes there)
+RUN_FOLDERS = ("checkpoints", "tensorboard")
 
 
 def run_of(path: str | Path) -> Path | None:
@@ -262,16 +294,73 @@ def run_of(path: str | Path) -> Path | None:
     return None
 
 
-def not_a_run_file(path: str, option: str) -> None:
+def not_a_run_file(path: str, option: str, replaces: Iterable[str] = ()) -> None:
     """Fail before any work when the output `path` is a file a run directory already holds (a
     checkpoint, config.yaml, result.json, a vocabulary, a test output): a command's output
-    never replaces what a run owns. A new file in a run directory is allowed."""
-    run = run_of(path)
-    if run is not None and Path(path).exists():
-        raise UsageError(
-            f"{option} {path} is a file of run directory {run}: s2s never writes over a run's "
-            "files; write the output elsewhere"
-        )
+    never replaces what a run owns. A new file in a run directory is allowed, and so is a file
+    whose name is in `replaces` (the command's own earlier output there, as RUN_DIR/
+    checkpoint_average.pt is `s2s average`'s), links followed."""
+    target = replaced_file(path) or Path(path)
+    run = run_of(target)
+    if run is None or not target.exists():
+        return
+    if target.name in replaces and target.parent == run:
+        return
+    raise UsageError(
+        f"{option} {path} is a file of run directory {run}: s2s never writes over a run's "
+        "files; write the output elsewhere"
+    )
+
+
+def output_file(
+    path: str | Path,
+    option: str = "--output",
+    inputs: Iterable[tuple[str, str | Path | None]] = (),
+    replaces: Iterable[str] = (),
+) -> None:
+    """The one check of a file a command writes, made before any work by every command that
+    writes one (generate, rerank, average): it can be written (`writable`: not a folder, not
+    below a regular file, in a folder this user may write), it is no file of a run directory
+    (`not_a_run_file`, `replaces` aside), and it is none of the command's `inputs`
+    ((option, path) pairs; a path may be None), links followed. Each refusal is a UsageError
+    naming `option` and the file; what is there stays."""
+    writable(str(path), option)
+    not_a_run_file(str(path), option, tuple(replaces))
+    target = replaced_file(path)
+    if target is None or not target.exists():
+        return
+    for name, given in inputs:
+        if given is not None and Path(given).exists() and target.samefile(given):
+            raise UsageError(f"{option} {path} is {name}: write the output elsewhere")
+
+
+def output_folder(path: str | Path, option: str = "--output") -> None:
+    """The one check of a folder a command writes files into (label, attention, export, plot,
+    sweep), made before any work: not a file, not below one, made (when absent) in a folder this
+    user may write, and neither a run directory nor one of its training folders
+    (`RUN_FOLDERS`). Which files in it may be replaced is `own_outputs`'s to say."""
+    folder = Path(path)
+    if folder.exists() and not folder.is_dir():
+        raise UsageError(f"{option} {folder} is a file, not a folder")
+    blocked = _file_above(folder)
+    if blocked is not None:
+        raise UsageError(f"{option} {folder}: {blocked} is a file, not a folder")
+    above = folder
+    while not above.exists() and above != above.parent:
+        above = above.parent
+    if not os.access(above, os.W_OK | os.X_OK):
+        raise UsageError(f"{option} {folder}: {above} is not a folder this user can write in")
+    if folder.is_dir():
+        run = run_of(folder / "x")
+        if run == folder.resolve():
+            raise UsageError(
+                f"{option} {folder} is a run directory: write into a folder of its own"
+            )
+        if run is not None and folder.resolve().parent == run and folder.name in RUN_FOLDERS:
+            raise UsageError(
+                f"{option} {folder} is the {folder.name} folder of run directory {run}, which "
+                "training writes: write into a folder of its own"
+            )
 
 
 OUTPUTS_MARK = ".s2s-outputs"  # in a folder s2s writes named files into: the names it wrote

@@ -31,13 +31,13 @@ from ..decode.search import search, sentences_per_batch
 from ..errors import ConfigError, UsageError
 from ..files import (
     atomic_write_text,
+    output_folder,
     own_outputs,
     record_outputs,
     remove_stale_temporaries,
     replacing,
 )
 from ..inference import load_for_inference
-from ..runs.directory import run_dir_of
 from ..contract.vocab import BOS, EOS, SPECIALS
 
 log = logging.getLogger("s2s")
@@ -78,12 +78,7 @@ def draw_attention(run_dir, registry, request: AttentionRequest) -> list[Path]:
     overrides = [*request.overrides, *beam]
     _readable(request.input)
     out = Path(request.output)
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"--output {out} is a file, not a folder")
-    if out.resolve() == run_dir_of(run_dir).resolve():
-        raise UsageError(
-            f"--output {out} is the run directory: write the maps into a folder of their own"
-        )
+    output_folder(out, "--output")  # not a file, nor below one, nor a run's own folder
     cfg, member, model = load_for_inference(run_dir, registry, overrides, request.task)
     settings = decode_settings(member, cfg.decode)
     if settings.beam > member.task.tgt_vocab_size:

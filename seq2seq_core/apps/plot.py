@@ -16,7 +16,7 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
-from ..files import no_such_run, own_outputs, record_outputs
+from ..files import no_such_run, output_folder, own_outputs, record_outputs
 from ..runs.metrics import read_metrics
 
 NOT_METRICS = {"kind", "update", "elapsed", "loss", "nll", "ppl", "seconds"}
@@ -89,6 +89,8 @@ def plot_run(run_dir: Path, out_dir: Path | None = None) -> list[Path]:
     records = read_metrics(run_dir)
     if not records:
         raise ValueError(f"{run_dir / 'metrics.jsonl'} holds no records yet")
+    if out_dir is not None:
+        output_folder(out_dir, "--output")  # not a file, nor below one, nor a run's own folder
     out_dir = Path(out_dir) if out_dir is not None else run_dir / "plots"
     name = run_dir.resolve().name
     longest = max(

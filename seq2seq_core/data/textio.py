@@ -5,6 +5,8 @@ Python's `str.splitlines` (and text-mode iteration of some streams) also ends a 
 would shift every later line against its reference. Here a file is read as bytes, split at
 b"\\n", a trailing "\\r" (Windows line ends) is stripped, and each line is decoded on its own, so
 invalid UTF-8 is reported with its file and line. A UTF-8 byte-order mark at the start is dropped.
+A file whose lines end in "\r" alone (old Mac line ends: no "\n" at all, a "\r" inside) is a
+`DataError` saying so, not one long line.
 Files ending in `.gz` are decompressed; a corrupt one is a `DataError` naming the file.
 """
 
@@ -45,7 +47,13 @@ def raw_lines(path: str | Path) -> Iterator[bytes]:
     name = str(path)
     with open_binary(path) as f:
         try:
-            for raw in f:  # a binary stream splits at b"\n" only
+            for number, raw in enumerate(f, 1):  # a binary stream splits at b"\n" only
+                if number == 1 and not raw.endswith(b"\n") and b"\r" in raw.rstrip(b"\r"):
+                    raise DataError(
+                        f"{name}: its lines end in a carriage return alone (CR, old Mac line "
+                        "ends), which s2s does not read as line ends (only LF or CRLF): convert "
+                        f"it first, e.g. tr '\\r' '\\n' < {name}"
+                    )
                 yield raw[:-1] if raw.endswith(b"\n") else raw
         except (OSError, EOFError, zlib.error) as e:  # gzip.BadGzipFile is an OSError
             raise DataError(f"{name}: cannot read ({e}): a damaged or truncated file?") from None

@@ -21,21 +21,24 @@ from ..contract.task import DecodeDefaults, Task
 from ..contract.vocab import BOS, EOS, PAD, SPECIALS, UNK
 
 
-def special_tokens(encode, text: str) -> list[str]:
+def special_tokens(encode, text: str, unknown: bool = False) -> list[str]:
     """The special tokens `text` holds where `encode` (a task's `encode_source` or
     `encode_target`) reads them as such: <pad>, <s>, </s> by their ids, <unk> where the text
-    writes it as a word (an unknown word also reads as <unk>, and is no special token)."""
+    writes it as a word (an unknown word also reads as <unk>, and is no special token), unless
+    `unknown` (text a search wrote, whose <unk> is the model's unknown token)."""
     ids = encode([text])[0]
     found = [SPECIALS[i] for i in dict.fromkeys(ids) if i in (PAD, BOS, EOS)]
+    if unknown:
+        return found
     if UNK in ids and SPECIALS[UNK] in text.split() and encode([SPECIALS[UNK]])[0] == [UNK]:
         found.append(SPECIALS[UNK])
     return found
 
 
-def special_problem(encode, text: str, what: str) -> str | None:
+def special_problem(encode, text: str, what: str, unknown: bool = False) -> str | None:
     """What is wrong with `text` (`what`: "the prefix", "the target term", ...) if it holds a
-    special token, or None."""
-    found = special_tokens(encode, text)
+    special token (`unknown`: <unk> aside, `special_tokens`), or None."""
+    found = special_tokens(encode, text, unknown)
     if not found:
         return None
     return (
@@ -71,12 +74,17 @@ def prefix_problem(
 
 
 def model_targets(
-    task: Task, sources: Sequence[str], targets: Sequence[str], where: Callable[[int], str]
+    task: Task,
+    sources: Sequence[str],
+    targets: Sequence[str],
+    where: Callable[[int], str],
+    unknown: bool = False,
 ) -> list[str]:
     """The given target lines (outputs, as `s2s generate` writes them) as the model writes them
     (`Task.output_target`: a parser's trees linearised), to be scored; a UsageError starting
     with `where(i)` for a line that is no output of the task or holds a special token (a word
-    the vocabulary lacks is scored as <unk>, as the model writes it)."""
+    the vocabulary lacks is scored as <unk>, as the model writes it; with `unknown`, a <unk>
+    written as a word too: a search's own output)."""
     out = []
     for i, (source, target) in enumerate(zip(sources, targets)):
         try:
@@ -85,7 +93,7 @@ def model_targets(
             raise UsageError(f"{where(i)}: not an output of the task: {e}") from None
         if not isinstance(line, str):
             raise plugin_error(task, "output_target", f"returned {type(line).__name__}, not a str")
-        problem = special_problem(task.encode_target, line, "the target")
+        problem = special_problem(task.encode_target, line, "the target", unknown)
         if problem:
             raise UsageError(f"{where(i)}: {problem}")
         out.append(line)

@@ -38,7 +38,7 @@ from ..data import textio
 from ..data.members import decode_settings
 from ..decode.search import Wanted
 from ..errors import DataError, UsageError
-from ..files import atomic_write_text, own_outputs, record_outputs, sha256
+from ..files import atomic_write_text, output_folder, own_outputs, record_outputs, sha256
 from ..progress import progress
 from .generate import Asked, InputLines, Job, block_size, generate_lines, loaded
 from .loading import decoder_of
@@ -97,7 +97,7 @@ def label(job: Labelling, registry) -> dict:
         )
     folder = Path(job.output)
     total = text_lines(job.input)
-    _writable_folder(folder)
+    output_folder(folder, "--output")
     own_outputs(folder, [MANIFEST, LABELS, SUMMARY], "--output")
     generate = Job(job.runs, job.input, task=job.task, overrides=job.overrides)
     cfg, member, model = loaded(generate, registry)
@@ -150,17 +150,6 @@ def label(job: Labelling, registry) -> dict:
     summary["decode_seconds"] = round(time.monotonic() - t0, 1)
     atomic_write_text(folder / SUMMARY, json.dumps(summary, indent=1) + "\n")
     return summary
-
-
-def _writable_folder(folder: Path) -> None:
-    """A UsageError, before any work, when `folder` is not a folder or cannot be made here."""
-    if folder.exists() and not folder.is_dir():
-        raise UsageError(f"--output {folder} is a file: name a folder (made if absent)")
-    above = folder
-    while not above.exists():
-        above = above.parent
-    if not above.is_dir() or not os.access(above, os.W_OK | os.X_OK):
-        raise UsageError(f"--output {folder}: {above} is not a folder this user can write in")
 
 
 class _FirstLines:

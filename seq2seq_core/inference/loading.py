@@ -208,16 +208,22 @@ class Run:
             spelled = [[spellings for _, _, spellings in here] for here in found]
         return self.decoder.outputs(sources, wanted, Forced(prefixes, spelled))
 
-    def score(self, lines: Sequence[str], targets: Sequence[str]) -> list[TargetScore]:
+    def score(
+        self, lines: Sequence[str], targets: Sequence[str], searched: bool = False
+    ) -> list[TargetScore]:
         """The model's log-probability of each target line after its input line (raw text):
         each token's, their sum, and the sum over the search's length penalty. A target is read
         as the model writes it (`decode.given.model_targets`: a parser's tree linearised, so
         that an output's score is its `logprob` in `--json`); one that is no output of the task
-        or holds a special token is a UsageError naming it."""
+        or holds a special token is a UsageError naming it. `searched`: the targets are a search's
+        outputs (`s2s rerank`'s candidates), whose <unk> is the model's own unknown token, scored
+        as such, not refused as a special token a user typed."""
         from ..decode.given import model_targets
 
         sources = prepared_sources(self.member, lines)
-        given = model_targets(self.member, sources, list(targets), lambda i: f"targets[{i}]")
+        given = model_targets(
+            self.member, sources, list(targets), lambda i: f"targets[{i}]", unknown=searched
+        )
         return self.decoder.target_scores(sources, self.member.encode_target(given))
 
 

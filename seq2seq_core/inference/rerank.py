@@ -48,14 +48,66 @@ def features(sources: Sequence[str], candidates: Sequence[Sequence], scorers: Sc
     columns = [[out.score for _, out in flat]]
     lines = [sources[i] for i, _ in flat]
     texts = [out.text for _, out in flat]
-    for run in scorers.forward:
-        columns.append([s.score for s in run.score(lines, texts)])
+    for run in scorers.forward:  # a <unk> the search wrote is scored as the unknown token
+        columns.append([s.score for s in run.score(lines, texts, searched=True)])
     for run in scorers.reverse:
         columns.append([s.score for s in run.score(texts, lines)])
     rows = [[] for _ in candidates]
     for k, (i, _) in enumerate(flat):
         rows[i].append([column[k] for column in columns])
     return rows
+
+
+#: a task's settings that say what it writes from what, when it has them: a scorer agrees with
+#: the reranked run on `SAME`, and on `LANGUAGES` (a reverse scorer: the two swapped)
+SAME = ("mode",)
+LANGUAGES = ("src_lang", "tgt_lang")
+
+
+def unlike(run, other, reverse: bool = False) -> str | None:
+    """How the scorer `other` (a `Run`) does another job than `run`, whose candidates it
+    scores, or None: another task, another mode, other languages (a reverse scorer translates
+    the other way: its languages swapped). Scores of another job rank candidates by nothing
+    they are."""
+    a, b = run.task, other.task
+    if a.name != b.name:
+        return f"a run of task {b.name!r}, not {a.name!r}"
+    for key in SAME:
+        x, y = getattr(a.cfg, key, None), getattr(b.cfg, key, None)
+        if x != y:
+            return f"its task.{key} is {y!r}, not {x!r}"
+    src, tgt = (getattr(a.cfg, key, None) for key in LANGUAGES)
+    got = tuple(getattr(b.cfg, key, None) for key in LANGUAGES)
+    wanted = (tgt, src) if reverse else (src, tgt)
+    if got != wanted:
+        kind = "a reverse scorer" if reverse else "a scorer"
+        return f"it translates {got[0]} to {got[1]}; {kind} of {src} to {tgt} translates " + (
+            f"{wanted[0]} to {wanted[1]}"
+        )
+    return None
+
+
+def too_long(sources: Sequence[str], run, scorers: Scorers) -> str | None:
+    """ "line N: ..." for the first source line that does not fit a model's positions (`run`'s
+    and each forward scorer's as a source, each reverse scorer's as a target), or None: checked
+    before the search, which would otherwise fail on it at the end."""
+    from ..decode.batched import prepared_sources
+
+    sides = [(run, "source")] + [(r, "source") for r in scorers.forward]
+    sides += [(r, "target") for r in scorers.reverse]
+    for model_run, side in sides:
+        if side == "source":
+            ids = model_run.task.encode_source(prepared_sources(model_run.member, sources))
+        else:
+            ids = model_run.task.encode_target(list(sources))
+        limit = model_run.model.max_positions
+        for i, seq in enumerate(ids):
+            if len(seq) + 1 > limit:
+                return (
+                    f"line {i + 1}: {len(seq) + 1} {side} tokens do not fit "
+                    f"model.max_positions={limit} of {model_run.cfg.run.dir}"
+                )
+    return None
 
 
 def choose(rows: Sequence[Sequence[Sequence[float]]], weights: Sequence[float]) -> list[int]:

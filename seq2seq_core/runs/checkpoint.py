@@ -31,7 +31,14 @@ from pathlib import Path
 import torch
 
 from ..errors import CheckpointError, TrainingError, UsageError
-from ..files import remove_stale_temporaries, replaced_file, replacing, sha256, writable
+from ..files import (
+    output_file,
+    remove_stale_temporaries,
+    replaced_file,
+    replacing,
+    sha256,
+    writable,
+)
 
 log = logging.getLogger("s2s")
 PATTERN = re.compile(r"checkpoint_(\d{8})\.pt$")
@@ -327,7 +334,7 @@ def average_files(
             if not p.is_file():
                 raise UsageError(f"{p}: no such checkpoint file")
     given = Path(output or (Path(inputs[0]) / AVERAGE if last else AVERAGE))
-    writable(given)
+    writable(given, "--output")
     out = (replaced_file(given) or given) if given.is_symlink() else given  # a link: its target
     for p in paths:  # no command writes over its own inputs
         if out.exists() and out.samefile(p):
@@ -347,6 +354,7 @@ def average_files(
             f"--output {out} is the model its run's result.json names as tested (the one "
             "`s2s generate` decodes): write the average elsewhere (--output FILE)"
         )
+    output_file(given, "--output", replaces=[AVERAGE])  # no other file of a run either
     remove_stale_temporaries(out.parent)
     atomic_save(average(paths), out)
     return paths, out

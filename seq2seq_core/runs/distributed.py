@@ -31,10 +31,25 @@ SHARED_STORE = (
 )
 
 
+def env_int(name: str, default: int = 0) -> int:
+    """The whole number in environment variable `name` (torchrun's RANK, WORLD_SIZE,
+    GROUP_RANK, ...), or `default` when it is unset or empty; a ConfigError naming the variable
+    and its value for anything else (a launcher's typo was an internal ValueError)."""
+    text = os.environ.get(name, "")
+    if not text.strip():
+        return default
+    try:
+        return int(text)
+    except ValueError:
+        raise ConfigError(
+            f"environment variable {name}={text[:40]!r}: must be a whole number"
+        ) from None
+
+
 def _warn_of_a_shared_store(rank: int) -> None:
     """Rank 0 warns at the start of a run whose restarts would fail to connect (`SHARED_STORE`):
     torchrun --max-restarts > 0 with the store shared."""
-    restarts = int(os.environ.get("TORCHELASTIC_MAX_RESTARTS") or 0)
+    restarts = env_int("TORCHELASTIC_MAX_RESTARTS")
     shared = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
     if rank == 0 and restarts and shared:
         logging.getLogger("s2s").warning("--max-restarts %d: %s", restarts, SHARED_STORE)
@@ -45,12 +60,12 @@ def resolve_device(name: str, local_rank: int | None = None) -> torch.device:
     `local_rank` given) `cuda` and `auto` mean cuda:LOCAL_RANK, one GPU per process; cuda:N
     with several processes on the node would put them all on one GPU, and is refused."""
     if local_rank is None:
-        local_rank = int(os.environ.get("LOCAL_RANK", 0))
+        local_rank = env_int("LOCAL_RANK")
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
     if name == "cuda":
         name = f"cuda:{local_rank}"
-    elif name.startswith("cuda:") and int(os.environ.get("LOCAL_WORLD_SIZE", 1)) > 1:
+    elif name.startswith("cuda:") and env_int("LOCAL_WORLD_SIZE", 1) > 1:
         raise ConfigError(
             f"run.device={name}: under torchrun each of the node's "
             f"{os.environ['LOCAL_WORLD_SIZE']} "
@@ -73,9 +88,9 @@ class Group:
     def __init__(
         self, device_name: str, timeout_minutes: float = 10.0, wait_minutes: float = 720.0
     ):
-        self.rank = int(os.environ.get("RANK", 0))
-        self.world = int(os.environ.get("WORLD_SIZE", 1))
-        self.local_rank = int(os.environ.get("LOCAL_RANK", 0))
+        self.rank = env_int("RANK")
+        self.world = env_int("WORLD_SIZE", 1)
+        self.local_rank = env_int("LOCAL_RANK")
         self.device = resolve_device(device_name, self.local_rank)
         self.waits = None  # the gloo group that waits run.wait_minutes
         if self.device.type == "cuda":
@@ -90,7 +105,7 @@ class Group:
                     )
                 self.waits = dist.new_group(backend="gloo", timeout=timedelta(minutes=wait_minutes))
             except RuntimeError as e:  # torch.distributed's errors (DistError) included
-                if not int(os.environ.get("TORCHELASTIC_RESTART_COUNT") or 0):
+                if not env_int("TORCHELASTIC_RESTART_COUNT"):
                     raise
                 reason = str(e).splitlines()[0]
                 raise TrainingError(

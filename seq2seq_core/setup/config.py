@@ -136,6 +136,8 @@ def _merge(schema: DictConfig, section: str, data: dict) -> DictConfig:
     except OmegaConfBaseException as e:
         key = getattr(e, "full_key", None) or "?"
         msg = str(getattr(e, "msg", e)).splitlines()[0]
+        if "is not a ListConfig" in msg:  # omegaconf's words for a value that is no list
+            msg = "must be a list ([a, b])"
         raise ConfigError(f"bad value for '{section}{key}': {msg}") from None
 
 
@@ -259,9 +261,18 @@ def typed_value(key: str, text: str, tp):
         import yaml
 
         try:
-            return yaml.safe_load(text)
+            value = yaml.safe_load(text)
         except yaml.YAMLError:
             raise ConfigError(f"{key}={text!r}: must be a YAML list or mapping") from None
+        kind = typing.get_origin(tp) or tp
+        if kind in (list, tuple) and not isinstance(value, list):
+            raise ConfigError(
+                f"{key}={text!r}: must be a list in brackets, e.g. {key}=[{text.strip() or 'a'}]"
+                + (" (a comma-separated list)" if "," in text else "")
+            )
+        if kind is dict and not isinstance(value, dict):
+            raise ConfigError(f"{key}={text!r}: must be a mapping in braces, e.g. {key}={{a: 1}}")
+        return value
     return _escaped(text)  # str, Any and any other type: the string as typed
 
 

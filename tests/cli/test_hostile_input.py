@@ -522,3 +522,191 @@ def test_every_refused_client_reads_its_503_under_load(world, tmp_path):
         time.sleep(0.5)
         assert post(f"{url}/generate", {"text": ["the cat sees a dog"]})[0] == 200
     assert "Traceback" not in log.read_text()
+
+
+# -- round 6 (issue 77) --------------------------------------------------------------------------
+# -- one output guard: no writing command replaces a run's file or writes into its folders -------
+def other_run(world) -> Path:
+    """A second run directory (a copy of the world's), whose files no command may replace."""
+    import shutil
+
+    other = world["root"] / "other_run"
+    if not other.exists():
+        shutil.copytree(world["run"], other)
+    return other
+
+
+def writers(world, out) -> dict:
+    """Every command that writes a file or a folder, with OUT as what it writes."""
+    run, src, ckpt = world["run"], world["src"], world["run"] / "checkpoint_best.pt"
+    return {
+        "generate": ["generate", run, "--input", src, "--output", out],
+        "rerank": ["rerank", run, "--input", src, "--nbest", "2", "--with", run, "--weights"]
+        + ["1", "--output", out],
+        "average": ["average", ckpt, "--output", out],
+        "label": ["label", run, "--input", src, "--output", out],
+        "attention": ["attention", run, "--input", src, "--output", out],
+        "export": ["export", run, "--to", "safetensors", "--output", out, "--force"],
+        "plot": ["plot", run, "--output", out],
+        "sweep": ["sweep", "demo", "--grid", "model.layers=1,2", "--budget-updates", "1"]
+        + ["--dir", out],
+    }
+
+
+FILE_WRITERS = ["generate", "rerank", "average"]
+FOLDER_WRITERS = ["label", "attention", "export", "plot", "sweep"]
+
+
+@pytest.mark.parametrize("command", FILE_WRITERS)
+@pytest.mark.parametrize("name", ["config.yaml", "checkpoint_best.pt", "result.json"])
+def test_no_command_writes_over_a_file_of_a_run(world, capsys, command, name):
+    other = other_run(world)
+    before = snapshot(other, world["run"])
+    argv = writers(world, other / name)[command]
+    fails(s2s(capsys, *argv, "-q"), before, f"--output {other / name}", "elsewhere")
+
+
+@pytest.mark.parametrize("command", FOLDER_WRITERS)
+@pytest.mark.parametrize("folder", ["", "checkpoints"])
+def test_no_command_writes_into_a_run_or_its_checkpoints(world, capsys, command, folder):
+    other = other_run(world)
+    target = other / folder if folder else other
+    before = snapshot(other, world["run"])
+    needles = ["is a run directory"] if not folder else ["checkpoints folder of run directory"]
+    fails(s2s(capsys, *writers(world, target)[command], "-q"), before, target, *needles)
+
+
+@pytest.mark.parametrize("command", FILE_WRITERS + FOLDER_WRITERS)
+def test_an_output_below_a_regular_file_is_one_line(world, capsys, tmp_path, command):
+    """Not "File exists" nor a temporary file's "Not a directory": the file in the way."""
+    blocker = tmp_path / "notes.txt"
+    blocker.write_text("mine\n")
+    before = snapshot(tmp_path, world["run"])
+    result = s2s(capsys, *writers(world, blocker / "out")[command], "-q")
+    line = fails(result, before, blocker, "is a file, not a folder")
+    assert ".tmp" not in line
+
+
+def test_average_replaces_its_own_earlier_average_in_a_run(world, capsys, tmp_path):
+    """RUN_DIR/checkpoint_average.pt is average's own: a second average replaces it."""
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(world["run"], run)
+    for _ in range(2):
+        code, _, err = s2s(capsys, "average", run, "--last", "2")
+        assert code == 0 and (run / "checkpoint_average.pt").is_file(), err
+
+
+def test_a_failed_write_names_the_users_file_never_a_temporary(tmp_path):
+    """A full disk while writing (or a failed rename) is reported about the file named, not
+    its hidden temporary, and leaves nothing behind (`files.replacing`, every writer's way)."""
+    import errno
+
+    from s2s.core.errors import explain
+    from s2s.core.files import replacing
+
+    out = tmp_path / "out.txt"
+    with pytest.raises(OSError) as caught:
+        with replacing(out) as f:
+            f.write("half")
+            raise OSError(errno.ENOSPC, "No space left on device")
+    assert explain(caught.value, "rerank") == (f"{out}: No space left on device", 2)
+    assert list(tmp_path.iterdir()) == []
+
+
+# -- rerank: weights, --nbest, scorers of another job, long lines, <unk>, --tune-ref --output ----
+@pytest.fixture(scope="module")
+def parse_run(world):
+    """A tiny demo run of the other mode (parse)."""
+    run = world["root"] / "parse_run"
+    argv = ["train", "demo", "-q", *TINY_MODEL, "run.quiet=true", "task.train_size=200"]
+    argv += ["task.valid_size=10", "task.test_size=10", "optim.max_updates=1", "task.mode=parse"]
+    cache = world["root"] / "cache"
+    assert main([*argv, f"run.dir={run}", f"data.cache_dir={cache}"]) == 0
+    return run
+
+
+@pytest.mark.parametrize(
+    "options, needles",
+    [
+        (["--weights", "nan"], ["--weights nan", "finite"]),
+        (["--weights", "inf"], ["--weights inf", "finite"]),
+        (["--weights=-inf"], ["--weights -inf", "finite"]),
+        (["--weights", "1", "--nbest", "100000"], ["--nbest 100000", "target vocabulary"]),
+    ],
+)
+def test_rerank_refuses_bad_weights_and_an_nbest_above_the_vocabulary(
+    world, capsys, tmp_path, options, needles
+):
+    before = snapshot(world["run"], tmp_path)
+    argv = ["rerank", world["run"], "--input", world["src"], "--with", world["run"], *options]
+    fails(s2s(capsys, *argv, "--output", tmp_path / "out.txt"), before, *needles)
+
+
+def test_rerank_refuses_a_scorer_of_another_mode(world, parse_run, capsys, tmp_path):
+    before = snapshot(world["run"], parse_run, tmp_path)
+    argv = ["rerank", world["run"], "--input", world["src"], "--weights", "1"]
+    result = s2s(capsys, *argv, "--with", parse_run, "--output", tmp_path / "out.txt")
+    fails(result, before, f"--with {parse_run}", "task.mode is 'parse'")
+
+
+def test_rerank_refuses_a_line_longer_than_the_positions(world, capsys, tmp_path):
+    long = tmp_path / "long.txt"
+    long.write_text("the cat\n" + " ".join(["the cat"] * 600) + "\n")
+    before = snapshot(world["run"], tmp_path)
+    argv = ["rerank", world["run"], "--input", long, "--with", world["run"], "--weights", "1"]
+    fails(s2s(capsys, *argv), before, f"--input {long}, line 2", "model.max_positions=1024")
+
+
+def test_rerank_tune_ref_with_output_writes_the_chosen_lines(world, capsys, tmp_path):
+    out = tmp_path / "out.txt"
+    argv = ["rerank", world["run"], "--input", world["src"], "--with", world["run"], "-q"]
+    code, stdout, err = s2s(capsys, *argv, "--tune-ref", world["src"], "--output", out)
+    assert code == 0, err
+    tuned = __import__("json").loads(stdout)
+    assert set(tuned) == {"weights", "dev", "search"}
+    assert len(out.read_text().splitlines()) == len(SOURCES.splitlines())
+
+
+def test_rerank_scores_candidates_holding_unk(world):
+    """A candidate the search wrote with <unk> (the model's unknown token) is scored by the
+    scorers, not refused as a special token a user typed (`Run.score(searched=True)`)."""
+    from s2s.core.errors import UsageError
+    from s2s.core.inference import load_run
+    from s2s.core.inference.rerank import Scorers, features
+
+    run = load_run(world["run"])
+    with pytest.raises(UsageError, match="<unk>"):
+        run.score(["the cat sees a dog"], ["<unk> kat"])
+    got = run.score(["the cat sees a dog"], ["<unk> kat"], searched=True)
+    assert len(got[0].tokens) == 3 and got[0].logprob < 0
+    candidates = run.outputs(["the cat sees a dog"], n=2)
+    candidates[0][1].text = "<unk> " + candidates[0][1].text
+    rows = features(["the cat sees a dog"], candidates, Scorers([run], [run]))
+    assert len(rows[0]) == 2 and all(len(r) == 3 for r in rows[0])
+
+
+# -- data: CR-only line ends, a list without brackets, a launcher's rank -------------------------
+def test_cr_only_line_ends_are_named_as_such(world, capsys, tmp_path):
+    """A file whose lines end in CR alone was one long line ("no usable pairs", or one output
+    for three inputs); now one line saying what its line ends are."""
+    mac = tmp_path / "mac.txt"
+    mac.write_bytes(SOURCES.replace("\n", "\r").encode())
+    before = snapshot(tmp_path, world["run"])
+    fails(s2s(capsys, "score", "demo", "--ref", mac, "--hyp", mac), before, mac, "CR")
+    out = tmp_path / "out.txt"
+    result = s2s(capsys, "generate", world["run"], "--input", mac, "--output", out, "-q")
+    fails(result, before, mac, "carriage return alone")
+
+
+@pytest.mark.parametrize("value", ["empty,same", "empty"])
+def test_a_list_setting_without_brackets_is_s2s_own_line(capsys, tmp_path, value):
+    result = s2s(capsys, "prepare", "demo", f"data.clean={value}", f"data.cache_dir={tmp_path}")
+    fails(result, snapshot(tmp_path), f"data.clean='{value}'", f"data.clean=[{value}]")
+
+
+def test_a_launchers_rank_that_is_no_number_is_one_line(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("GROUP_RANK", "abc")
+    result = s2s(capsys, "prepare", "demo", "--nodes", "2", f"data.cache_dir={tmp_path}")
+    fails(result, snapshot(tmp_path), "GROUP_RANK='abc'", "whole number")

@@ -125,6 +125,37 @@ def test_wmt14_errors_name_what_is_missing(wmt14_parquet, tmp_path, monkeypatch,
     assert "dropped 1 pairs" in caplog.text
 
 
+def _parquet(path, rows) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.Table.from_pylist(rows), str(path))
+
+
+def test_wmt14_parquet_shard_sets_are_read_whole_and_once(tmp_path):
+    """Issue 77: a shard set missing a member (train-00000-of-00002 alone) prepared half a
+    corpus with no word; train.parquet beside train-*-of-* was read twice; values that are not
+    strings were an internal error. Each is one DataError naming the file or row."""
+    half = tmp_path / "half"
+    _parquet(half / "train-00000-of-00002.parquet", _rows("train", 5))
+    with pytest.raises(DataError, match=r"train-00001-of-00002.parquet is missing.*2 shards"):
+        wmt14.read_split("train", "en", "de", local_dir=str(half))
+    twice = tmp_path / "twice"
+    _parquet(twice / "train-00000-of-00001.parquet", _rows("train", 5))
+    _parquet(twice / "train.parquet", _rows("train", 5))
+    with pytest.raises(DataError, match=r"train.parquet.*read twice; keep one layout"):
+        wmt14.read_split("train", "en", "de", local_dir=str(twice))
+    whole = tmp_path / "whole"
+    for i in range(2):
+        _parquet(whole / f"train-0000{i}-of-00002.parquet", _rows("train", 5))
+    assert len(list(wmt14.read_split("train", "en", "de", local_dir=str(whole)))) == 10
+    typed = tmp_path / "typed"
+    _parquet(typed / "train.parquet", [{"translation": {"de": 7 + i, "en": "x"}} for i in range(3)])
+    with pytest.raises(DataError, match=r"row 1: translation\['de'\] is int '7', not a string"):
+        list(wmt14.read_split("train", "en", "de", local_dir=str(typed)))
+
+
 def test_wmt14_preset_reads_a_local_copy(wmt14_parquet):
     cfg = load_config(
         "wmt14_en_de_base", [f"task.local_dir={wmt14_parquet}"], task_config_cls=TranslationConfig

@@ -6,10 +6,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import sys
-from pathlib import Path
 
 from ...errors import UsageError
-from ...files import not_a_run_file, readable, writable
+from ...files import output_file, readable
 from .shared import (
     add_sampling_options,
     add_search_options,
@@ -126,17 +125,17 @@ def run(args) -> int:
         if path:
             readable(path)
     if args.output:
-        writable(args.output)
-        not_a_run_file(args.output, "--output")
-        for path, option in (
-            (args.input, "the input file"),
-            (args.prefixes, "--prefixes"),
-            (args.terms, "--terms"),
-            (args.line_terms, "--line-terms"),
-            (args.score_targets, "--score-targets"),
-        ):
-            if path and Path(args.output).exists() and Path(args.output).samefile(path):
-                raise UsageError(f"--output {args.output} is {option}: write the output elsewhere")
+        output_file(
+            args.output,
+            "--output",
+            [
+                ("the input file", args.input),
+                ("--prefixes", args.prefixes),
+                ("--terms", args.terms),
+                ("--line-terms", args.line_terms),
+                ("--score-targets", args.score_targets),
+            ],
+        )
     job = Job(
         runs=[args.checkpoint, *args.ensemble],
         input=args.input,

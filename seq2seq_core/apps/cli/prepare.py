@@ -4,7 +4,6 @@ of N machines sharing data.cache_dir, which prepare it together (`s2s.core.data.
 
 from __future__ import annotations
 
-import os
 
 from .shared import config_of
 
@@ -37,9 +36,9 @@ def run(args) -> int:
     from ...data.members import build_members, prepare_members
     from ...data.shards import Nodes
     from ...errors import ConfigError
-    from ...runs.distributed import Group
+    from ...runs.distributed import Group, env_int
 
-    rank = args.node_rank if args.node_rank is not None else int(os.environ.get("GROUP_RANK", 0))
+    rank = args.node_rank if args.node_rank is not None else env_int("GROUP_RANK")
     if args.nodes < 1 or not 0 <= rank < args.nodes:
         raise ConfigError(
             f"--nodes {args.nodes} --node-rank {rank}: the rank goes from 0 to the nodes less one"

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import sys
-from pathlib import Path
 
 from ...errors import UsageError
-from ...files import atomic_write_text
+from ...files import atomic_write_text, output_file
 from ...data.textio import read_lines
 
 
@@ -36,15 +36,24 @@ def add(subparsers, common) -> None:
     how.add_argument(
         "--weights", help="one weight a scorer, comma-separated: --with's, then --reverse's"
     )
-    how.add_argument("--tune-ref", help="references of --input: tune the weights, print them")
+    how.add_argument(
+        "--tune-ref",
+        help="references of --input: tune the weights, print them (and with --output, write "
+        "the output they choose)",
+    )
     s.set_defaults(func=run)
 
 
 def run(args) -> int:
+    """Rerank --input's n-best lists. Everything that can be checked is, before any search:
+    the options (finite weights, one a scorer), the output (`files.output_file`: never an
+    input, never a run's file), --nbest against the target vocabulary, each scorer's task and
+    direction against RUN's, each input line against every model's positions. Errors name the
+    user's files, never a temporary one."""
     # the work imports torch: here, when the command runs, not at start-up (tests/test_house.py)
     from ...inference import load_run
     from ...contract.task import checked_score
-    from ...inference.rerank import Scorers, choose, features, tune
+    from ...inference.rerank import Scorers, choose, features, too_long, tune, unlike
 
     if args.nbest < 2:
         raise UsageError(f"--nbest {args.nbest}: reranking needs 2 or more candidates")
@@ -61,10 +70,12 @@ def run(args) -> int:
             raise UsageError(
                 f"--weights {args.weights}: {len(weights)} weight(s) for {k} scorer(s)"
             )
-    if args.output and Path(args.output).exists():
-        for option, path in (("--input", args.input), ("--tune-ref", args.tune_ref)):
-            if path and Path(path).exists() and Path(args.output).samefile(path):
-                raise UsageError(f"--output {args.output} is {option}: write the output elsewhere")
+        if not all(map(math.isfinite, weights)):
+            raise UsageError(f"--weights {args.weights}: each weight a finite number")
+    if args.output:
+        output_file(
+            args.output, "--output", [("--input", args.input), ("--tune-ref", args.tune_ref)]
+        )
     lines = read_lines(args.input)
     references = read_lines(args.tune_ref) if args.tune_ref else None
     if references is not None and len(references) != len(lines):
@@ -74,12 +85,27 @@ def run(args) -> int:
     plugins = args.plugin or []
     with contextlib.redirect_stdout(sys.stderr):
         main = load_run(args.run, [*args.overrides, f"decode.beam={args.nbest}"], plugins=plugins)
-        scorers = Scorers(
-            [load_run(r, plugins=plugins) for r in args.forward],
-            [load_run(r, plugins=plugins) for r in args.reverse],
-        )
+        vocab = main.task.tgt_vocab_size
+        if args.nbest > vocab:
+            raise UsageError(
+                f"--nbest {args.nbest}: above the target vocabulary of {args.run} ({vocab} "
+                "tokens); a beam search keeps at most that many candidates"
+            )
+        forward = [load_run(r, plugins=plugins) for r in args.forward]
+        reverse = [load_run(r, plugins=plugins) for r in args.reverse]
+        for option, paths, runs in (
+            ("--with", args.forward, forward),
+            ("--reverse", args.reverse, reverse),
+        ):
+            for path, other in zip(paths, runs):
+                problem = unlike(main, other, reverse=option == "--reverse")
+                if problem:
+                    raise UsageError(f"{option} {path}: {problem} (RUN {args.run})")
+        problem = too_long(lines, main, Scorers(forward, reverse))
+        if problem:
+            raise UsageError(f"--input {args.input}, {problem}")
         candidates = main.outputs(lines, n=args.nbest)
-        rows = features(lines, candidates, scorers)
+        rows = features(lines, candidates, Scorers(forward, reverse))
     if references is not None:
 
         def score(hyps):  # the task's primary figure, as checked wherever a score comes in
@@ -91,7 +117,8 @@ def run(args) -> int:
         weights, figure = tune(rows, candidates, references, metric, higher)
         found = {"weights": weights, "dev": figure, "search": searched.value}
         print(json.dumps({**found, "metric": searched.name, "higher_is_better": higher}))
-        return 0
+        if not args.output:
+            return 0
     picked = [cands[j].text for cands, j in zip(candidates, choose(rows, weights))]
     text = "".join(line.replace("\n", " ") + "\n" for line in picked)
     if args.output:

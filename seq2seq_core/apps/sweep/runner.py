@@ -14,7 +14,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from ...errors import ConfigError, DataError, S2SError, UsageError
-from ...files import atomic_write_text
+from ...files import atomic_write_text, output_folder
 from ...runs.result import read_result
 from ...setup.config import load_config
 from ...training.trainer import check_before_training, train
@@ -115,6 +115,7 @@ def _claim(sweep: Sweep):
     """SWEEP_DIR, held by this sweep, with its manifest: a new one, or the same sweep's."""
     d = Path(sweep.directory)
     path, wanted = d / MANIFEST, sweep.manifest()
+    output_folder(d, "--dir")  # not a file, nor below one, nor a run directory
     if d.is_dir() and not path.is_file():  # no sweep began here: every entry is the user's
         foreign = sorted(p.name for p in d.iterdir() if p.name != LOCK)
         if foreign:

@@ -37,7 +37,7 @@ from ...data import moses_bpe, pieces
 from ...data.members import build_members
 from ...data.pieces import Pieces
 from ...errors import ExportError, ImportModelError
-from ...files import remove_stale_temporaries, sha256
+from ...files import output_folder, remove_stale_temporaries, sha256
 from ...nn.model import Transformer
 from ...setup.config import load_config
 from ...runs import checkpoint
@@ -227,6 +227,7 @@ def replaceable(out: Path, run_dir: Path, force: bool) -> None:
             f"--output {out} {'is' if target == run else 'contains'} the run directory {run_dir}: "
             "export into a folder of its own"
         )
+    output_folder(out, "--output")  # not below a file, nor a run's own folder
     if not out.exists() or not any(out.iterdir()):
         return
     if not force:

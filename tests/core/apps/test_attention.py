@@ -239,7 +239,7 @@ def test_attention_command_errors_are_one_line(demo_run, multitask_run, tmp_path
         ([demo_run, "--layer", "3"], "--layer 3: this model has 2"),
         ([demo_run, "--head", "0"], "--head 0: this model has 2"),
         ([multitask_run], "choose one with --task"),
-        ([demo_run, "--output", demo_run], "is the run directory"),
+        ([demo_run, "--output", demo_run], "is a run directory"),
         ([demo_run, "--beam", "0"], "--beam 0: at least 1"),
     ]
     for args, message in cases:
