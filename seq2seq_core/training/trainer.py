@@ -691,9 +691,11 @@ class Trainer:
             higher = record.get("select_higher_is_better", True)
         chosen["dev_select"] = {chosen["checkpoint"]: figure}
         chosen["select_higher_is_better"] = higher
-        best = self.best  # a candidate unless it is the model as trained
+        # a candidate unless it is the model as trained, or its figure is of another direction
+        best = self.best
         if (
             best is not None
+            and best.get("higher_is_better", True) == higher
             and (averaged or best["update"] != self.update)
             and (run_dir / checkpoint.BEST).is_file()
         ):
