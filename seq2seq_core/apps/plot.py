@@ -27,6 +27,28 @@ def _number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+def _falling(valid: list[dict]) -> set[str]:
+    """The dev figures better lower: where every valid record's selection figure is
+    (`select_higher_is_better` false: each member's primary figure is), `select` and each
+    member's primary figure (the first after its per-token figures); else none."""
+    if not valid or any(r.get("select_higher_is_better", True) for r in valid):
+        return set()
+    found, skipped = {"select"}, NOT_METRICS | {"select", "select_higher_is_better", "best"}
+    for prefix in dict.fromkeys(k.rpartition("/")[0] for k in valid[-1]):
+        primary = next(
+            (
+                figure
+                for key, value in valid[-1].items()
+                for member, _, figure in [key.rpartition("/")]
+                if member == prefix and figure not in skipped and _number(value)
+            ),
+            None,
+        )
+        if primary is not None:
+            found.add(primary)
+    return found
+
+
 def time_unit(seconds: float) -> tuple[str, float]:
     """(name, seconds per unit) for a time axis that reaches `seconds`: seconds up to 3 minutes,
     minutes up to 3 hours, then hours."""
@@ -112,6 +134,7 @@ def plot_run(run_dir: Path, out_dir: Path | None = None) -> list[Path]:
     lr = curves("train", "lr")
     if lr[2]:
         figures.append((f"{name}: learning rate", [("lr", lr)], "learning rate", "lr.png"))
+    falling = _falling([r for r in records if r.get("kind") == "valid"])
     # metric -> its keys, one per member (or the one of a single task)
     metrics: dict[str, list[str]] = {}
     for key in sorted(
@@ -125,7 +148,8 @@ def plot_run(run_dir: Path, out_dir: Path | None = None) -> list[Path]:
         drawn = [(f"dev {key}", curves("valid", key)) for key in series]
         shaded = any(c[3] is not None for _, c in drawn)
         label = f"{metric} (shaded: 95% interval)" if shaded else metric
-        figures.append((f"{name}: dev {metric}", drawn, label, f"{metric}.png"))
+        lower = " (lower is better)" if metric in falling else ""
+        figures.append((f"{name}: dev {metric}{lower}", drawn, label, f"{metric}.png"))
     own_outputs(out_dir, [f[3] for f in figures], "--output")  # never over a user's file
     out_dir.mkdir(parents=True, exist_ok=True)
     written = [_figure(*f[:3], out_dir / f[3], unit=unit) for f in figures]

@@ -7,8 +7,10 @@ of one. It is read with torch.load(weights_only=True), so loading one never exec
 code, after every entry of the file has passed its CRC-32 check (torch.load alone reads a file
 with flipped bytes without complaint). Averaging follows section 6.1: the element-wise mean of
 the parameters of the last 5 (base) or 20 (big) checkpoints. Beside them a run keeps
-`checkpoint_best.pt`, its validated model with the highest dev figure; at the end it tests
-whichever of the two scores higher on dev, and names it in result.json (`checkpoint`).
+`checkpoint_best.pt`, its validated model with the best dev figure (the highest, or the lowest
+where the task's score is better lower: `Score.higher_is_better`, recorded beside the figure);
+at the end it tests whichever of the two scores better on dev, and names it in result.json
+(`checkpoint`).
 
 The vocabulary files a run's checkpoints were trained with are part of them: written into the
 run directory with their SHA-256 recorded in every checkpoint (`save_tokenizer`), and checked
@@ -43,7 +45,7 @@ from ..files import (
 log = logging.getLogger("s2s")
 PATTERN = re.compile(r"checkpoint_(\d{8})\.pt$")
 AVERAGE = "checkpoint_average.pt"  # RUN_DIR/: the mean of the last run.average_last checkpoints
-BEST = "checkpoint_best.pt"  # RUN_DIR/: the validated model with the highest dev figure
+BEST = "checkpoint_best.pt"  # RUN_DIR/: the validated model with the best dev figure
 ORIGINS = "task_origins.json"  # RUN_DIR/: task name -> where it came from (a registry record)
 
 

@@ -2,8 +2,8 @@
 
 `Trainer.select` chooses the model to test on the dev figure: the average of the last
 run.average_last checkpoints (or, without averaging, the model as trained) or the best validated
-model (checkpoint_best.pt), whichever scores higher on the same dev sentences (section 6.1
-averages the last checkpoints). `Trainer.test` tests it, each member with `score_test_split`,
+model (checkpoint_best.pt), whichever scores better on the same dev sentences, in the direction
+the task's score declares (section 6.1 averages the last checkpoints). `Trainer.test` tests it, each member with `score_test_split`,
 and writes result.json, which names it, with `write_result` (`s2s.core.runs.result` reads it
 back). These helpers take what they work
 on as arguments; the Trainer holds the model and the run's state.

@@ -673,8 +673,9 @@ class Trainer:
         """Load the model to test into `model`: the average of the last run.average_last
         checkpoints (or, without averaging, the model as trained) or the best validated model
         (checkpoint_best.pt), whichever has the better dev figure, in the direction the task's
-        score declares (section 6.1 averages the last checkpoints). Every process takes part (validation is shared out); rank 0 alone reads
-        checkpoints while the others wait (run.wait_minutes), then broadcasts the parameters: k
+        score declares (section 6.1 averages the last checkpoints). Every process takes part
+        (validation is shared out); rank 0 alone reads checkpoints while the others wait
+        (run.wait_minutes), then broadcasts the parameters: k
         checkpoints with their optimiser state are read once, not once per process. Returns
         what result.json records: the checkpoint tested, relative to the run directory, and
         each candidate's dev figure."""
@@ -702,9 +703,11 @@ class Trainer:
             higher = record.get("select_higher_is_better", True)
         chosen["dev_select"] = {chosen["checkpoint"]: figure}
         chosen["select_higher_is_better"] = higher
-        best = self.best  # a candidate unless it is the model as trained
+        # a candidate unless it is the model as trained, or its figure is of another direction
+        best = self.best
         if (
             best is not None
+            and best.get("higher_is_better", True) == higher
             and (averaged or best["update"] != self.update)
             and (run_dir / checkpoint.BEST).is_file()
         ):

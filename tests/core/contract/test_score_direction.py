@@ -174,3 +174,21 @@ def test_a_paired_test_calls_the_lower_error_rate_better(tmp_path, capsys):
         assert main([*map(str, swapped), "--trials", "1000"]) == 0
         (compared,) = json.loads(capsys.readouterr().out)["comparisons"]
         assert compared["better"] == "a"
+
+
+def test_s2s_plot_titles_the_falling_figures_of_a_run(tmp_path):
+    """`s2s plot` of a run whose selection figure is better lower titles `select` and each
+    member's primary figure "(lower is better)"; a run better higher, or one written before
+    the field, none."""
+    from s2s.core.apps.plot import _falling, plot_run
+
+    valid = {"kind": "valid", "update": 4, "loss": 3.9, "nll": 3.4, "ppl": 31.5, "select": 40.0}
+    lower = {**valid, "select_higher_is_better": False, "ter": 40.0, "ter_low": 38.0, "bleu": 9.0}
+    assert _falling([lower]) == {"select", "ter"}
+    several = {**valid, "select_higher_is_better": False, "a/loss": 3.0, "a/cer": 12.0}
+    several |= {"a/bleu": 5.0, "b/loss": 2.0, "b/ter": 40.0, "best": True}
+    assert _falling([several]) == {"select", "cer", "ter"}
+    assert _falling([{**lower, "select_higher_is_better": True}]) == set()
+    assert _falling([valid]) == set() and _falling([]) == set()
+    (tmp_path / "metrics.jsonl").write_text(json.dumps({**lower, "elapsed": 2.0}) + "\n")
+    assert {p.name for p in plot_run(tmp_path)} >= {"ter.png", "select.png"}

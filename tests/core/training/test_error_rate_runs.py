@@ -3,6 +3,7 @@ keeps the checkpoint with the LOWEST dev error, tests it, stops early on it (run
 and says so in its log; the same figures read as BLEU keep the highest."""
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -148,3 +149,24 @@ def test_a_falling_error_rate_never_runs_out_of_patience_and_mbr_minimises_it(
         assert [o.utility for o in outs] == figures == sorted(figures)
         spread |= figures[0] < figures[-1]
     assert spread  # the ranking was put to the test: candidates of different expected TER
+
+
+def test_a_best_figure_of_another_direction_is_not_compared(registry, tiny, monkeypatch, caplog):
+    """A checkpoint whose best figure has no direction (written before `higher_is_better`: it
+    reads better higher) resumed by a run whose figure is better lower: the old best does not
+    compare, the next validated model is the best, and the log says why."""
+    left = _scripted(monkeypatch, [30.0, 10.0])
+    cfg = _cfg(registry, tiny, "optim.max_updates=8", "task.metric=ter")
+    train(cfg, registry, quiet=True)
+    for path in checkpoint.listed(cfg.run.dir):  # as an older s2s wrote them
+        state = checkpoint.load(path)
+        state["best"] = {"update": 4, "select": 5.0}  # lower than any figure to come
+        checkpoint.atomic_save(state, path)
+    left.extend([20.0])
+    cfg = _cfg(registry, tiny, "optim.max_updates=12", "task.metric=ter")
+    with caplog.at_level("WARNING", logger="s2s"):
+        result = train(cfg, registry, quiet=True)
+    assert not left and result["update"] == 12
+    assert "the best dev figure so far (update 4) was better higher" in caplog.text
+    kept = checkpoint.load(Path(cfg.run.dir) / checkpoint.BEST)
+    assert (kept["update"], kept["select"], kept["higher_is_better"]) == (12, 20.0, False)
