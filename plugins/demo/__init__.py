@@ -10,10 +10,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from s2s.core.contract.checks import one_of, setting
-from s2s.core.contract.resampling import SentenceStatistics, f_measure, joined, sacrebleu_statistics
-from s2s.core.contract.task import DecodeDefaults, Score, Task, TaskConfig
-from s2s.core.contract.vocab import WordTokenizer
+from s2s.core import (
+    DecodeDefaults,
+    Score,
+    SentenceStatistics,
+    Task,
+    TaskConfig,
+    WordTokenizer,
+    f_measure,
+    joined,
+    one_of,
+    sacrebleu_statistics,
+    setting,
+)
 from sacrebleu.metrics import BLEU
 
 from . import grammar

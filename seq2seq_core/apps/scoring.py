@@ -12,7 +12,7 @@ import logging
 import os
 from dataclasses import dataclass
 
-from ..data import textio
+from .. import textio
 from ..data.members import build_task
 from ..errors import ConfigError, DataError, UsageError
 from ..contract.resampling import Difference, Resampling, compare, with_intervals

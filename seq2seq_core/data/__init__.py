@@ -1,5 +1,4 @@
 """Data: the tasks of a run and their data, from text to the batches training takes: prepared
 (binarised, cached) splits and batching (`prepared`), the run's members and their early checks
-(`members`), where each member's ids sit in the model (`idspace`), subword and shared
-vocabularies (`subwords`, `joint`), and the one way text is read (`textio`). Imports setup and
-the wings below."""
+(`members`), where each member's ids sit in the model (`idspace`), vocabularies shared by
+members (`joint`). Imports setup and the wings below."""

@@ -50,11 +50,11 @@ import torch
 from omegaconf import OmegaConf
 
 from .. import files
-from . import textio
+from .. import textio
 from ..errors import DataError, plugin_error
 from ..files import atomic_write_text
 from ..contract.task import Task
-from ..contract.vocab import BOS, PAD, SPECIALS
+from ..tokenizers import BOS, PAD, SPECIALS
 from . import shards
 from .cleaning import summary
 from .shards import CHUNK, Nodes, with_eos

@@ -21,7 +21,7 @@ import torch
 from ..data.batches import chunks
 from ..errors import plugin_error
 from ..contract.task import DecodeDefaults, Task
-from ..contract.vocab import BOS, EOS, PAD, UNK
+from ..tokenizers import BOS, EOS, PAD, UNK
 from .constraints import Prefix, joined
 from .mbr import expected_utilities
 from .terminology import Terms

@@ -28,10 +28,10 @@ from typing import Sequence
 
 import torch
 
-from ..data import textio
+from .. import textio
 from ..errors import DataError
 from ..contract.task import Constraint
-from ..contract.vocab import EOS, PAD
+from ..tokenizers import EOS, PAD
 
 
 def read_terms(path: str | Path) -> list[tuple[str, str]]:

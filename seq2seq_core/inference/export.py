@@ -47,8 +47,8 @@ from ..errors import ExportError
 from ..files import remove_stale_temporaries
 from ..nn.model import Transformer
 from ..setup.settings import ModelConfig
-from ..data.pieces import Pieces
-from ..contract.vocab import BOS, EOS, PAD, SPECIALS, UNK
+from ..tokenizers.pieces import Pieces
+from ..tokenizers import BOS, EOS, PAD, SPECIALS, UNK
 
 FORMATS = ("ctranslate2", "huggingface", "safetensors")
 MARKER = "s2s_export.json"  # in every export folder: the format, the source run, the files written
@@ -403,7 +403,7 @@ def to_huggingface(model: Transformer, cfg, task, out: Path) -> None:
             )
     shared = bool(task.shared_vocab)
     tied = model.out.weight is model.tgt_embed.weight
-    # an import's vocabulary (s2s.core.data.pieces) goes back in its model's own numbering and
+    # an import's vocabulary (s2s.core.tokenizers.pieces) goes back in its model's own numbering and
     # conventions: "<pad>" (s2s's BOS) starts the decoder, s2s's PAD row is left out
     marian = isinstance(task.src_vocab, Pieces)
     src_order, tgt_order = (

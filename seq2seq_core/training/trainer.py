@@ -37,7 +37,7 @@ from ..files import atomic_write_text
 from ..nn import precision
 from ..nn.model import Transformer
 from ..nn.optim import adam, lrate
-from ..contract.vocab import PAD
+from ..tokenizers import PAD
 from ..runs import checkpoint, directory
 from ..runs.agreement import Read, check_members
 from ..runs.distributed import Group

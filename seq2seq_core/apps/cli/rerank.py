@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ...errors import UsageError
 from ...files import atomic_write_text
-from ...data.textio import read_lines
+from ...textio import read_lines
 
 
 def add(subparsers, common) -> None:

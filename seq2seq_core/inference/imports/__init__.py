@@ -19,7 +19,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from ...data import moses_bpe, pieces
+from ...tokenizers import MosesBPE, Pieces
 from ...data.members import build_members
 from ...errors import ImportModelError
 from ...files import remove_stale_temporaries, sha256
@@ -30,7 +30,7 @@ from ..export import MARKER
 from . import fairseq, marian
 from .common import ImportJob
 
-FILES = {pieces.KIND: pieces.FILES, moses_bpe.KIND: moses_bpe.FILES}  # the vocabularies' files
+FILES = {Pieces.KIND: Pieces.FILES, MosesBPE.KIND: MosesBPE.FILES}  # the vocabularies' files
 
 
 def import_model(job: ImportJob, registry) -> Path:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from ...data.pieces import Pieces
+from ...tokenizers.pieces import Pieces
 from ...errors import DataError, ImportModelError
 from ...files import sha256
 from ..export import MARKER, permutation
@@ -290,7 +290,7 @@ def read_export(folder: Path) -> Imported:
     ids, its `tokenizers` vocabulary (tokenizer.json; target_tokenizer/ for a separate target
     one), and the run's task, model and decode sections, which the export's s2s_export.json
     keeps: the run again, every weight bit for bit."""
-    from ...data.subwords import Subwords
+    from ...tokenizers.subwords import Subwords
 
     marker = read_json(folder / MARKER)
     saved = marker.get("config")

@@ -9,7 +9,7 @@ from s2s.core.data.batches import epoch_batches, token_batches
 from s2s.core.data.prepared import prepare_data
 from s2s.core.errors import DataError
 from s2s.core.setup.settings import DataConfig
-from s2s.core.contract.vocab import BOS, EOS, PAD
+from s2s.core.tokenizers import BOS, EOS, PAD
 
 
 def test_batches_respect_max_tokens_and_cover_every_pair_once():

@@ -12,7 +12,7 @@ from s2s.core.decode.steps import length_penalty
 from s2s.core.decode.terminology import Spelling, Terms, line_terms, placeable, read_terms
 from s2s.core.errors import DataError
 from s2s.core.contract.task import DecodeDefaults
-from s2s.core.contract.vocab import EOS
+from s2s.core.tokenizers import EOS
 
 from test_search import ToyModel, log_probs, sources, transformer
 

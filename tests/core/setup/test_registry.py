@@ -101,7 +101,7 @@ def test_readme_plugin_trains_a_few_steps(plugin_file, tiny):
     ).exists()  # the shared default
     task = reg.get("chars")(cfg.task)
     task.load_vocab(run)
-    assert task.shared_vocab and type(task.tgt_vocab).__name__ == "Chars"
+    assert task.shared_vocab and type(task.tgt_vocab).__name__ == "CharTokenizer"
     assert task.decode_target(task.encode_target(["beam"])[0]) == "beam"
     source = path.parent / "words.txt"
     source.write_text("beam\nsearch\nlayer\n")
