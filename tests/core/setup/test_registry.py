@@ -204,7 +204,8 @@ def test_readme_plugin_joins_a_multi_task_run_unchanged(plugin_file, tiny, tmp_p
 def test_docs_plugin_prepares_again_after_its_train_file_is_edited(plugin_file, tmp_path, caplog):
     """The plugin reads its files with plain open(): the cache still fingerprints them."""
     from s2s.core.data.members import build_task
-    from s2s.core.data.prepared import MANIFEST, prepare_data
+    from s2s.core.data.cache import MANIFEST
+    from s2s.core.data.nodes import prepare_data
 
     path, data = plugin_file
     reg = Registry.installed([str(path)])
