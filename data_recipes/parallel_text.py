@@ -1,7 +1,7 @@
 """Plain parallel text: one file per language per split, `{prefix}.{lang}` (plain or gzipped).
 
 Line i of the source file translates line i of the target file. Files are read through
-`s2s.core.data.textio` (lines end at "\n" only; a bad byte is reported with its file and line); the
+`s2s.core.textio` (lines end at "\n" only; a bad byte is reported with its file and line); the
 line counts of the two files are compared before the first pair is yielded, so a misaligned corpus
 fails before any work is done. Surrounding whitespace is stripped; pairs with an empty side are
 dropped and counted (or kept, when `drop_empty` is off).
@@ -14,7 +14,7 @@ import zlib
 from pathlib import Path
 from typing import Iterator
 
-from s2s.core.data import textio
+from s2s.core import textio
 from s2s.core.errors import DataError
 
 log = logging.getLogger(__name__)

@@ -15,7 +15,7 @@ import random
 from contextlib import ExitStack
 from pathlib import Path
 
-from s2s.core.data import textio
+from s2s.core import textio
 from s2s.core.errors import DataError
 from s2s.core.files import replacing
 

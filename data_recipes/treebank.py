@@ -34,7 +34,7 @@ from typing import Iterable, Iterator
 
 from nltk.tree import Tree
 from s2s.core import files
-from s2s.core.data import textio
+from s2s.core import textio
 from s2s.core.errors import DataError
 
 WSJ_SPLIT = {"train": "02-21", "valid": "22", "test": "23"}

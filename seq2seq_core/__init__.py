@@ -1,6 +1,11 @@
 """s2s: a task-agnostic Transformer engine (Vaswani et al. 2017) and its task-plugin interface.
 
-The public interface for plugin authors is what this module exports; see `task.Task`.
+The public interface for plugin authors is what this module exports (`__all__`), and a plugin
+imports from here alone: the task contract (`Task`, see its docstring), the allowed values of
+its settings (`setting`, `one_of`, ...), per-sentence statistics of its metric
+(`SentenceStatistics`), the tokenizers it may use (`WordTokenizer`, `CharTokenizer`,
+`Subwords`, `Pieces`, `MosesBPE`, or its own on `Tokenizer`), the special ids, the errors it
+raises, and the one way to read and write text (`read_lines`, `atomic_write_text`).
 
 Importing s2s sets three defaults of the CPU runtime in the environment (`RUNTIME_ENV`; a value
 already set wins). They take effect only when set before torch is first imported, so the `s2s`
@@ -71,12 +76,29 @@ def _keep_freed_memory() -> list[str]:
 
 MALLOC_SET = _keep_freed_memory()
 
-from .contract.task import CONTRACT_VERSION, DataError, DecodeDefaults, Score, Task, TaskConfig
-from .contract.vocab import BOS, EOS, PAD, SPECIALS, UNK, WordTokenizer
-from .contract.checks import at_least, in_range, one_of, setting
+from .contract.checks import Allowed, above, at_least, in_range, one_of, setting
+from .contract.resampling import SentenceStatistics, f_measure, joined, sacrebleu_statistics
 from .contract.conformance import task_checks
-from .contract.resampling import SentenceStatistics
-from .errors import CheckFailed, ConfigError
+from .contract.task import CONTRACT_VERSION, Constraint, DecodeDefaults, Score, Task, TaskConfig
+from .errors import CheckFailed, ConfigError, DataError
+from .files import atomic_write_text
+from .textio import read_lines
+from .tokenizers import (
+    BOS,
+    EOS,
+    PAD,
+    SPECIALS,
+    UNK,
+    CharTokenizer,
+    MosesBPE,
+    Pieces,
+    Shareable,
+    Subwords,
+    Tokenizer,
+    TokenList,
+    Vocabulary,
+    WordTokenizer,
+)
 
 __all__ = [
     "RUNTIME_ENV",
@@ -87,19 +109,35 @@ __all__ = [
     "TaskConfig",
     "DecodeDefaults",
     "Score",
+    "Constraint",
+    "setting",
+    "Allowed",
+    "one_of",
+    "at_least",
+    "above",
+    "in_range",
+    "SentenceStatistics",
+    "joined",
+    "sacrebleu_statistics",
+    "f_measure",
+    "ConfigError",
     "DataError",
+    "atomic_write_text",
+    "read_lines",
     "SPECIALS",
     "PAD",
     "BOS",
     "EOS",
     "UNK",
+    "Vocabulary",
+    "Shareable",
+    "Tokenizer",
+    "TokenList",
     "WordTokenizer",
-    "SentenceStatistics",
-    "setting",
-    "at_least",
-    "in_range",
-    "one_of",
-    "ConfigError",
+    "CharTokenizer",
+    "Subwords",
+    "Pieces",
+    "MosesBPE",
     "task_checks",
     "CheckFailed",
 ]

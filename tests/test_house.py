@@ -18,8 +18,21 @@ ENGINE = Path(s2s.core.__file__).resolve().parent
 
 
 #: the wings of the engine, lowest first: a module imports only its own wing and those below
-#: it ("" is the root: errors, files and progress bars; "contract" what a plugin implements)
-WINGS = ["", "contract", "setup", "data", "nn", "decode", "runs", "training", "inference", "apps"]
+#: it ("" is the root: errors, files, text and progress bars; "tokenizers" the vocabularies;
+#: "contract" what a plugin implements)
+WINGS = [
+    "",
+    "tokenizers",
+    "contract",
+    "setup",
+    "data",
+    "nn",
+    "decode",
+    "runs",
+    "training",
+    "inference",
+    "apps",
+]
 
 
 def _module_name(path: Path) -> str:
@@ -60,15 +73,16 @@ def test_every_engine_module_lives_in_a_wing():
     for module in _imports():
         assert _wing(module) in WINGS, module
     root = {m for m in _imports() if _wing(m) == ""}
-    assert root == {f"s2s.core{x}" for x in ("", ".errors", ".files", ".progress")}, root
+    assert root == {f"s2s.core{x}" for x in ("", ".errors", ".files", ".progress", ".textio")}, root
 
 
 def test_a_wing_imports_only_the_wings_below_it():
     """Imports inside functions count: they run as surely as the module-level ones, later. The
-    package itself (`s2s.core`) is the plugin author's one import: it exports the contract's
-    names, and imports that wing alone."""
+    package itself (`s2s.core`) is the plugin author's one import: it exports the names of the
+    root, the tokenizers and the contract, and imports those wings alone."""
     graph = _imports()
-    assert {_wing(dep) for dep in graph["s2s.core"]} <= {"", "contract"}, graph["s2s.core"]
+    wings = {_wing(dep) for dep in graph["s2s.core"]}
+    assert wings <= {"", "tokenizers", "contract"}, graph["s2s.core"]
     upward = [
         f"{module} imports {dep}"
         for module, deps in graph.items()
@@ -223,6 +237,24 @@ def test_a_plugin_imports_the_engine_not_another_plugin():
                     if n.startswith("s2s.plugins.") and n.split(".")[2] != plugin.name
                 ]
                 assert not others, f"{path.relative_to(plugins)} imports {others}"
+
+
+def test_a_plugin_enters_the_engine_by_its_front_door():
+    """A built-in plugin imports the engine as an outside plugin may: `from s2s.core import
+    NAMES`, names that `s2s.core.__all__` exports, never a module inside the engine."""
+    plugins = ENGINE.parent / "plugins"
+    public = set(s2s.core.__all__)
+    for path in sorted(plugins.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                inside = [a.name for a in node.names if a.name.startswith("s2s.core")]
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("s2s.core"):
+                names = {a.name for a in node.names}
+                inside = [node.module] if node.module != "s2s.core" else sorted(names - public)
+            else:
+                continue
+            where = f"{path.relative_to(plugins)}, line {node.lineno}"
+            assert not inside, f"{where} imports {inside}: import from s2s.core (its __all__)"
 
 
 def test_docs_layout_names_every_engine_module_in_its_wing():

@@ -7,7 +7,7 @@
 Multi30k's 29,000 training pairs are cycled to each `--pairs` count and written as plain text
 files to a temporary folder, next to Multi30k's own dev and test files (a synthetic corpus with
 Multi30k's word statistics). The translation plugin (the multi30k_en_de preset's task section:
-byte-level BPE, 8,000 shared tokens) and `s2s.core.data.prepared.prepare_data` train the tokenizer
+byte-level BPE, 8,000 shared tokens) and `s2s.core.data.nodes.prepare_data` train the tokenizer
 on the first `data.vocab_sample` pairs (1M) and binarise every split, the training split in
 shards of `--shard-pairs` pairs binarised by `data.workers` processes, each prepare in a fresh
 process. Peak RSS is the prepare's process's, and apart its largest worker's.
@@ -77,7 +77,7 @@ def child(
 
     from s2s.core.data.batches import epoch_batches
     from s2s.core.data.members import build_task
-    from s2s.core.data.prepared import prepare_data
+    from s2s.core.data.nodes import prepare_data
 
     from bench.common import peak_rss_mib
 

@@ -83,7 +83,7 @@ def load(preset: str, run: str | None, cache_dir: str):
     """(task, model, decoding settings, description) for a run directory or an untrained model."""
     from s2s.core.data.idspace import join
     from s2s.core.data.members import Member, build_task, decode_settings
-    from s2s.core.data.prepared import prepare_data
+    from s2s.core.data.nodes import prepare_data
     from s2s.core.inference import load_for_inference
     from s2s.core.nn.model import Transformer
     from s2s.core.setup.config import load_config
@@ -517,7 +517,7 @@ def knows(rev: str, overrides: list[str]) -> bool:
 def parsing_job(run: str) -> tuple:
     """The parsing test split of run's preset: (run, sources, EVALB F1 of output trees)."""
     from s2s.core.data.members import data_config
-    from s2s.core.data.prepared import prepare_data
+    from s2s.core.data.nodes import prepare_data
     from s2s.core.inference import load_for_inference
     from s2s.core.setup.registry import Registry
     from s2s.plugins.parsing.evalb import evalb

@@ -62,7 +62,7 @@ def test_split(run_dir: Path, where: Path) -> tuple[Path, Path, int, str]:
     """The run's test sources and references as files (the prepared split's raw lines), their
     number, and the run's task name."""
     from s2s.core.data.members import build_members, data_config
-    from s2s.core.data.prepared import prepare_data
+    from s2s.core.data.nodes import prepare_data
     from s2s.core.setup.config import load_config
     from s2s.core.setup.registry import Registry
 

@@ -28,7 +28,7 @@ from s2s.core.inference import load_for_inference  # noqa: E402
 from s2s.core.setup.config import load_config  # noqa: E402
 from s2s.core.setup.registry import Registry  # noqa: E402
 from s2s.core.training.trainer import train  # noqa: E402
-from s2s.core.contract.vocab import BOS, EOS, PAD  # noqa: E402
+from s2s.core.tokenizers import BOS, EOS, PAD  # noqa: E402
 
 from bench.common import corpus_overrides, machine, write  # noqa: E402
 

@@ -139,7 +139,7 @@ def main() -> None:
     p.add_argument("--name", default="serve_load")
     args = p.parse_args()
 
-    from s2s.core.data.prepared import prepare_data
+    from s2s.core.data.nodes import prepare_data
     from s2s.core.inference import load_run
 
     run = Path(args.run)

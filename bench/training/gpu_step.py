@@ -44,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import torch  # noqa: E402
 from s2s.core.files import atomic_write_text  # noqa: E402
 from s2s.core.contract.task import Task, TaskConfig  # noqa: E402
-from s2s.core.contract.vocab import SPECIALS, WordTokenizer  # noqa: E402
+from s2s.core.tokenizers import SPECIALS, WordTokenizer  # noqa: E402
 
 TINY = {"model.layers": 1, "model.d_model": 64, "model.d_ff": 128, "model.heads": 2}
 

@@ -92,7 +92,7 @@ def pair_flops(common: list[str]) -> tuple[float, dict]:
     """Prepare the data (as the runs will find it) and return the mean FLOPs of training one pair."""
     from s2s.core.data.idspace import join
     from s2s.core.data.members import Member, build_task
-    from s2s.core.data.prepared import prepare_data
+    from s2s.core.data.nodes import prepare_data
     from s2s.core.nn.model import Transformer
     from s2s.core.nn.optim import lrate
     from s2s.core.setup.config import load_config
@@ -224,7 +224,7 @@ def fairseq_data(common: list[str], directory: Path, fairseq_bin: Path) -> Path:
     """The run's training and dev pairs as s2s's subword ids (id strings), binarised by
     fairseq-preprocess with one joined dictionary: fairseq trains on the same sequences."""
     from s2s.core.data.members import build_task
-    from s2s.core.data.prepared import prepare_data
+    from s2s.core.data.nodes import prepare_data
     from s2s.core.setup.config import load_config
     from s2s.core.setup.registry import Registry
 

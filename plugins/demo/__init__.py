@@ -14,11 +14,20 @@ from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
-from s2s.core.contract.checks import one_of, setting
-from s2s.core.contract.resampling import SentenceStatistics, f_measure, joined, sacrebleu_statistics
-from s2s.core.contract.task import DecodeDefaults, Score, Task, TaskConfig
-from s2s.core.contract.vocab import WordTokenizer
-from s2s.core.errors import ConfigError
+from s2s.core import (
+    ConfigError,
+    DecodeDefaults,
+    Score,
+    SentenceStatistics,
+    Task,
+    TaskConfig,
+    WordTokenizer,
+    f_measure,
+    joined,
+    one_of,
+    sacrebleu_statistics,
+    setting,
+)
 from sacrebleu.metrics import BLEU, TER
 
 from . import grammar

@@ -31,12 +31,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from s2s.core.contract.checks import at_least, one_of, setting
-from s2s.core.data.subwords import Subwords
-from s2s.core.errors import DataError
-from s2s.core.files import atomic_write_text
-from s2s.core.contract.task import DecodeDefaults, Score, Task, TaskConfig
-from s2s.core.contract.vocab import SPECIALS, Shareable, WordTokenizer
+from s2s.core import (
+    SPECIALS,
+    DataError,
+    DecodeDefaults,
+    Score,
+    Shareable,
+    Subwords,
+    Task,
+    TaskConfig,
+    WordTokenizer,
+    at_least,
+    atomic_write_text,
+    one_of,
+    setting,
+)
 
 from .constraint import TokenTables, TreeConstraint, leaf_tags
 from .evalb import evalb

@@ -26,8 +26,7 @@ from __future__ import annotations
 from typing import Sequence
 
 import torch
-from s2s.core.contract.task import Constraint
-from s2s.core.contract.vocab import EOS, PAD, SPECIALS, UNK
+from s2s.core import EOS, PAD, SPECIALS, UNK, Constraint
 from torch import Tensor
 
 from .linearise import PLACEHOLDER, PUNCTUATION_TAGS, TAG_SCHEMES, punctuation_tags

@@ -361,7 +361,7 @@ def sentence_statistics(result: EvalbResult, primary: str = "f1"):
     `primary` first; a zero denominator gives 0, as EVALB prints."""
     import numpy as np
 
-    from s2s.core.contract.resampling import SentenceStatistics, f_measure
+    from s2s.core import SentenceStatistics, f_measure
 
     rows = np.array(
         [
@@ -421,6 +421,6 @@ def gold_brackets_all(rows: Sequence[Sentence], gold: Sequence[str]) -> list[int
 
 def evalb_files(gold_path, test_path) -> EvalbResult:
     """`evalb -p COLLINS.prm gold_path test_path`: one tree per line in each file."""
-    from s2s.core.data.textio import read_lines  # lines end at "\n" only
+    from s2s.core import read_lines  # lines end at "\n" only
 
     return evalb(read_lines(gold_path), read_lines(test_path))

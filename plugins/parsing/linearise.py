@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from s2s.core.contract.vocab import SPECIALS
+from s2s.core import SPECIALS
 
 PLACEHOLDER = "XX"
 SCHEMES = ("vinyals", "tags", "words", "tags_words")

@@ -12,7 +12,7 @@ not split words, which the log says too.
 
 from __future__ import annotations
 
-from s2s.core.contract.checks import Allowed
+from s2s.core import Allowed
 
 #: the 183 codes of ISO 639-1
 ISO_639_1 = frozenset(

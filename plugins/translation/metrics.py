@@ -18,8 +18,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from s2s.core.errors import DataError
-from s2s.core.contract.resampling import SentenceStatistics, joined, sacrebleu_statistics
+from s2s.core import DataError, SentenceStatistics, joined, sacrebleu_statistics
 from sacrebleu.metrics import BLEU, CHRF
 
 from . import moses

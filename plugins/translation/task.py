@@ -16,12 +16,20 @@ from itertools import islice
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
-from s2s.core.contract.checks import one_of, setting
-from s2s.core.data import moses_bpe, pieces
-from s2s.core.data.subwords import MODELS, Subwords, smallest_vocab
-from s2s.core.errors import ConfigError, DataError
-from s2s.core.contract.task import DecodeDefaults, Score, Task, TaskConfig
-from s2s.core.contract.vocab import Shareable
+from s2s.core import (
+    ConfigError,
+    DataError,
+    DecodeDefaults,
+    MosesBPE,
+    Pieces,
+    Score,
+    Shareable,
+    Subwords,
+    Task,
+    TaskConfig,
+    one_of,
+    setting,
+)
 
 from . import metrics, moses
 from .languages import LANGUAGE, UNSEGMENTED
@@ -31,8 +39,8 @@ log = logging.getLogger(__name__)
 #: vocabularies that come with a pretrained model (`s2s import`): read, never trained; each
 #: kind's class and its two files in a run directory
 IMPORTED = {
-    pieces.KIND: (pieces.Pieces, pieces.FILES),
-    moses_bpe.KIND: (moses_bpe.MosesBPE, moses_bpe.FILES),
+    Pieces.KIND: (Pieces, Pieces.FILES),
+    MosesBPE.KIND: (MosesBPE, MosesBPE.FILES),
 }
 
 SOURCES = ("text", "wmt14", "multi30k")
@@ -59,7 +67,7 @@ class TranslationConfig(TaskConfig):
     local_dir: str = ""
     # vocabulary: trained (bpe, wordpiece), or a pretrained model's (sentencepiece: OPUS-MT's;
     # moses_bpe: fairseq's; written by `s2s import`, never trained; docs/pretrained.md)
-    tokenizer: str = setting("bpe", one_of(*MODELS, *IMPORTED))
+    tokenizer: str = setting("bpe", one_of(*Subwords.MODELS, *IMPORTED))
     # an imported tokenizer: the run directory (of `s2s import`) whose vocabulary files this
     # task reads instead of training one; an import names itself, and a run with
     # run.init_from=IMPORT takes it from there
@@ -89,7 +97,9 @@ class TranslationConfig(TaskConfig):
                         f"{where}.{key}={lang!r}: Multi30k is fetched in {', '.join(LANGS)} "
                         f"(or set {where}.data_dir to a copy holding .{lang} files)"
                     )
-        smallest = 0 if section.tokenizer in IMPORTED else smallest_vocab(section.tokenizer)
+        smallest = (
+            0 if section.tokenizer in IMPORTED else Subwords.smallest_vocab(section.tokenizer)
+        )
         if section.vocab_size < smallest:
             raise ConfigError(
                 f"{where}.vocab_size={section.vocab_size}: must be >= {smallest} with "

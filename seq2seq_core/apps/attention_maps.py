@@ -22,7 +22,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from ..data import textio
+from .. import textio
 from ..data.idspace import N_SPECIAL
 from ..data.members import decode_settings
 from ..data.batches import chunks
@@ -38,7 +38,7 @@ from ..files import (
     replacing,
 )
 from ..inference import load_for_inference
-from ..contract.vocab import BOS, EOS, SPECIALS
+from ..tokenizers import BOS, EOS, SPECIALS
 
 log = logging.getLogger("s2s")
 

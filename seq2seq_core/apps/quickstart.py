@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass
 
 from ..data.members import decode_settings
-from ..data.prepared import prepare_data
+from ..data.nodes import prepare_data
 from ..decode.batched import Decoder
 from ..inference import load_for_inference
 from ..contract.task import Score

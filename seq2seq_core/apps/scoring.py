@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..data import textio
+from .. import textio
 from ..data.members import build_task
 from ..errors import ConfigError, DataError, UsageError
 from ..runs.checkpoint import task_origins

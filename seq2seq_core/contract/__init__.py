@@ -1,5 +1,4 @@
-"""The contract: what the engine and a task plugin agree on, and all a plugin imports besides
-errors and files: the task interface (`task`), vocabularies and the special ids (`vocab`), the
+"""The contract: what the engine and a task plugin agree on: the task interface (`task`), the
 allowed values of a setting (`checks`), per-sentence statistics and what is computed from them
-(`resampling`). The lowest wing: it imports only the root, and every wing may import it;
-`s2s.core` exports the plugin author's names from it."""
+(`resampling`). It imports only the root and the tokenizers, and every wing above may import
+it; `s2s.core` exports the plugin author's names from it."""

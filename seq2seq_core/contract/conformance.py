@@ -42,7 +42,7 @@ from typing import Callable
 from ..errors import CheckFailed, ConfigError, DataError
 from . import checks
 from .task import DecodeDefaults, Score, Task, TaskConfig, checked_score
-from .vocab import BOS, EOS, PAD, SPECIALS, UNK, Vocabulary
+from ..tokenizers import BOS, EOS, PAD, SPECIALS, UNK, Vocabulary
 
 #: how many lines of a split the checks that go line by line look at
 LINES = 300

@@ -2,10 +2,10 @@
 
 A task turns raw (source, target) pairs into ids and hypotheses back into text, and scores them.
 The engine owns the model, the data pipeline, training and decoding and never imports a task by
-name; a task imports only this module and `s2s.core.contract.vocab`.
+name; a task imports only this module and `s2s.core.tokenizers`.
 
 A plugin writes what is its own: `read_split`, `build_vocab` (which sets `src_vocab` and
-`tgt_vocab`, objects of the `s2s.core.contract.vocab.Vocabulary` protocol, one object twice when
+`tgt_vocab`, objects of the `s2s.core.Vocabulary` protocol, one object twice when
 shared) and `score`; optionally `prepare_source` (raw input text), `postprocess`, `display`,
 `constraint`, `output_target` (an output line as the model writes it) and `statistics`
 (per-sentence counts, for intervals and paired tests).
@@ -18,7 +18,7 @@ it anywhere, on any thread. What a task counts about post-processing (parsing: r
 it counts in `score`, which validation and test hand the decoded hypotheses, before
 post-processing, with their sources.
 
-Every vocabulary reserves the ids in `SPECIALS` (see `s2s.core.contract.vocab`): 0 <pad>, 1 <s>,
+Every vocabulary reserves the ids in `SPECIALS` (see `s2s.core.tokenizers`): 0 <pad>, 1 <s>,
 2 </s>, 3 <unk>. Tokenizers trained with the `tokenizers` library get them by listing
 `SPECIALS` first among their special tokens.
 """
@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Iterator, Sequence
 
 from ..errors import DataError, plugin_error
-from .vocab import Shareable, Vocabulary, WordTokenizer
+from ..tokenizers import Shareable, Vocabulary, WordTokenizer
 
 if TYPE_CHECKING:
     import torch
@@ -291,13 +291,13 @@ class Task:
     def shared_vocab(self) -> bool:
         """True when source and target use one vocabulary (then all embeddings are tied): one
         object, or two whose `id_space` is the same (OPUS-MT's source and target sentencepiece
-        models over one vocab.json: s2s.core.data.pieces)."""
+        models over one vocab.json: s2s.core.tokenizers.pieces)."""
         src, tgt = self._vocab("src"), self._vocab("tgt")
         return src is tgt or getattr(src, "id_space", None) == getattr(tgt, "id_space", 0)
 
     def shareable(self, side: str) -> Shareable | None:
         """What this task's `side` ("src" / "tgt") vocabulary is, for sharing it with other
-        members of a run (`multitask.shared_vocab`; see `s2s.core.contract.vocab.Shareable`), or
+        members of a run (`multitask.shared_vocab`; see `s2s.core.Shareable`), or
         None: not shared. Decided by the config alone (it is asked before any vocabulary exists)."""
         return None
 

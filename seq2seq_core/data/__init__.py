@@ -1,5 +1,5 @@
 """Data: the tasks of a run and their data, from text to the batches training takes: prepared
-(binarised, cached) splits and batching (`prepared`), the run's members and their early checks
-(`members`), where each member's ids sit in the model (`idspace`), subword and shared
-vocabularies (`subwords`, `joint`), and the one way text is read (`textio`). Imports setup and
-the wings below."""
+(binarised) splits read from their cache (`cache`), built (`build`, `shards`) by one process or
+several machines (`nodes`), batching (`batches`), the run's members and their early checks
+(`members`), where each member's ids sit in the model (`idspace`), vocabularies shared by
+members (`joint`). Imports setup and the wings below."""

@@ -20,7 +20,7 @@ import unicodedata
 
 import numpy as np
 
-from ..contract.vocab import EOS
+from ..tokenizers import EOS
 
 KINDS = ("augment_case", "augment_punct", "augment_typos")
 

@@ -8,7 +8,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from .prepared import Split
+from .cache import Split
 
 
 def token_batches(

@@ -1,7 +1,7 @@
 """The id space of a run's members: where each member's ids sit in the model's embeddings.
 
 With one member the run's ids are the task's own. With several, the engine maps
-each member's ids into one space: the specials (`s2s.core.contract.vocab.SPECIALS`) are shared and
+each member's ids into one space: the specials (`s2s.core.SPECIALS`) are shared and
 the other ids of member k are shifted past those of the members before it, so no two members share
 an embedding or output row. Every source then starts with its member's task token (Johnson et
 al., 2017), placed after all the source vocabularies. When every member shares one vocabulary
@@ -22,7 +22,7 @@ import torch
 
 from ..errors import DataError
 from ..contract.task import Constraint
-from ..contract.vocab import SPECIALS
+from ..tokenizers import SPECIALS
 
 N_SPECIAL = len(SPECIALS)
 

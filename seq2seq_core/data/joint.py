@@ -34,7 +34,7 @@ import numpy as np
 
 from .. import files
 from ..errors import DataError
-from .prepared import cache_key
+from .cache import cache_key
 
 log = logging.getLogger("s2s")
 SIDES = ("src", "tgt")

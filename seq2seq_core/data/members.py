@@ -20,8 +20,8 @@ from ..contract.task import Constraint, DecodeDefaults, Task
 from . import joint
 from .idspace import N_SPECIAL, IdMap, MappedConstraint, join
 from .augment import Augment
-from .prepared import padded
-from .prepared import prepare_data as prepare_data
+from .cache import padded
+from .nodes import prepare_data
 from .shards import Nodes
 
 
@@ -48,7 +48,7 @@ class Member:
         # side -> number of the vocabulary it shares with other members (`s2s.core.data.joint`);
         # None: the run shares none (multitask.shared_vocab off)
         self.share: dict[str, int] | None = None
-        self.data = None  # s2s.core.data.prepared.Prepared, once prepared
+        self.data = None  # s2s.core.data.cache.Prepared, once prepared
         self.augment = None  # s2s.core.data.augment.Augment: noise on training sources
 
     @property
@@ -217,9 +217,9 @@ def prepare_members(
     members: list[Member], cfg, group, quiet: bool, nodes: Nodes = Nodes()
 ) -> tuple[int, int, bool]:
     """Each member's data (rank 0 prepares it or checks its cache, the others then read the
-    cache; with several `nodes`, node 0 is rank 0 and the others help it: `prepared`), and what
+    cache; with several `nodes`, node 0 is rank 0 and the others help it: `nodes`), and what
     would otherwise fail after training: the splits training needs, dev and test pairs too long
-    for the model (`data.Prepared.open`). Returns the run's id space (`idspace.join`)."""
+    for the model (`cache.Prepared.open`). Returns the run's id space (`idspace.join`)."""
     data_cfg = data_config(cfg)
     groups = joint.assign(members) if members[0].share is not None else []
 

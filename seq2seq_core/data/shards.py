@@ -44,7 +44,7 @@ import numpy as np
 
 from .. import files
 from ..errors import DataError
-from ..contract.vocab import EOS
+from ..tokenizers import EOS
 from .cleaning import Cleaner, across_shards, save_hashes, summary
 
 log = logging.getLogger("s2s")
@@ -273,7 +273,7 @@ class _Pool:
 
 def _work(argv: list[str]) -> int:
     """A worker process: binarise one shard (`_Pool`), print its counts as JSON."""
-    from . import subwords
+    from ..tokenizers import subwords
     from ..errors import S2SError
 
     subwords.THREADS = 1  # the workers are one per core already

@@ -27,7 +27,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ..contract.vocab import EOS
+from ..tokenizers import EOS
 
 
 def allocate(

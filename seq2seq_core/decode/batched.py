@@ -21,7 +21,7 @@ import torch
 from ..data.batches import chunks
 from ..errors import UsageError, plugin_error
 from ..contract.task import DecodeDefaults, Task, checked_score
-from ..contract.vocab import BOS, EOS, PAD, UNK
+from ..tokenizers import BOS, EOS, PAD, UNK
 from .constraints import Prefix, joined
 from .mbr import expected_figures, expected_utilities
 from .terminology import SAMPLING_REFUSED, Terms, word_glue

@@ -8,7 +8,7 @@ import torch
 from torch import Tensor
 
 from ..contract.task import DecodeDefaults
-from ..contract.vocab import BOS, EOS, PAD
+from ..tokenizers import BOS, EOS, PAD
 from . import constraints
 from .banks import allocate
 from .steps import Stepper, keep_order, penalty, top_k

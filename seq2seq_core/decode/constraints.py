@@ -10,7 +10,7 @@ from typing import Sequence
 import torch
 
 from ..contract.task import Constraint
-from ..contract.vocab import PAD
+from ..tokenizers import PAD
 
 
 class Prefix(Constraint):

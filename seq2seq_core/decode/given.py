@@ -3,7 +3,7 @@ server and the Python API: target prefixes, terms (source term, target term), ta
 score (read as the model writes them, `Task.output_target`: a parser's tree linearised).
 
 A given token sequence is text, never the vocabulary's special tokens
-(`s2s.core.contract.vocab.SPECIALS` as the vocabulary reads them: </s> in a prefix ended the output
+(`s2s.core.SPECIALS` as the vocabulary reads them: </s> in a prefix ended the output
 after its first part, <pad> emptied the line, a </s> target line was scored as the end token): each
 is refused, naming it. Identical term pairs are merged (each copy counted against the length limit
 and the server's bound before); one source term with two different targets is refused, since both
@@ -18,7 +18,7 @@ from typing import Callable, Sequence
 
 from ..errors import DataError, UsageError, plugin_error
 from ..contract.task import DecodeDefaults, Task
-from ..contract.vocab import BOS, EOS, PAD, SPECIALS, UNK
+from ..tokenizers import BOS, EOS, PAD, SPECIALS, UNK
 
 
 def special_tokens(encode, text: str, unknown: bool = False) -> list[str]:

@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 
 from ..contract.checks import SEED_MAX, number_problem, shown, whole_number_problem
-from ..contract.vocab import BOS, EOS, PAD
+from ..tokenizers import BOS, EOS, PAD
 from .steps import Stepper, keep_order
 
 

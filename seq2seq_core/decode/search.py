@@ -26,7 +26,7 @@ from torch import Tensor
 from ..contract.checks import shown
 from ..setup.settings import Stop
 from ..contract.task import DecodeDefaults
-from ..contract.vocab import EOS, PAD
+from ..tokenizers import EOS, PAD
 from .beam import beam_search, greedy
 from .mbr import METHODS, UTILITIES
 from .sampling import Sampling, sample, sentence_generators

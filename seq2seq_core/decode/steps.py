@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 
 from ..contract.task import DecodeDefaults
-from ..contract.vocab import BOS, EOS, PAD
+from ..tokenizers import BOS, EOS, PAD
 
 
 def length_penalty(length, alpha: float, form: str = "gnmt"):

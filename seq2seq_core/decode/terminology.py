@@ -39,10 +39,10 @@ from typing import Sequence
 
 import torch
 
-from ..data import textio
+from .. import textio
 from ..errors import DataError
 from ..contract.task import Constraint
-from ..contract.vocab import EOS, PAD, SPECIALS
+from ..tokenizers import EOS, PAD, SPECIALS
 
 
 #: the one line the command line, the server and the Python API give for terms with sampling

@@ -14,7 +14,7 @@ import torch
 
 from ..decode.batched import Decoder
 from ..decode.search import sentences_per_batch
-from ..contract.vocab import BOS, EOS, PAD, SPECIALS
+from ..tokenizers import BOS, EOS, PAD, SPECIALS
 from .formats.common import tokenizers_of, tokens_of
 
 

@@ -20,7 +20,7 @@ from typing import IO, Iterable, NamedTuple, Sequence
 
 import torch
 
-from ..data import textio
+from .. import textio
 from ..data.members import decode_settings
 from ..decode.batched import Decoder, Forced, prepared_sources, unknown_words
 from ..decode.given import checked_terms, line_targets, model_targets, prefix_problem

@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from ..data import textio
+from .. import textio
 from ..data.members import decode_settings
 from ..decode.search import Wanted
 from ..errors import DataError, UsageError

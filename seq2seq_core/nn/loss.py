@@ -8,7 +8,7 @@ import threading
 import torch
 import torch.nn.functional as F
 
-from ..contract.vocab import PAD
+from ..tokenizers import PAD
 from .precision import padded_rows
 
 

@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..contract.vocab import PAD
+from ..tokenizers import PAD
 from .attention import AttentionWeights, MultiHeadAttention
 from .loss import label_smoothed_loss
 

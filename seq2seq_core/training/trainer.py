@@ -39,7 +39,7 @@ from ..nn import precision
 from ..nn.model import Transformer
 from ..nn.optim import adam, lrate
 from ..contract.task import better
-from ..contract.vocab import PAD
+from ..tokenizers import PAD
 from ..runs import checkpoint, directory
 from ..runs.agreement import Read, check_members
 from ..runs.distributed import Group

@@ -33,7 +33,7 @@ from ..data.batches import token_batches
 from ..decode.batched import Decoder
 from ..contract.resampling import scored
 from ..contract.task import Constraint
-from ..contract.vocab import EOS
+from ..tokenizers import EOS
 from . import heap
 from .rng import rng_preserved
 

@@ -10,7 +10,7 @@ import pytest
 from conftest import NLTK_DATA, needs
 from omegaconf import OmegaConf
 from s2s.core.errors import DataError
-from s2s.core.contract.vocab import SPECIALS, UNK
+from s2s.core.tokenizers import SPECIALS, UNK
 from s2s.data_recipes.treebank import (
     Preprocessing,
     ReadStats,

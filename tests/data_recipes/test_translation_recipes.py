@@ -289,7 +289,7 @@ def test_parquet_shards_in_the_hubs_data_folder_are_prepared_as_a_stream(tmp_pat
     corpus without configs): read one record batch at a time, binarised in two shards by two
     processes, every pair there in order; a file that is not parquet is named."""
     import pyarrow.parquet as pq
-    from s2s.core.data.prepared import prepare_data
+    from s2s.core.data.nodes import prepare_data
     from s2s.core.setup.settings import DataConfig
 
     root = tmp_path / "hub"

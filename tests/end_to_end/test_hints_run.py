@@ -26,7 +26,7 @@ pytestmark = pytest.mark.slow
 #: is "_"), so that a character the training data lacks is an unknown piece of a word
 PLUGIN = """
 from s2s.core import DecodeDefaults
-from s2s.core.contract.vocab import WordTokenizer
+from s2s.core.tokenizers import WordTokenizer
 from s2s.plugins.demo import DemoTask
 
 

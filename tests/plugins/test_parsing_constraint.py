@@ -14,7 +14,7 @@ from s2s.core.decode.batched import Decoder, source_batch
 from s2s.core.decode.search import search
 from s2s.core.nn.model import Transformer
 from s2s.core.setup.settings import ModelConfig
-from s2s.core.contract.vocab import EOS
+from s2s.core.tokenizers import EOS
 from s2s.plugins.parsing import ParsingTask
 from s2s.plugins.parsing.evalb import evalb, read_tree
 from s2s.plugins.parsing.linearise import SCHEMES, linearise, punctuation_tags
@@ -217,7 +217,7 @@ def test_off_by_default_and_on_in_the_sample_preset(registry):
 def test_a_due_word_is_scored_as_any_word():
     """The source fixes which word a leaf writes, so the search scores it with the model's
     probability of writing some word there; brackets keep their own probability."""
-    from s2s.core.contract.vocab import SPECIALS, UNK
+    from s2s.core.tokenizers import SPECIALS, UNK
 
     task = task_for("words", linearised_pairs("words"))
     V = task.tgt_vocab_size

@@ -8,8 +8,8 @@ from itertools import islice
 import pytest
 from conftest import MULTI30K, corpus, needs
 from omegaconf import OmegaConf
-from s2s.core.data.subwords import CONTINUATION, Subwords
-from s2s.core.contract.vocab import SPECIALS, UNK
+from s2s.core.tokenizers.subwords import CONTINUATION, Subwords
+from s2s.core.tokenizers import SPECIALS, UNK
 from s2s.plugins.translation import TranslationConfig, TranslationTask
 
 needs_multi30k = needs(MULTI30K)
@@ -159,7 +159,7 @@ def test_load_names_the_missing_file(tmp_path):
 
 
 def test_vocabularies_fit_the_protocol_and_the_task_says_when_there_is_none():
-    from s2s.core.contract.vocab import Vocabulary, WordTokenizer
+    from s2s.core.tokenizers import Vocabulary, WordTokenizer
 
     task = _task(vocab_size=400)
     with pytest.raises(RuntimeError, match="neither built nor loaded"):

@@ -11,7 +11,7 @@ import sys
 
 from ...errors import UsageError
 from ...files import atomic_write_text, output_file
-from ...data.textio import read_lines
+from ...textio import read_lines
 
 
 def add(subparsers, common) -> None:

@@ -31,7 +31,7 @@ from ...data.members import decode_settings
 from ...decode.batched import Decoder, Forced, source_batch
 from ...decode.search import Wanted, search
 from ...contract.task import DecodeDefaults
-from ...contract.vocab import BOS, EOS, SPECIALS
+from ...tokenizers import BOS, EOS, SPECIALS
 from ..attention_maps import source_tokens, target_tokens
 
 log = logging.getLogger("s2s")

@@ -14,7 +14,7 @@ from matplotlib.figure import Figure
 from omegaconf import OmegaConf
 
 from ...data.members import build_members, data_config
-from ...data.prepared import prepare_data
+from ...data.nodes import prepare_data
 from ...errors import DataError
 from ...files import atomic_write_text
 from ...contract.resampling import SentenceStatistics, intervals

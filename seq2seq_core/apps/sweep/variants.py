@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from ...data import textio
+from ... import textio
 from ...errors import ConfigError, UsageError
 
 MANIFEST, LOCK = "sweep.json", ".lock"

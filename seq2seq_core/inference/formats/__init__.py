@@ -33,9 +33,8 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from ...data import moses_bpe, pieces
+from ...tokenizers import MosesBPE, Pieces
 from ...data.members import build_members
-from ...data.pieces import Pieces
 from ...errors import ExportError, ImportModelError
 from ...files import output_folder, remove_stale_temporaries, sha256
 from ...nn.model import Transformer
@@ -47,7 +46,7 @@ from .ctranslate2 import QUANTIZATIONS
 
 __all__ = ["ExportJob", "ImportJob", "export", "import_model"]
 
-FILES = {pieces.KIND: pieces.FILES, moses_bpe.KIND: moses_bpe.FILES}  # the vocabularies' files
+FILES = {Pieces.KIND: Pieces.FILES, MosesBPE.KIND: MosesBPE.FILES}  # the vocabularies' files
 FORMATS = ("ctranslate2", "huggingface", "safetensors")  # what `s2s export --to` writes
 
 

@@ -18,7 +18,7 @@ from typing import Callable, Iterator
 import torch
 
 from ...nn.model import Transformer
-from ...contract.vocab import SPECIALS
+from ...tokenizers import SPECIALS
 from ...errors import ExportError, ImportModelError
 
 WEIGHTS = ("model.safetensors", "pytorch_model.bin")

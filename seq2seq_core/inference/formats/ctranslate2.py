@@ -16,8 +16,8 @@ from pathlib import Path
 
 import torch
 
-from ...contract.vocab import BOS, EOS, SPECIALS, UNK
-from ...data.pieces import Pieces
+from ...tokenizers import BOS, EOS, SPECIALS, UNK
+from ...tokenizers.pieces import Pieces
 from ...errors import ExportError
 from ...nn.model import Transformer
 from .common import tokenizers_of, tokens_of

@@ -8,11 +8,10 @@ from pathlib import Path
 
 import torch
 
-from ...data import moses_bpe
-from ...data.moses_bpe import MosesBPE, read_fairseq_dictionary
+from ...tokenizers.moses_bpe import MosesBPE, read_fairseq_dictionary
 from ...errors import DataError, ImportModelError
 from ...files import sha256
-from ...contract.vocab import BOS
+from ...tokenizers import BOS
 from ...nn.model import offset_sinusoids
 from .common import Fields, ImportJob, Imported, checked_weight, layer_weights
 
@@ -203,7 +202,7 @@ def _fairseq_config(args: dict, path: Path, src_vocab, tgt_vocab, src_lang, tgt_
             "source": "text",
             "src_lang": src_lang,
             "tgt_lang": tgt_lang,
-            "tokenizer": moses_bpe.KIND,
+            "tokenizer": MosesBPE.KIND,
             "vocab_size": len(tgt_vocab),
             "shared_vocab": share_all,
         },

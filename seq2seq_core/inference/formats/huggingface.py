@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ...contract.vocab import BOS, EOS, PAD, SPECIALS, UNK
+from ...tokenizers import BOS, EOS, PAD, SPECIALS, UNK
 from ...errors import DataError, ImportModelError
 from ...files import sha256
 from ...nn.model import Transformer
@@ -74,7 +74,7 @@ def read_export(folder: Path) -> Imported:
     ids, its `tokenizers` vocabulary (tokenizer.json; target_tokenizer/ for a separate target
     one), and the run's task, model and decode sections, which the export's s2s_export.json
     keeps: the run again, every weight bit for bit."""
-    from ...data.subwords import Subwords
+    from ...tokenizers.subwords import Subwords
 
     marker = read_json(folder / MARKER)
     saved = marker.get("config")

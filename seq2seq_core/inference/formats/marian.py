@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ...contract.vocab import BOS, EOS, PAD, UNK
-from ...data.pieces import Pieces
+from ...tokenizers import BOS, EOS, PAD, UNK
+from ...tokenizers.pieces import Pieces
 from ...errors import ImportModelError
 from ...files import sha256
 from ...nn.model import Transformer

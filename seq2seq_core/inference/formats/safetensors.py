@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ...contract.vocab import SPECIALS
+from ...tokenizers import SPECIALS
 from ...nn.model import Transformer
 from ...setup.settings import ModelConfig
 

@@ -19,7 +19,7 @@ from conftest import task_keys, tiny_run
 from omegaconf import OmegaConf
 from s2s.core.apps.cli import main
 from s2s.core.data.members import decode_settings
-from s2s.core.data.prepared import prepare_data
+from s2s.core.data.nodes import prepare_data
 from s2s.core.decode.batched import Decoder, source_batch
 from s2s.core.decode.search import search
 from s2s.core.errors import ExportError

@@ -33,7 +33,7 @@ from s2s.core.apps.serve.bodies import (
     MAX_WEIGHTS,
 )
 from s2s.core.data.members import build_members, pick
-from s2s.core.data.prepared import prepare_data
+from s2s.core.data.nodes import prepare_data
 from s2s.core.setup.config import load_config
 from s2s.core.setup.registry import Registry
 

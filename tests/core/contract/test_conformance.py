@@ -26,7 +26,7 @@ from s2s.core import DataError, DecodeDefaults, Score, Task, TaskConfig, task_ch
 from s2s.core.contract.checks import at_least, setting
 from s2s.core.contract.conformance import CHECKS, checks_of
 from s2s.core.contract.resampling import SentenceStatistics
-from s2s.core.contract.vocab import SPECIALS, UNK
+from s2s.core.tokenizers import SPECIALS, UNK
 from s2s.core.errors import CheckFailed, ConfigError
 
 
@@ -324,7 +324,7 @@ def test_check_task_prints_a_line_a_check_and_fails_with_a_broken_one(tmp_path):
         "from s2s.core import DataError, DecodeDefaults, Score, Task, TaskConfig\n"
         "from s2s.core.contract.checks import at_least, setting\n"
         "from s2s.core.contract.resampling import SentenceStatistics\n"
-        "from s2s.core.contract.vocab import SPECIALS, UNK\n\n\n"
+        "from s2s.core.tokenizers import SPECIALS, UNK\n\n\n"
     )
     spaces = (
         "\n\nclass Spaces(Reverse):\n    name = 'spaces'\n    Vocab = SpaceDropping\n\n"

@@ -6,7 +6,7 @@ import torch
 from s2s.core.data.augment import Augment
 from s2s.core.data.batches import taken
 from s2s.core.data.members import build_members
-from s2s.core.data.prepared import prepare_data
+from s2s.core.data.nodes import prepare_data
 from s2s.core.setup.config import load_config
 
 from conftest import MULTI30K, corpus

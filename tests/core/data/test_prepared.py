@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 from s2s.core.data.batches import epoch_batches, token_batches
-from s2s.core.data.prepared import prepare_data
+from s2s.core.data.nodes import prepare_data
 from s2s.core.errors import DataError
 from s2s.core.setup.settings import DataConfig
-from s2s.core.contract.vocab import BOS, EOS, PAD
+from s2s.core.tokenizers import BOS, EOS, PAD
 
 
 def test_batches_respect_max_tokens_and_cover_every_pair_once():
@@ -29,7 +29,7 @@ def test_an_epochs_batches_are_one_list_for_any_number_of_processes():
     """Every pair of the split in exactly one batch, the same list for the same (seed, epoch),
     another order for another epoch; how processes share it is the schedule's
     (tests/core/training/test_schedule.py)."""
-    from s2s.core.data.prepared import Split
+    from s2s.core.data.cache import Split
 
     lens = np.random.default_rng(1).integers(1, 30, 999)
     off = np.concatenate([[0], np.cumsum(lens)])

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 from s2s.core.data.batches import epoch_batches
-from s2s.core.data.prepared import MANIFEST, prepare_data
+from s2s.core.data.cache import MANIFEST
+from s2s.core.data.nodes import prepare_data
 from s2s.core.errors import DataError
 from s2s.core.setup.settings import DataConfig
 from s2s.plugins.demo import DemoTask

@@ -11,7 +11,7 @@ from s2s.core.decode.ensemble import Ensemble
 from s2s.core.decode.sampling import Sampling
 from s2s.core.decode.search import Wanted, nbest, search
 from s2s.core.decode.steps import length_penalty
-from s2s.core.contract.vocab import EOS
+from s2s.core.tokenizers import EOS
 
 from test_search import ToyModel, log_probs, sources, transformer
 

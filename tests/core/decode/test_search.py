@@ -10,7 +10,7 @@ from s2s.core.decode.search import search
 from s2s.core.nn.model import Transformer
 from s2s.core.setup.settings import ModelConfig
 from s2s.core.contract.task import Constraint, DecodeDefaults
-from s2s.core.contract.vocab import BOS, EOS, PAD
+from s2s.core.tokenizers import BOS, EOS, PAD
 
 
 class ToyModel(torch.nn.Module):

@@ -10,7 +10,7 @@ from s2s.core.decode.beam import stable_slots
 from s2s.core.decode.search import search
 from s2s.core.nn.model import DecoderCache, Transformer
 from s2s.core.training.validation import LengthCap
-from s2s.core.contract.vocab import EOS
+from s2s.core.tokenizers import EOS
 from test_search import sources, transformer
 
 

@@ -20,7 +20,7 @@ from s2s.core.decode.terminology import (
 )
 from s2s.core.errors import DataError
 from s2s.core.contract.task import DecodeDefaults
-from s2s.core.contract.vocab import EOS
+from s2s.core.tokenizers import EOS
 
 from test_search import ToyModel, log_probs, sources, transformer
 
@@ -295,7 +295,7 @@ def test_a_real_subword_vocabulary_is_matched_as_words():
     """With a byte-level BPE vocabulary the spelling "cat" is the start of "catalog" too: the
     line is matched as text, so it is not taken; the target side knows which pieces continue
     a word (`word_glue`)."""
-    from s2s.core.data.subwords import Subwords
+    from s2s.core.tokenizers.subwords import Subwords
 
     text = ["a catalog of the cats", "the cat sees a motorbike", "Katzen und eine Katze"] * 20
     vocab = Subwords.train([text], 300)

@@ -143,8 +143,8 @@ def marian_ids(folder: Path, lines: list[str]) -> list[list[int]]:
 
 def s2s_ids(run_dir: Path, lines: list[str]) -> list[list[int]]:
     """The imported run's ids of each line, in the source model's numbering, with </s>."""
-    from s2s.core.data.pieces import Pieces
-    from s2s.core.contract.vocab import EOS
+    from s2s.core.tokenizers.pieces import Pieces
+    from s2s.core.tokenizers import EOS
 
     vocab = Pieces.load(run_dir / "pieces.src.json")
     return [[vocab.source_ids[i] for i in ids + [EOS]] for ids in vocab.encode(lines)]

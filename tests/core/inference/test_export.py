@@ -17,7 +17,7 @@ from s2s.core.decode.batched import Decoder
 from s2s.core.contract.task import DecodeDefaults
 from conftest import MULTI30K, multi30k_slice, needs
 from s2s.core.apps.cli import main
-from s2s.core.data.prepared import prepare_data
+from s2s.core.data.nodes import prepare_data
 from s2s.core.decode.batched import source_batch
 from s2s.core.decode.search import search
 from s2s.core.inference import load_for_inference, load_run

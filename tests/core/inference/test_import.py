@@ -134,7 +134,7 @@ def test_import_weights_equal_the_source(opus_mt):
     """Every imported parameter is the source's, in s2s's order of ids and dimensions."""
     from safetensors.torch import load_file
 
-    from s2s.core.data.pieces import Pieces
+    from s2s.core.tokenizers.pieces import Pieces
     from s2s.core.inference.formats.common import permutation
     from s2s.core.runs.checkpoint import listed, load
 

@@ -108,7 +108,7 @@ def test_import_decodes(tmp_path, capsys, pre_norm):
 
 def test_ids_follow_the_dictionary(tmp_path, capsys):
     """Moses tokens, BPE pieces, then the dictionary's numbers (s2s's ids map back to them)."""
-    from s2s.core.data.moses_bpe import MosesBPE
+    from s2s.core.tokenizers.moses_bpe import MosesBPE
 
     folder = fairseq_folder(tmp_path)
     assert s2s(capsys, "import", folder, "--output", tmp_path / "run")[0] == 0

@@ -15,7 +15,7 @@ from s2s.core.setup.config import load_config
 from s2s.core.setup.settings import ModelConfig
 from s2s.core.runs import checkpoint
 from s2s.core.training.trainer import train
-from s2s.core.contract.vocab import EOS
+from s2s.core.tokenizers import EOS
 
 pytestmark = [
     pytest.mark.gpu,

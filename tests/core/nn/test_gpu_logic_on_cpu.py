@@ -221,16 +221,17 @@ def test_the_docs_no_longer_claim_bitwise_resume_in_bf16_on_cuda():
 
 # -- finding 9: one builder a machine --------------------------------------------------------
 def _prepare_in_child(cache, log):
-    from s2s.core.data import prepared as child_data
+    from s2s.core.data import build as child_build
+    from s2s.core.data import nodes as child_data
 
-    real = child_data._build
+    real = child_build._build
 
     def counted(*args, **kwargs):
         with open(log, "a") as f:
             f.write(f"{os.getpid()}\n")
         real(*args, **kwargs)
 
-    child_data._build = counted
+    child_build._build = counted
     registry = Registry.installed()
     cfg = load_config(
         "demo",

@@ -4,7 +4,7 @@ import pytest
 import torch
 from s2s.core.nn.model import Transformer
 from s2s.core.setup.settings import ModelConfig
-from s2s.core.contract.vocab import BOS, PAD
+from s2s.core.tokenizers import BOS, PAD
 
 V = 23
 

@@ -7,7 +7,7 @@ import torch.nn.functional as F
 from s2s.core.nn.loss import label_smoothed_loss
 from s2s.core.nn.model import Transformer
 from s2s.core.setup.settings import ModelConfig
-from s2s.core.contract.vocab import PAD
+from s2s.core.tokenizers import PAD
 
 
 def reference(h, w, b, target, eps, allowed):

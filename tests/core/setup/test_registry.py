@@ -101,7 +101,7 @@ def test_readme_plugin_trains_a_few_steps(plugin_file, tiny):
     ).exists()  # the shared default
     task = reg.get("chars")(cfg.task)
     task.load_vocab(run)
-    assert task.shared_vocab and type(task.tgt_vocab).__name__ == "Chars"
+    assert task.shared_vocab and type(task.tgt_vocab).__name__ == "CharTokenizer"
     assert task.decode_target(task.encode_target(["beam"])[0]) == "beam"
     source = path.parent / "words.txt"
     source.write_text("beam\nsearch\nlayer\n")
@@ -204,7 +204,8 @@ def test_readme_plugin_joins_a_multi_task_run_unchanged(plugin_file, tiny, tmp_p
 def test_docs_plugin_prepares_again_after_its_train_file_is_edited(plugin_file, tmp_path, caplog):
     """The plugin reads its files with plain open(): the cache still fingerprints them."""
     from s2s.core.data.members import build_task
-    from s2s.core.data.prepared import MANIFEST, prepare_data
+    from s2s.core.data.cache import MANIFEST
+    from s2s.core.data.nodes import prepare_data
 
     path, data = plugin_file
     reg = Registry.installed([str(path)])

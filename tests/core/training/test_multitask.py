@@ -18,7 +18,7 @@ from s2s.core.setup.config import load_config
 from s2s.core.runs.metrics import read_metrics
 from s2s.core.training.schedule import draw
 from s2s.core.training.trainer import train
-from s2s.core.contract.vocab import EOS, SPECIALS
+from s2s.core.tokenizers import EOS, SPECIALS
 
 SMALL = ("train_size=300", "valid_size=8", "test_size=6")
 

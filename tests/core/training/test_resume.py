@@ -125,7 +125,7 @@ def _kill_after(procs, run_dir, log_name, k):
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory):
     """The demo data, prepared once for every run of this module."""
-    from s2s.core.data.prepared import prepare_data
+    from s2s.core.data.nodes import prepare_data
     from s2s.core.setup.registry import Registry
 
     path = tmp_path_factory.mktemp("cache")

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 from s2s.core.apps.cli import main
 from s2s.core.data.members import build_task
-from s2s.core.data.prepared import prepare_data
+from s2s.core.data.nodes import prepare_data
 from s2s.core.setup.config import load_config
 from s2s.core.setup.registry import Registry
 from conftest import TINY_MODEL

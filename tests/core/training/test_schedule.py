@@ -3,7 +3,7 @@ next processes x update_freq batches, process r trains its slots of them, and th
 the same on every process (the checkpoint's), whatever the number of processes."""
 
 import numpy as np
-from s2s.core.data.prepared import Split
+from s2s.core.data.cache import Split
 from s2s.core.training.schedule import Share, Stream, dropout_seed
 
 

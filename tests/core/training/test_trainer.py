@@ -190,7 +190,7 @@ def test_batches_searched_in_parallel_equal_one_after_another(registry, tiny):
     lines as one batch after the other, and the thread setting is given back."""
     from s2s.core.data.idspace import join
     from s2s.core.data.members import Member, build_task, decode_settings
-    from s2s.core.data.prepared import prepare_data
+    from s2s.core.data.nodes import prepare_data
     from s2s.core.nn.model import Transformer
 
     cfg = _cfg(registry, tiny, "optim.max_updates=4")

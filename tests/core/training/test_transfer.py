@@ -130,7 +130,7 @@ def test_rows_are_carried_by_token_string_when_the_vocabulary_differs(source, re
 
 
 def load_vocab(run: Path):
-    from s2s.core.contract.vocab import WordTokenizer
+    from s2s.core.tokenizers import WordTokenizer
 
     return WordTokenizer.load(run / "vocab.json")
 

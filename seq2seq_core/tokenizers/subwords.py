@@ -14,7 +14,7 @@ which byte-level text never contains, and every byte gets a continuation piece, 
 back to <unk>. A pre-token longer than `MAX_WORD` characters (never natural text; word-piece
 matching is quadratic in it) is the one thing still encoded as <unk>.
 
-The ids of `s2s.core.contract.vocab.SPECIALS` are 0..3. Those tokens are not matched in text: "<s>"
+The ids of `s2s.core.SPECIALS` are 0..3. Those tokens are not matched in text: "<s>"
 in a sentence is three ordinary characters.
 """
 
@@ -23,16 +23,13 @@ from __future__ import annotations
 import contextlib
 import os
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Iterable, Sequence
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from ..errors import DataError
-from ..files import atomic_write_text
-from ..contract.vocab import SPECIALS, UNK
+from .base import SPECIALS, UNK
+from .base import Tokenizer as Base  # `Tokenizer` here is the library's
 
-MODELS = ("bpe", "wordpiece")
 CONTINUATION = "\uff03\uff03"  # "＃＃"
 MAX_WORD = 200
 SLICE = 2_000  # lines a thread encodes at a time
@@ -42,14 +39,17 @@ THREADS: int | None = None
 ALPHABET = sorted(pre_tokenizers.ByteLevel.alphabet())
 
 
-def smallest_vocab(model: str) -> int:
-    """The fewest tokens a byte-level `model` vocabulary holds: the specials and every byte
-    (word-piece: every byte twice, word-initial and continuing)."""
-    return len(SPECIALS) + len(ALPHABET) * (2 if model == "wordpiece" else 1)
-
-
-class Subwords:
+class Subwords(Base):
     """A trained subword vocabulary: lines to ids and ids back to the exact line."""
+
+    MODELS = ("bpe", "wordpiece")
+    WHAT = "a readable tokenizer file"
+
+    @staticmethod
+    def smallest_vocab(model: str) -> int:
+        """The fewest tokens a byte-level `model` vocabulary holds: the specials and every byte
+        (word-piece: every byte twice, word-initial and continuing)."""
+        return len(SPECIALS) + len(ALPHABET) * (2 if model == "wordpiece" else 1)
 
     def __init__(self, tokenizer: Tokenizer):
         tokenizer.encode_special_tokens = True  # not stored in tokenizer.json: set on every load
@@ -61,9 +61,9 @@ class Subwords:
     ) -> "Subwords":
         """Learn a vocabulary of `vocab_size` tokens (specials and the 256 bytes included) from
         batches of lines."""
-        if model not in MODELS:
-            raise ValueError(f"subword model must be one of {', '.join(MODELS)}, got {model!r}")
-        smallest = smallest_vocab(model)
+        if model not in cls.MODELS:
+            raise ValueError(f"subword model must be one of {', '.join(cls.MODELS)}, got {model!r}")
+        smallest = cls.smallest_vocab(model)
         if vocab_size < smallest:
             raise ValueError(
                 f"a byte-level {model} vocabulary needs at least {smallest} tokens, got "
@@ -128,17 +128,12 @@ class Subwords:
         """The `tokenizers.Tokenizer` itself, for export."""
         return self.tokenizer
 
-    def save(self, path: Path) -> None:
-        atomic_write_text(Path(path), self.tokenizer.to_str(pretty=True))
+    def dumps(self) -> str:
+        return self.tokenizer.to_str(pretty=True)
 
     @classmethod
-    def load(cls, path: Path) -> "Subwords":
-        try:
-            return cls(Tokenizer.from_file(str(path)))
-        except Exception as e:  # noqa: BLE001 -- the library raises a bare Exception on a bad file
-            raise DataError(
-                f"{path}: not a readable tokenizer file ({(str(e).splitlines() or [''])[0]})"
-            ) from None
+    def loads(cls, text: str) -> "Subwords":
+        return cls(Tokenizer.from_str(text))
 
 
 def _complete_wordpiece(tokenizer: Tokenizer, vocab_size: int) -> None:

@@ -17,7 +17,7 @@ import zlib
 from pathlib import Path
 from typing import BinaryIO, Iterator
 
-from ..errors import DataError
+from .errors import DataError
 
 
 def open_binary(path: str | Path) -> BinaryIO:

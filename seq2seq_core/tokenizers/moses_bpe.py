@@ -12,93 +12,56 @@ the dictionary's tokens in its order. `source_ids` keeps each id's number in the
 (-1 for BOS).
 
 The vocabulary is one JSON file holding the tokens, the source numbers, the codes and the
-language, so that its hash covers everything that turns text into ids.
+language (`s2s.core.tokenizers.base.Imported`).
 """
 
 from __future__ import annotations
 
 import io
-import json
 from pathlib import Path
 from typing import Sequence
 
 from ..errors import DataError
-from ..files import atomic_write_text
-from ..contract.vocab import EOS, PAD, SPECIALS, UNK
+from .base import EOS, PAD, SPECIALS, Imported
 
-KIND = "moses_bpe"
-FILES = ("moses_bpe.src.json", "moses_bpe.tgt.json")  # a run directory's source and target sides
 FAIRSEQ_SPECIALS = ["<s>", "<pad>", "</s>", "<unk>"]  # ids 0..3 of every fairseq dictionary
 
 
-class MosesBPE:
-    """Lines to ids through Moses tokenisation, BPE codes and a fixed token list, and back."""
+class MosesBPE(Imported):
+    """Lines to ids through Moses tokenisation, BPE codes and a fixed token list, and back;
+    <unk> is decoded as such (as fairseq's `string`)."""
+
+    KIND = "moses_bpe"
+    FILES = ("moses_bpe.src.json", "moses_bpe.tgt.json")
+    WHAT = "a Moses + BPE vocabulary of s2s"
 
     def __init__(self, lang: str, codes: str, tokens: Sequence[str], source_ids: Sequence[int]):
         from sacremoses import MosesDetokenizer, MosesTokenizer
         from subword_nmt.apply_bpe import BPE
 
-        if list(tokens[: len(SPECIALS)]) != SPECIALS:
-            raise DataError(f"a vocabulary's first tokens must be {SPECIALS}")
+        super().__init__(tokens, source_ids)
         self.lang, self.codes = lang, codes
-        self.itos, self.source_ids = list(tokens), list(source_ids)
-        self.stoi = {t: i for i, t in enumerate(self.itos) if i >= len(SPECIALS)}
         self.tokenizer, self.detokenizer = MosesTokenizer(lang), MosesDetokenizer(lang)
         self.bpe = BPE(io.StringIO(codes), separator="@@")
 
-    @property
-    def id_space(self) -> tuple:
-        """What decides which id is which token: equal for the two sides of one dictionary."""
-        return tuple(self.itos)
+    def split(self, line: str) -> list[str]:
+        """A line's pieces (no </s>): Moses tokens, then BPE pieces."""
+        text = self.tokenizer.tokenize(
+            line, aggressive_dash_splits=True, return_str=True, escape=True
+        )
+        return self.bpe.process_line(text).split()
 
-    def __len__(self) -> int:
-        return len(self.itos)
-
-    def encode(self, lines: Sequence[str]) -> list[list[int]]:
-        """Each line's ids (no </s>): Moses tokens, BPE pieces, a piece outside the dictionary
-        UNK."""
-        found = []
-        for line in lines:
-            text = self.tokenizer.tokenize(
-                line, aggressive_dash_splits=True, return_str=True, escape=True
-            )
-            pieces = self.bpe.process_line(text).split()
-            found.append([self.stoi.get(p, UNK) for p in pieces])
-        return found
-
-    def decode(self, ids: Sequence[int]) -> str:
-        """The text of the pieces: <unk> written as such (as fairseq's `string`), "@@ " removed,
-        Moses detokenised; the other specials left out."""
-        words = [self.itos[i] for i in ids if i >= len(SPECIALS) or i == UNK]
-        text = (" ".join(words) + " ").replace("@@ ", "").rstrip()
+    def join(self, pieces: Sequence[str]) -> str:
+        """ "@@ " removed, then Moses detokenised."""
+        text = (" ".join(pieces) + " ").replace("@@ ", "").rstrip()
         return self.detokenizer.detokenize(text.split())
 
-    def save(self, path: Path) -> None:
-        document = {
-            "kind": KIND,
-            "lang": self.lang,
-            "codes": self.codes,
-            "tokens": self.itos,
-            "source_ids": self.source_ids,
-        }
-        atomic_write_text(Path(path), json.dumps(document, ensure_ascii=False))
+    def settings(self) -> dict:
+        return {"lang": self.lang, "codes": self.codes}
 
     @classmethod
-    def load(cls, path: Path) -> "MosesBPE":
-        try:
-            document = json.loads(Path(path).read_text(encoding="utf-8"))
-            if document.get("kind") != KIND:
-                raise ValueError(f'"kind" is {document.get("kind")!r}, not {KIND!r}')
-            return cls(
-                document["lang"], document["codes"], document["tokens"], document["source_ids"]
-            )
-        except FileNotFoundError:
-            raise DataError(f"vocabulary file {path} does not exist") from None
-        except DataError:
-            raise
-        except Exception as e:  # noqa: BLE001 -- JSON or the libraries' own errors
-            first = (str(e).splitlines() or [""])[0]
-            raise DataError(f"{path}: not a Moses + BPE vocabulary of s2s ({first})") from None
+    def of_settings(cls, settings: dict, tokens: Sequence[str], source_ids: Sequence[int]):
+        return cls(settings["lang"], settings["codes"], tokens, source_ids)
 
     @classmethod
     def of_fairseq(cls, lang: str, codes: str, dictionary: Sequence[str]) -> "MosesBPE":
