@@ -152,10 +152,15 @@ def test_generate_and_score_from_the_command_line(registry, tiny, tmp_path):
 
 
 @pytest.mark.slow
-def test_short_quickstart_beats_the_copy_baseline(tmp_path):
-    """The quickstart, shortened: held-out BLEU far above copying the input. 300 updates: at
-    250 the model is still learning the word order, and a change of 3e-6 in the position table
-    moved the figure between 38 and 70 (at 300: 74)."""
+def test_quickstart_beats_the_copy_baseline(tmp_path):
+    """The quickstart as a user runs it (600 updates, the demo preset's own), on 8,000 training
+    pairs: held-out BLEU far above copying the input. Not at 300 updates, where the learning
+    rate has just peaked and the model is still learning the word order: there the dev BLEU of
+    seeds 1 to 5 was 62.8, 78.5, 90.7, 73.1, 86.8 (24 to 84 in the issue's probes, also with a
+    2e-6 change in the position table). At 600 it was 97.2, 95.0, 94.3, 93.8, 96.7 and the
+    test BLEU 96.2, 96.1, 94.1, 95.8, 95.5 (issue 77: `s2s quickstart optim.max_updates=600
+    task.train_size=8000 run.valid_interval=100 run.threads=1 run.seed=S`), so 80 holds with
+    a margin of 13."""
     out = subprocess.run(
         [
             sys.executable,
@@ -165,10 +170,10 @@ def test_short_quickstart_beats_the_copy_baseline(tmp_path):
             "-q",
             f"run.dir={tmp_path / 'run'}",
             f"data.cache_dir={tmp_path / 'cache'}",
-            "optim.max_updates=300",
+            "optim.max_updates=600",
             "task.train_size=8000",
-            "run.valid_interval=300",
-            "run.save_interval=300",
+            "run.valid_interval=600",
+            "run.save_interval=600",
             "run.threads=1",
         ],
         capture_output=True,
@@ -182,7 +187,7 @@ def test_short_quickstart_beats_the_copy_baseline(tmp_path):
         for row, line in zip(("trained model", "copy baseline"), table[1:])
     )
     assert baseline < 5
-    assert trained > 50, out
+    assert trained > 80, out
 
 
 def test_batches_searched_in_parallel_equal_one_after_another(registry, tiny):
