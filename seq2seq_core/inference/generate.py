@@ -126,11 +126,11 @@ def generate_lines(
             terms = None
             if pairs is not None or given is not None:
                 here = line_terms(task, sources, pairs or [])
-                for found_here, number in zip(here, numbers):
+                for found_here, line_number in zip(here, numbers):
                     have = {target for _, target, _ in found_here}
                     found_here += [
                         ("", target, target_spellings(task, target))
-                        for target in (given[number - 1] if given else [])
+                        for target in (given[line_number - 1] if given else [])
                         if target not in have
                     ]
                 terms = _placed_terms(decoder, sources, here, numbers, name)

@@ -174,21 +174,28 @@ class Run:
         prefixes: Sequence[str] | None = None,
         terms: Sequence[tuple[str, str]] | None = None,
         mbr: str | None = None,
+        mbr_method: str = "pairwise",
     ) -> list[list[Output]]:
         """Every input line's outputs, best first, post-processed, each with its search score:
         the n best of the beam (n at most the beam), or n drawn with `sampling`; with
         `prefixes` (one a line, "" for none) each output starts with its line's prefix; with
         `terms` ((source term, target term) pairs, as `--terms` reads them) every output of a
-        line that holds a source term holds its target term; with `mbr` (chrf, bleu, task)
-        ranked by their expected utility against each other (minimum Bayes risk). What the command line
-        and the server refuse is a UsageError naming the setting, prefix or term: settings out
-        of range (`Wanted.problem`), prefixes and terms that cannot be used (`decode.given`)."""
+        line that holds a source term holds its target term (not with `sampling`); with `mbr`
+        (chrf, bleu, task) ranked by their expected utility against each other (minimum Bayes risk),
+        computed by `mbr_method` (pairwise: exact; aggregate: reference aggregation). What the
+        command line and the server refuse is a UsageError naming the setting, prefix or term:
+        settings out of range (`Wanted.problem`), prefixes and terms that cannot be used
+        (`decode.given`), terms with sampling."""
         from ..decode.given import checked_terms, prefix_problem
 
-        wanted = Wanted(n, sampling, mbr=mbr)
+        wanted = Wanted(n, sampling, mbr=mbr, mbr_method=mbr_method)
         problem = wanted.problem(self.settings.beam)
         if problem:
             raise UsageError(problem)
+        if terms and sampling is not None:
+            from ..decode.terminology import SAMPLING_REFUSED
+
+            raise UsageError(f"sampling with terms: {SAMPLING_REFUSED}")
         sources = prepared_sources(self.member, lines)
         if prefixes is not None:
             if len(prefixes) != len(lines):

@@ -7,6 +7,8 @@ import json
 import pytest
 from s2s.core.decode.sampling import Sampling
 from s2s.core.decode.steps import length_penalty
+from s2s.core.decode.terminology import holds_term
+from s2s.core.errors import UsageError
 
 from cli_checks import fails, s2s, snapshot
 
@@ -73,6 +75,26 @@ def test_mbr_writes_the_candidate_the_others_agree_with(demo_runs, lines, capsys
         assert utilities == sorted(utilities, reverse=True) and line == outs[0]["output"]
     plain = generate(capsys, demo_runs["a"], lines, "--nbest", "4", "--mbr", "bleu")
     assert len(plain) == 8
+    options[-1:] = ["bleu", "--mbr-method", "aggregate", "--json"]
+    for answer in [json.loads(x) for x in generate(capsys, demo_runs["a"], lines, *options)]:
+        outs = answer["outputs"]
+        utilities = expected_utilities([o["output"] for o in outs], "bleu", "aggregate")
+        assert [o["utility"] for o in outs] == [round(u, 4) for u in utilities]
+
+
+def test_the_line_count_of_a_warning_counts_every_line_with_terms(
+    demo_runs, lines, capsys, caplog, tmp_path
+):
+    """An undecodable last line with terms: the warning counts it among all 9 lines."""
+    source = tmp_path / "in.txt"
+    source.write_bytes(lines.read_bytes() + b"bad \xff line\n")
+    (tmp_path / "terms.tsv").write_text("book\tkat\n")
+    with caplog.at_level("WARNING", logger="s2s"):
+        code, out, err = s2s(
+            capsys, "generate", demo_runs["a"], "--input", source, "--terms", tmp_path / "terms.tsv"
+        )
+    assert code == 0 and len(out.splitlines()) == 9, err
+    assert "1 of 9 line(s) could not be decoded" in caplog.text, caplog.text
 
 
 def test_mbr_over_the_tasks_own_metric_ranks_in_its_direction(demo_runs, lines, capsys):
@@ -127,7 +149,8 @@ def test_every_term_of_a_term_file_appears(demo_runs, lines, capsys, tmp_path):
     outputs = [[o["output"] for o in json.loads(a)["outputs"]] for a in answers]
     with_terms = 0
     for source, outs, before in zip(text, outputs, plain):
-        wanted = [t for s, t in [("book", "kat"), ("every car", "mann berg")] if s in source]
+        pairs = [("book", "kat"), ("every car", "mann berg")]
+        wanted = [t for s, t in pairs if holds_term(source, s)]
         with_terms += bool(wanted)
         for out in outs:
             assert all(f" {t} " in f" {out} " for t in wanted), (source, out)
@@ -173,6 +196,10 @@ def test_the_python_api_decodes_as_generate_does(demo_runs, lines, capsys):
     assert load_run([demo_runs["a"], demo_runs["a"]]).generate(text) == plain
     drawn = run.outputs(text, n=2, sampling=Sampling(seed=4))
     assert drawn == run.outputs(text, n=2, sampling=Sampling(seed=4))
+    with pytest.raises(UsageError, match="sampling with terms: terms are placed by beam search"):
+        run.outputs(text, sampling=Sampling(seed=4), terms=[("book", "kat")])
+    with pytest.raises(UsageError, match="mbr-method 'exact'"):
+        run.outputs(text, n=2, mbr="chrf", mbr_method="exact")
     with_terms = [outs[0].text for outs in run.outputs(text, terms=[("book", "kat")])]
     (lines.parent / "terms.tsv").write_text("book\tkat\n")
     assert with_terms == generate(
@@ -206,6 +233,9 @@ def test_the_python_api_decodes_as_generate_does(demo_runs, lines, capsys):
         (["--line-terms", "{short}"], ["short.txt has 1 line(s)"]),
         (["--line-terms", "{unk}"], ["unk.txt, line 2", "cannot spell", "zzzq"]),
         (["--line-terms", "{in}", "--score-targets", "{in}"], ["--score-targets", "--line-terms"]),
+        (["--sampling", "--terms", "{terms}"], ["--sampling with --terms", "beam search only"]),
+        (["--sampling", "--epsilon", "0.02", "--line-terms", "{in}"], ["--line-terms"]),
+        (["--nbest", "2", "--mbr-method", "aggregate"], ["--mbr-method aggregate", "--mbr"]),
     ],
 )
 def test_bad_options_fail_in_one_line_writing_nothing(
@@ -223,6 +253,8 @@ def test_bad_options_fail_in_one_line_writing_nothing(
     places |= {"short": tmp_path / "short.txt", "parser": demo_runs["parser"]}
     places |= {"huge": tmp_path / "huge.txt"}
     places |= {"badterms": tmp_path / "badterms.tsv", "unkterms": tmp_path / "unkterms.tsv"}
+    (tmp_path / "terms.tsv").write_text("book\tkat\n")
+    places["terms"] = tmp_path / "terms.tsv"
     options = [str(o).format(**places) for o in options]
     before = snapshot(out, demo_runs["a"])
     result = s2s(capsys, "generate", demo_runs["a"], "--input", lines, "--output", out, *options)
@@ -264,6 +296,11 @@ def test_the_server_takes_the_same_options(demo_runs, lines, capsys, tmp_path):
         status, got = post(f"{url}/generate", {"text": text, "nbest": 3, "mbr": "chrf"})
         assert status == 200 and got["hypotheses"] == chosen
         assert all("utility" in o for outs in got["nbest"] for o in outs)
+        options = ["--nbest", "3", "--mbr", "chrf", "--mbr-method", "aggregate"]
+        chosen = generate(capsys, demo_runs["a"], lines, *options)
+        body = {"text": text, "nbest": 3, "mbr": "chrf", "mbr_method": "aggregate"}
+        status, got = post(f"{url}/generate", body)
+        assert status == 200 and got["hypotheses"] == chosen
         status, got = post(f"{url}/generate", {"text": text, "prefixes": ["de kat"] + [""] * 7})
         assert status == 200 and got["hypotheses"] == forced
         status, got = post(f"{url}/generate", {"text": text, "terms": [["book", "kat"]]})
@@ -282,6 +319,9 @@ def test_the_server_takes_the_same_options(demo_runs, lines, capsys, tmp_path):
             ({"prefixes": ["de zzzq"] + [""] * 7}, '"prefixes"[0]: the target vocabulary'),
             ({"terms": [["book"]]}, '"terms"[0] holds 1 items; at least 2'),
             ({"terms": [["book", "zzzq"]]}, '"terms"[0]: the target vocabulary cannot spell'),
+            ({"sampling": {}, "terms": [["book", "kat"]]}, '"sampling" with "terms": terms are'),
+            ({"nbest": 3, "mbr_method": "aggregate"}, '"mbr_method" "aggregate": computes "mbr"'),
+            ({"nbest": 3, "mbr": "chrf", "mbr_method": "all"}, '"mbr_method" is the JSON'),
         ]:
             status, got = post(f"{url}/generate", {"text": text, **bad})
             assert status == 400 and field in got["error"], (bad, got)

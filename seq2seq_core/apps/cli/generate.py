@@ -64,6 +64,13 @@ def add(subparsers, common) -> None:
         "(docs/decoding.md)",
     )
     s.add_argument(
+        "--mbr-method",
+        choices=["pairwise", "aggregate"],
+        help="how --mbr computes the expected utility: pairwise, the exact mean of the N^2 "
+        "sentence scores (the default), or aggregate, reference aggregation's N scores against "
+        "the averaged references, an approximation (docs/decoding.md)",
+    )
+    s.add_argument(
         "--json",
         action="store_true",
         help="one JSON object a line with each output's search score and the model's "
@@ -182,6 +189,14 @@ def _asked(args, Asked, Wanted):
         )
     if args.mbr and args.nbest < 2:
         raise UsageError(f"--mbr {args.mbr} chooses among candidates: give --nbest 2 or more")
+    if args.mbr_method and not args.mbr:
+        raise UsageError(f"--mbr-method {args.mbr_method} computes --mbr: give --mbr chrf or bleu")
+    if args.sampling and (args.terms or args.line_terms):
+        from ...decode.terminology import SAMPLING_REFUSED
+
+        raise UsageError(
+            f"--sampling with {'--terms' if args.terms else '--line-terms'}: {SAMPLING_REFUSED}"
+        )
     if args.mbr and args.score_targets:
         raise UsageError("--mbr chooses among outputs: not with --score-targets")
     if args.pretty and ((args.nbest > 1 and not args.mbr) or args.json or args.score_targets):
@@ -189,7 +204,7 @@ def _asked(args, Asked, Wanted):
             "--pretty shows one output a line: not with --nbest, --json or --score-targets"
         )
     return Asked(
-        wanted=Wanted(args.nbest, sampling, mbr=args.mbr),
+        wanted=Wanted(args.nbest, sampling, mbr=args.mbr, mbr_method=args.mbr_method or "pairwise"),
         json=args.json,
         pretty=args.pretty,
         prefixes=args.prefixes,

@@ -8,8 +8,8 @@ well-kept libraries, pure Python, that pull in no torch of their own. Endpoints:
     GET  /info        the run: its tasks (members), the checkpoint, decoding settings, limits
     POST /generate    {"text": [sentence, ...], "task": MEMBER?, "nbest": N?, "sampling":
                       {"temperature", "top_k", "top_p", "epsilon", "seed"}?, "mbr": "chrf" |
-                      "bleu" | "task"?, "prefixes": [...]?, "terms": [[s,
-                      t], ...]?} -> {"hypotheses", "scores", "nbest"?, "unknown_words", "trees",
+                      "bleu" | "task"?, "mbr_method": "pairwise" | "aggregate"?, "prefixes": [...]?,
+                      "terms": [[s, t], ...]?} -> {"hypotheses", "scores", "nbest"?, "unknown_words", "trees",
                       "timing"}: `s2s generate`'s output lines (docs/decoding.md has the options)
     POST /score       {"text": [sentence, ...], "targets": [output, ...], "task": MEMBER?} ->
                       {"scores": [{"logprob", "score", "tokens", "token_logprobs"}, ...]}: the

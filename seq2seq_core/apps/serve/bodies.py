@@ -24,7 +24,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from ...decode.mbr import UTILITIES
+from ...decode.mbr import METHODS, UTILITIES
 from ...decode.sampling import Sampling
 
 MAX_SENTENCES = 64  # sentences a request
@@ -105,6 +105,7 @@ class GenerateBody(Body):
     nbest: Annotated[Whole, Field(ge=1)] = 1
     sampling: SamplingBody | None = None
     mbr: Literal[UTILITIES] | None = None
+    mbr_method: Literal[METHODS] | None = None  # with "mbr"; None: pairwise
     prefixes: (
         Annotated[
             list[Annotated[str, Field(max_length=MAX_CHARS)]], Field(max_length=MAX_SENTENCES)

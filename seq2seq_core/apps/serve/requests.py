@@ -14,7 +14,7 @@ from ...decode.batched import prepared_sources, unknown_words
 from ...decode.given import checked_terms, model_targets, prefix_problem
 from ...decode.sampling import Sampling
 from ...decode.search import Wanted
-from ...decode.terminology import line_terms, placeable
+from ...decode.terminology import SAMPLING_REFUSED, line_terms, placeable
 from ...errors import UsageError
 from .bodies import BODIES, MAX_BODY, MAX_SAMPLES, MAX_TERMS, complaint, json_shown
 
@@ -141,13 +141,19 @@ def wanted_of(body, beam: int):
         raise bad(400, f'"nbest" {n}: {why}')
     if mbr is not None and n < 2:
         raise bad(400, f'"mbr" {json.dumps(mbr)}: needs "nbest" 2 or more (the candidates)')
+    method = body.mbr_method
+    if method is not None and mbr is None:
+        raise bad(400, f'"mbr_method" {json.dumps(method)}: computes "mbr", which is not given')
+    if drawn is not None and body.terms:
+        raise bad(400, f'"sampling" with "terms": {SAMPLING_REFUSED}')
+    method = method or "pairwise"
     if drawn is None:
-        return Wanted(n, mbr=mbr)
+        return Wanted(n, mbr=mbr, mbr_method=method)
     sampling = Sampling(**drawn.model_dump())
     problem = sampling.problem()  # the bounds `s2s generate` and the Python API check
     if problem:
         raise bad(400, f'"sampling": {problem}')
-    return Wanted(n, sampling, mbr=mbr)
+    return Wanted(n, sampling, mbr=mbr, mbr_method=method)
 
 
 def prefixes_of(body, member, sources: list[str], settings, max_positions: int):
