@@ -1,6 +1,9 @@
-"""The fifth round of hostile input (issue 63), through the real command line: outputs through
-links and special files written, never replaced; decoding settings outside what float32 and the
-generators take refused in one line, by the command line, the server and the Python API alike.
+"""The guards every command shares, through the real command line: one output guard (outputs
+through links and special files written, never replaced; no writing command replaces a run's
+file), decoding settings outside what float32 and the generators take refused in one line by the
+command line, the server and the Python API alike, what a user gives the search (tokens, terms,
+side files) checked whole before the first output, rerank's options and scorers, data files
+named by their fault.
 
 Each failure is asserted as the other fault tests assert it (`cli_checks.fails`): exit 2, one
 line naming the option, file or value, no traceback, nothing on disk changed. One tiny demo run is
@@ -524,7 +527,6 @@ def test_every_refused_client_reads_its_503_under_load(world, tmp_path):
     assert "Traceback" not in log.read_text()
 
 
-# -- round 6 (issue 77) --------------------------------------------------------------------------
 # -- one output guard: no writing command replaces a run's file or writes into its folders -------
 def other_run(world) -> Path:
     """A second run directory (a copy of the world's), whose files no command may replace."""
