@@ -14,16 +14,27 @@ The vocabulary is one JSON file holding the tokens, the source numbers and the s
 model itself (base64), so that the file's hash covers everything that turns text into ids.
 Source and target sides of one vocab.json are two `Pieces` with the same tokens (`id_space`):
 one id space, embeddings shared, each side split by its own model.
+
+A multilingual model's vocabulary (NLLB-200's, M2M100's: fairseq's numbering, the pieces one
+past sentencepiece's own ids, the language codes after them) holds its `languages`, each
+language's name (as transformers' `src_lang` takes it: "eng_Latn", "de") and its token
+("eng_Latn", "__de__"), and its other `specials` (fairseq's "<s>", "<mask>", unused rows);
+each side has a language, `lang`, whose token starts every line it encodes: the source's is
+prefixed to the source, the target's is the decoder's first token (forced at search,
+`start_ids`). A language token typed into the text is refused: languages are chosen by name
+(`choose_languages`), never written into the text.
 """
 
 from __future__ import annotations
 
 import base64
+import difflib
 import json
+import re
 from pathlib import Path
 from typing import Sequence
 
-from ..errors import DataError
+from ..errors import ConfigError, DataError
 from ..files import atomic_write_text
 from ..contract.vocab import EOS, PAD, SPECIALS, UNK
 
@@ -34,7 +45,15 @@ FILES = ("pieces.src.json", "pieces.tgt.json")  # a run directory's source and t
 class Pieces:
     """Lines to ids through a sentencepiece model and a fixed token list, and ids back."""
 
-    def __init__(self, model_proto: bytes, tokens: Sequence[str], source_ids: Sequence[int]):
+    def __init__(
+        self,
+        model_proto: bytes,
+        tokens: Sequence[str],
+        source_ids: Sequence[int],
+        languages: dict | None = None,
+        specials: Sequence[str] = (),
+        lang: str | None = None,
+    ):
         import sentencepiece
 
         if list(tokens[: len(SPECIALS)]) != SPECIALS:
@@ -45,6 +64,42 @@ class Pieces:
         self.source_ids = list(source_ids)
         # a special's name is not a piece: "<unk>" in text is split like any other characters
         self.stoi = {t: i for i, t in enumerate(self.itos) if i >= len(SPECIALS)}
+        self.languages = dict(languages or {})  # name -> token, in the model's order
+        self.specials = list(specials)  # tokens beyond SPECIALS that text never holds
+        missing = [t for t in [*self.languages.values(), *self.specials] if t not in self.stoi]
+        if missing:
+            raise DataError(f"the language or special token {missing[0]!r} is not in the tokens")
+        self.skipped = {self.stoi[t] for t in [*self.languages.values(), *self.specials]}
+        self.typed = (
+            re.compile("|".join(map(re.escape, sorted(self.languages.values(), key=len)[::-1])))
+            if self.languages
+            else None
+        )
+        self.lang = None
+        if lang is not None:
+            self.choose(lang, "lang")
+
+    def choose(self, lang: str, setting: str) -> None:
+        """Make `lang` (a language's name, as the model's tokenizer takes it) this side's
+        language; a name the model lacks is a ConfigError naming `setting` and the nearest."""
+        if not self.languages:
+            raise ConfigError(
+                f"{setting}={lang!r}: this model has no language codes (not a multilingual "
+                "import such as NLLB-200 or M2M100)"
+            )
+        if lang not in self.languages:
+            near = difflib.get_close_matches(lang, list(self.languages), n=3, cutoff=0.5)
+            near = near or [n for n in self.languages if n.lower().startswith(lang[:2].lower())]
+            hint = f"; nearest: {', '.join(near[:3])}" if near else ""
+            raise ConfigError(
+                f"{setting}={lang!r} is not a language of this model ({len(self.languages)} "
+                f"languages{hint})"
+            )
+        self.lang = lang
+
+    def start_ids(self) -> list[int]:
+        """The ids every line of this side starts with: its language's code, or none."""
+        return [] if self.lang is None else [self.stoi[self.languages[self.lang]]]
 
     @property
     def id_space(self) -> tuple:
@@ -59,6 +114,16 @@ class Pieces:
         pieces, a piece outside the vocabulary UNK."""
         found = []
         for line in lines:
+            if self.typed is not None:
+                if typed := self.typed.search(line):
+                    raise DataError(
+                        f"{typed.group()!r} is a language code of the model: choose languages "
+                        "with --src-lang / --tgt-lang (decode.src_lang, decode.tgt_lang), not "
+                        "in the text"
+                    )
+                pieces = self.spm.encode(line, out_type=str)
+                found.append(self.start_ids() + [self.stoi.get(p, UNK) for p in pieces])
+                continue
             code = []
             if line.startswith(">>") and (end := line.find("<<")) != -1:
                 code, line = [line[: end + 2]], line[end + 2 :]
@@ -69,7 +134,7 @@ class Pieces:
     def decode(self, ids: Sequence[int]) -> str:
         """The text of the pieces, specials left out (as `MarianTokenizer.decode` with
         skip_special_tokens)."""
-        pieces = [self.itos[i] for i in ids if i >= len(SPECIALS)]
+        pieces = [self.itos[i] for i in ids if i >= len(SPECIALS) and i not in self.skipped]
         return self.spm.decode_pieces(pieces).replace("\u2581", " ").strip()
 
     def save(self, path: Path) -> None:
@@ -79,6 +144,8 @@ class Pieces:
             "source_ids": self.source_ids,
             "model": base64.b64encode(self.model_proto).decode("ascii"),
         }
+        if self.languages:
+            document.update(languages=self.languages, specials=self.specials, lang=self.lang)
         atomic_write_text(Path(path), json.dumps(document, ensure_ascii=False))
 
     @classmethod
@@ -88,11 +155,18 @@ class Pieces:
             if document.get("kind") != KIND:
                 raise ValueError(f'"kind" is {document.get("kind")!r}, not {KIND!r}')
             proto = base64.b64decode(document["model"], validate=True)
-            return cls(proto, document["tokens"], document["source_ids"])
+            return cls(
+                proto,
+                document["tokens"],
+                document["source_ids"],
+                document.get("languages"),
+                document.get("specials", ()),
+                document.get("lang"),
+            )
         except FileNotFoundError:
             raise DataError(f"vocabulary file {path} does not exist") from None
-        except DataError:
-            raise
+        except (DataError, ConfigError) as e:
+            raise DataError(f"{path}: {e}") from None
         except Exception as e:  # noqa: BLE001 -- JSON, base64 or sentencepiece's own errors
             first = (str(e).splitlines() or [""])[0]
             raise DataError(f"{path}: not a sentencepiece vocabulary of s2s ({first})") from None
@@ -115,3 +189,32 @@ class Pieces:
                 source_ids.append(i)
         assert source_ids[PAD] == -1
         return cls(model_proto, tokens, source_ids)
+
+
+def choose_languages(tasks, src_lang: str, tgt_lang: str) -> None:
+    """Set the source and the target language (names; "" keeps the vocabulary's own) of every
+    task whose vocabularies are a multilingual model's; a name the model lacks is a ConfigError
+    naming decode.src_lang / decode.tgt_lang and the nearest names."""
+    for task in tasks:
+        for side, lang, setting in (
+            ("src_vocab", src_lang, "decode.src_lang (--src-lang)"),
+            ("tgt_vocab", tgt_lang, "decode.tgt_lang (--tgt-lang)"),
+        ):
+            vocab = getattr(task, side, None)
+            if lang and isinstance(vocab, Pieces):
+                vocab.choose(lang, setting)
+            elif lang:
+                raise ConfigError(
+                    f"{setting}={lang!r}: this model has no language codes (not a multilingual "
+                    "import such as NLLB-200 or M2M100)"
+                )
+
+
+def start_ids(task) -> list[int]:
+    """The target ids every output of `task` (a run's member or a task) starts with: a
+    multilingual model's target language code (forced as the decoder's first token, as
+    transformers' forced_bos_token_id), or none."""
+    vocab = getattr(getattr(task, "task", task), "tgt_vocab", None)
+    if not isinstance(vocab, Pieces) or not vocab.start_ids():
+        return []
+    return task.encode_target([""])[0]

@@ -19,6 +19,7 @@ from typing import Sequence
 import torch
 
 from ..data.batches import chunks
+from ..data.pieces import start_ids
 from ..errors import plugin_error
 from ..contract.task import DecodeDefaults, Task
 from ..contract.vocab import BOS, EOS, PAD, UNK
@@ -178,6 +179,9 @@ class Decoder:
                 f"returned {got} for {len(sources)} lines, not one id list a line",
             )
         forced = task.encode_target(list(prefixes)) if prefixes and any(prefixes) else None
+        start = start_ids(task)  # a multilingual model's target language: every output's start
+        if forced is None and start:
+            forced = [start] * len(ids)
         order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
         out: list[list[Output]] = [[] for _ in ids]
 
@@ -185,7 +189,7 @@ class Decoder:
             src = source_batch([ids[i] for i in batch])
             constraint = task.constraint([sources[i] for i in batch])
             if forced is not None:
-                prefix = Prefix([forced[i] for i in batch], task.tgt_vocab_size)
+                prefix = Prefix([forced[i] for i in batch], task.tgt_vocab_size, len(start))
                 constraint = joined(constraint, prefix)
             if terms is not None and any(terms[i] for i in batch):
                 constraint = joined(

@@ -2,8 +2,8 @@
 
 `s2s import SOURCE --output RUN_DIR` reads an OPUS-MT model (Hugging Face's MarianMTModel
 layout, from a folder or by hub name: `marian`), an `s2s export --to huggingface` of a run s2s
-trained (`marian.read_export`), or a fairseq Transformer checkpoint with its dictionaries and
-BPE codes (`fairseq`). It writes what `s2s train` would have: config.yaml, the vocabulary files
+trained (`marian.read_export`), a fairseq Transformer checkpoint with its dictionaries and
+BPE codes (`fairseq`), or an NLLB-200 / M2M100 model (s2s.core.inference.formats.m2m100). It writes what `s2s train` would have: config.yaml, the vocabulary files
 and one checkpoint, so that generate, serve, score, export, attention, label and
 `run.init_from` take it as any other run. The config's `origin` records the source, its
 revision and every file read with its SHA-256. The run directory is written into
@@ -27,6 +27,7 @@ from ...nn.model import Transformer
 from ...setup.config import load_config
 from ...runs import checkpoint
 from ..export import MARKER
+from ..formats import m2m100
 from . import fairseq, marian
 from .common import ImportJob
 
@@ -41,9 +42,11 @@ def import_model(job: ImportJob, registry) -> Path:
     path = Path(job.source)
     is_fairseq = path.suffix == ".pt" or (path.is_dir() and fairseq.checkpoint_in(path) is not None)
     ours = path.is_dir() and (path / MARKER).is_file() and not (path / "source.spm").is_file()
-    found = (
-        fairseq.read(job) if is_fairseq else marian.read_export(path) if ours else marian.read(job)
-    )
+    if is_fairseq or ours:
+        found = fairseq.read(job) if is_fairseq else marian.read_export(path)
+    else:
+        folder, revision = marian.resolve(job)
+        found = m2m100.read(job, folder, revision) if m2m100.is_m2m100(folder) else marian.read(job)
     found.config["run"] = {"dir": str(out)}
     if found.config["task"].get("tokenizer") in FILES:  # where fine-tuning reads it
         found.config["task"]["vocab_from"] = str(out.resolve())

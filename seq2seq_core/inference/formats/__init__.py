@@ -1,0 +1,1 @@
+"""Outside formats, one module each, holding its import and its export (docs/pretrained.md)."""
