@@ -161,3 +161,35 @@ def test_a_model_without_languages_refuses_them(tmp_path, capsys):
     before = snapshot(run, source)
     got = s2s(capsys, "generate", run, "--input", source, "--tgt-lang", "de")
     fails(got, before, "decode.tgt_lang", "no language codes")
+
+
+@pytest.mark.slow
+def test_fine_tuning_an_import_keeps_its_languages(models, capsys):
+    """`s2s train finetune_translation run.init_from=NLLB_IMPORT` on English-German trains with
+    the import's vocabulary and languages (targets start with deu_Latn's code, as NLLB's
+    training did), and the tuned run still decodes into another language (--tgt-lang)."""
+    from s2s.core.data.pieces import Pieces
+
+    (_, run), tmp = models[0]["nllb"], models[2]
+    root, data = corpus(MULTI30K), tmp / "ft_data"
+    data.mkdir(exist_ok=True)
+    for split, name, n in (("train", "train", 300), ("valid", "val", 20), ("test", "val", 20)):
+        for lang in ("en", "de"):
+            lines = (root / f"{name}.{lang}").read_text(encoding="utf-8").splitlines()[:n]
+            (data / f"{split}.{lang}").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    out = tmp / "ft"
+    args = [f"run.init_from={run}", f"task.data_dir={data}", f"data.cache_dir={tmp / 'ftc'}"]
+    args += [f"run.dir={out}", "optim.max_updates=4", "run.valid_interval=2", "-q"]
+    args += ["run.save_interval=2", "decode.max_len_b=10", "run.threads=1"]
+    code, _, err = s2s(capsys, "train", "finetune_translation", *args)
+    assert code == 0, err
+    for side in ("src", "tgt"):
+        assert (out / f"pieces.{side}.json").read_bytes() == (
+            run / f"pieces.{side}.json"
+        ).read_bytes()
+    tgt = Pieces.load(out / "pieces.tgt.json")
+    assert tgt.lang == "deu_Latn" and tgt.encode(["Ein Hund."])[0][0] == tgt.stoi["deu_Latn"]
+    source = tmp / "ft_in.en"
+    source.write_text("A dog runs.\n", encoding="utf-8")
+    code, output, err = s2s(capsys, "generate", out, "--input", source, "--tgt-lang", "fra_Latn")
+    assert code == 0 and len(output.splitlines()) == 1, err
