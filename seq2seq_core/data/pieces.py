@@ -82,19 +82,9 @@ class Pieces:
     def choose(self, lang: str, setting: str) -> None:
         """Make `lang` (a language's name, as the model's tokenizer takes it) this side's
         language; a name the model lacks is a ConfigError naming `setting` and the nearest."""
-        if not self.languages:
-            raise ConfigError(
-                f"{setting}={lang!r}: this model has no language codes (not a multilingual "
-                "import such as NLLB-200 or M2M100)"
-            )
-        if lang not in self.languages:
-            near = difflib.get_close_matches(lang, list(self.languages), n=3, cutoff=0.5)
-            near = near or [n for n in self.languages if n.lower().startswith(lang[:2].lower())]
-            hint = f"; nearest: {', '.join(near[:3])}" if near else ""
-            raise ConfigError(
-                f"{setting}={lang!r} is not a language of this model ({len(self.languages)} "
-                f"languages{hint})"
-            )
+        problem = language_problem(self, lang)
+        if problem:
+            raise ConfigError(f"{setting}={lang!r}{problem}")
         self.lang = lang
 
     def start_ids(self) -> list[int]:
@@ -191,6 +181,20 @@ class Pieces:
         return cls(model_proto, tokens, source_ids)
 
 
+def language_problem(vocab, lang: str) -> str | None:
+    """What is wrong with `lang` as a language of `vocab` (words to follow its name), or None:
+    the vocabulary has no language codes, or not this one (the nearest named)."""
+    languages = getattr(vocab, "languages", None)
+    if not languages:
+        return ": this model has no language codes (not a multilingual import: NLLB-200, M2M100)"
+    if lang in languages:
+        return None
+    near = difflib.get_close_matches(lang, list(languages), n=3, cutoff=0.5)
+    near = near or [n for n in languages if n.lower().startswith(lang[:2].lower())]
+    hint = f"; nearest: {', '.join(near[:3])}" if near else ""
+    return f" is not a language of this model ({len(languages)} languages{hint})"
+
+
 def choose_languages(tasks, src_lang: str, tgt_lang: str) -> None:
     """Set the source and the target language (names; "" keeps the vocabulary's own) of every
     task whose vocabularies are a multilingual model's; a name the model lacks is a ConfigError
@@ -204,10 +208,7 @@ def choose_languages(tasks, src_lang: str, tgt_lang: str) -> None:
             if lang and isinstance(vocab, Pieces):
                 vocab.choose(lang, setting)
             elif lang:
-                raise ConfigError(
-                    f"{setting}={lang!r}: this model has no language codes (not a multilingual "
-                    "import such as NLLB-200 or M2M100)"
-                )
+                raise ConfigError(f"{setting}={lang!r}{language_problem(vocab, lang)}")
 
 
 def start_ids(task) -> list[int]:

@@ -24,6 +24,7 @@ from .requests import (
     ClientGone,
     bad,
     body_json,
+    langs_of,
     measured,
     member_of,
     parsed,
@@ -125,6 +126,7 @@ def build_app(service: Service):
         start = time.perf_counter()
         settings = service.batcher.settings(member)
         wanted = wanted_of(body, settings.beam)
+        langs = langs_of(body, member)
         sources, tokens, unknown = measured(member, body.text, max_positions)
         prefixes = prefixes_of(body, member, sources, settings, max_positions)
         terms = terms_of(body, member, sources, settings, max_positions)
@@ -136,6 +138,7 @@ def build_app(service: Service):
             prefixes=prefixes,
             terms=terms,
             client=client_of(request),
+            langs=langs,
         )
         result = await decoded(service, job, request)
         trees = [parse(h) for h in result["hypotheses"]]

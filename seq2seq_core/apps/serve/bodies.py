@@ -89,6 +89,10 @@ class GenerateBody(Body):
     mbr: Literal[UTILITIES] | None = None
     prefixes: list[Annotated[str, Field(max_length=MAX_CHARS)]] | None = None
     terms: list[Annotated[list[Term], Field(min_length=2, max_length=2)]] | None = None
+    # a multilingual model's languages for this request (NLLB-200: "fra_Latn"; M2M100: "fr"):
+    # one server, many directions; None: the server's (decode.src_lang, decode.tgt_lang)
+    src_lang: Annotated[str, Field(max_length=32)] | None = None
+    tgt_lang: Annotated[str, Field(max_length=32)] | None = None
 
 
 class ScoreBody(Body):

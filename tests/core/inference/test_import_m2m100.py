@@ -193,3 +193,30 @@ def test_fine_tuning_an_import_keeps_its_languages(models, capsys):
     source.write_text("A dog runs.\n", encoding="utf-8")
     code, output, err = s2s(capsys, "generate", out, "--input", source, "--tgt-lang", "fra_Latn")
     assert code == 0 and len(output.splitlines()) == 1, err
+
+
+def test_one_server_many_directions(models, tmp_path):
+    """POST /generate with "tgt_lang" (and "src_lang"): each request decoded into its language,
+    as `s2s generate --tgt-lang` decodes it; a language the model lacks is a 400 naming the
+    nearest; a code typed into the text a 400."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "apps"))
+    from test_serve import post, server
+
+    from bench.interop.nllb_import import s2s_generate
+
+    (_, run), test = models[0]["nllb"], models[1]
+    lines = test["en"][:3]
+    source = tmp_path / "in.en"
+    source.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    with server(run, "decode.beam=2", log=tmp_path / "serve.log") as url:
+        for tgt in ("fra_Latn", "deu_Latn"):
+            status, answer = post(url + "/generate", {"text": lines, "tgt_lang": tgt})
+            assert status == 200, answer
+            assert answer["hypotheses"] == s2s_generate(run, source, "eng_Latn", tgt, 2)
+        status, answer = post(url + "/generate", {"text": lines, "tgt_lang": "fra_latn"})
+        assert status == 400 and "fra_Latn" in answer["error"], answer
+        status, answer = post(url + "/generate", {"text": ["deu_Latn A dog."]})
+        assert status == 400 and "'deu_Latn'" in answer["error"], answer
