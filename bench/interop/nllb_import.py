@@ -210,7 +210,14 @@ def main() -> None:
         for lang in ("en", "de")
     }
     test = {lang: lines[: args.lines] for lang, lines in test.items()}
-    result = {"lines": args.lines, "models": {}}
+    result = {
+        "command": f"python -m bench.interop.nllb_import --lines {args.lines}",
+        "precision": "fp32",
+        "machine": machine(),
+        "lines": args.lines,
+        "complete": False,  # written after every decoding: a long run's figures so far
+        "models": {},
+    }
     with tempfile.TemporaryDirectory(prefix="s2s-nllb-") as tmp:
         for layout, codes in CODES.items():
             folder = build_m2m100(Path(tmp) / layout, train, layout)
@@ -221,7 +228,9 @@ def main() -> None:
                  str(run), "--src-lang", codes[first], "--tgt-lang", codes[second]],
                 check=True, cwd=REPO,
             )  # fmt: skip
+            rows = json.loads((folder / "config.json").read_text())["vocab_size"]
             entry = {"ids_differing": {}, "decoding": {}}
+            entry["shape"] = {"vocab_rows": rows, "d_model": 64, "layers": "2 + 2"}
             for src, tgt in DIRECTIONS:
                 lines, s, t = test[src], codes[src], codes[tgt]
                 pairs = zip(hf_ids(folder, lines, s), s2s_ids(run, lines, s))
@@ -248,16 +257,18 @@ def main() -> None:
                     }
                     print(layout, src, tgt, beam, entry["decoding"][f"{src}-{tgt} beam{beam}"],
                           flush=True)  # fmt: skip
-            entry["shape"] = {"vocab_rows": json.loads((folder / "config.json").read_text())[
-                "vocab_size"], "d_model": 64, "encoder_layers": 2, "decoder_layers": 2}  # fmt: skip
-            result["models"][layout] = entry
-    result["command"] = f"python -m bench.interop.nllb_import --lines {args.lines}"
-    result["precision"] = "fp32"
-    result["machine"] = machine()
+                    result["models"][layout] = entry
+                    _write(result)
+
+    result["complete"] = True
+    print(f"wrote {_write(result)}")
+
+
+def _write(result: dict) -> Path:
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / "nllb_import.json"
     path.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    print(f"wrote {path}")
+    return path
 
 
 if __name__ == "__main__":
