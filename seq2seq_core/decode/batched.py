@@ -22,6 +22,7 @@ from ..data.batches import chunks
 from ..errors import UsageError, plugin_error
 from ..contract.task import DecodeDefaults, Task, checked_score
 from ..tokenizers import BOS, EOS, PAD, UNK
+from ..tokenizers.pieces import start_ids
 from .constraints import Prefix, joined
 from .mbr import expected_figures, expected_utilities
 from .terminology import SAMPLING_REFUSED, Terms, word_glue
@@ -194,6 +195,9 @@ class Decoder:
                 f"returned {got} for {len(sources)} lines, not one id list a line",
             )
         forced = task.encode_target(list(prefixes)) if prefixes and any(prefixes) else None
+        start = start_ids(task)  # a multilingual model's target language: every output's start
+        if forced is None and start:
+            forced = [start] * len(ids)
         order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
         out: list[list[Output]] = [[] for _ in ids]
 
@@ -201,7 +205,7 @@ class Decoder:
             src = source_batch([ids[i] for i in batch])
             constraint = task.constraint([sources[i] for i in batch])
             if forced is not None:
-                prefix = Prefix([forced[i] for i in batch], task.tgt_vocab_size)
+                prefix = Prefix([forced[i] for i in batch], task.tgt_vocab_size, len(start))
                 constraint = joined(constraint, prefix)
             if terms is not None and any(terms[i] for i in batch):
                 here = Terms([terms[i] for i in batch], task.tgt_vocab_size, glue)

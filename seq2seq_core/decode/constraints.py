@@ -16,12 +16,15 @@ from ..tokenizers import PAD
 class Prefix(Constraint):
     """Each output starts with its source's prefix (target ids, possibly none), token for
     token; after it the search is free. The prefix's tokens are scored with the model's own
-    log-probabilities, as every other token, so an output's score is that of the whole output.
+    log-probabilities, as every other token, so an output's score is that of the whole output;
+    but the first `free` tokens of every prefix (a multilingual model's target language code)
+    score 0, as transformers' forced_bos_token_id scores it.
 
     State: (prefix ids [n, P], PAD-padded; prefix lengths [n]; tokens written [n])."""
 
-    def __init__(self, prefixes: Sequence[Sequence[int]], vocab: int):
+    def __init__(self, prefixes: Sequence[Sequence[int]], vocab: int, free: int = 0):
         self.prefixes, self.vocab = [list(p) for p in prefixes], vocab  # vocab: target ids
+        self.free = free
 
     def initial(self, device) -> tuple:
         width = max(1, max(map(len, self.prefixes)))
@@ -54,6 +57,8 @@ class Prefix(Constraint):
         if not bool(forced.any()):
             return logp
         chosen = logp.gather(1, token)
+        if self.free:
+            chosen = chosen.masked_fill(state[2].lt(self.free)[:, None], 0.0)
         out = logp.masked_fill(forced[:, None], -torch.inf)
         return out.scatter_(1, token, torch.where(forced[:, None], chosen, out.gather(1, token)))
 

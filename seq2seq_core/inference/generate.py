@@ -330,7 +330,10 @@ def _source_line(raw: bytes, name: str, number: int, task, max_positions: int) -
     except DataError as e:
         log.warning("%s; its output line is empty", e)
         return None
-    ids = task.encode_source([line])[0]
+    try:
+        ids = task.encode_source([line])[0]
+    except DataError as e:  # a multilingual model's language code typed into the text
+        raise UsageError(f"{name}, line {number}: {e}") from None
     unknown = unknown_words(task, line, ids)
     if unknown:
         shown = ", ".join(unknown[:10]) + (

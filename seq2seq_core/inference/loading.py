@@ -26,6 +26,7 @@ from ..data.members import (
     load_vocabularies,
     pick,
 )
+from ..tokenizers.pieces import choose_languages
 from ..decode.batched import Decoder, Forced, Output, TargetScore, prepared_sources
 from ..decode.sampling import Sampling
 from ..decode.search import Wanted
@@ -66,6 +67,7 @@ def load_for_inference(path: str | Path, registry, overrides=(), task: str | Non
     check_members(members, read)
     checkpoint.check_tokenizer_files(state, run_dir, p)
     sizes = load_vocabularies(members, run_dir)  # the run's id space
+    choose_languages([m.task for m in members], cfg.decode.src_lang, cfg.decode.tgt_lang)
     model = Transformer(cfg.model, *sizes)
     try:
         model.load_state_dict(state["model"])

@@ -195,6 +195,10 @@ class DecodeConfig:
     )  # sentences decoded together
     #: the model searched with: auto (bf16 where native, else fp32) | fp32 | bf16 | int8 (CPU)
     precision: SearchPrecision = SearchPrecision.auto
+    # a multilingual model's languages (NLLB-200's eng_Latn, M2M100's de; "" = the import's):
+    # the source's code starts the source, the target's is forced as the output's first token
+    src_lang: str = ""
+    tgt_lang: str = ""
 
 
 class Precision(str, Enum):

@@ -52,7 +52,8 @@ def _run_dirs(preset: str, overrides) -> list[Path]:
 
 
 def add_search_options(s) -> None:
-    """--beam, --alpha, --max-len-a, --max-len-b (the decode section's) and --ensemble."""
+    """--beam, --alpha, --max-len-a, --max-len-b, --src-lang, --tgt-lang (the decode
+    section's) and --ensemble."""
     s.add_argument(
         "--beam",
         type=int,
@@ -80,6 +81,15 @@ def add_search_options(s) -> None:
         metavar="B",
         help="see --max-len-a (decode.max_len_b)",
     )
+    for side, example in (("src", "eng_Latn"), ("tgt", "fra_Latn")):
+        s.add_argument(
+            f"--{side}-lang",
+            dest=f"{side}_lang",
+            metavar="LANG",
+            help=f"a multilingual model's {'source' if side == 'src' else 'target'} language "
+            f"(decode.{side}_lang), as its tokenizer names it (NLLB-200: {example}; M2M100: "
+            f"{example[:2]}); default: the import's",
+        )
     s.add_argument(
         "--ensemble",
         nargs="+",
@@ -93,7 +103,7 @@ def add_search_options(s) -> None:
 def search_overrides(args) -> list[str]:
     """The command's key=value overrides with the search options given as decode.KEY=VALUE."""
     overrides = list(args.overrides)
-    for key in ("beam", "alpha", "max_len_a", "max_len_b"):
+    for key in ("beam", "alpha", "max_len_a", "max_len_b", "src_lang", "tgt_lang"):
         if getattr(args, key) is not None:
             overrides.append(f"decode.{key}={getattr(args, key)}")
     return overrides

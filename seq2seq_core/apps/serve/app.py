@@ -27,6 +27,7 @@ from .requests import (
     ClientGone,
     bad,
     body_json,
+    langs_of,
     measured,
     member_of,
     parsed,
@@ -127,6 +128,7 @@ def build_app(service: Service):
         member = member_of(service, body)
         settings = service.batcher.settings(member)
         wanted = wanted_of(body, settings.beam)
+        langs = langs_of(body, member)
         sources, tokens, unknown = measured(member, body.text, max_positions)
         prefixes = prefixes_of(body, member, sources, settings, max_positions)
         terms = terms_of(body, member, sources, settings, max_positions)
@@ -138,6 +140,7 @@ def build_app(service: Service):
             prefixes=prefixes,
             terms=terms,
             client=client,
+            langs=langs,
         )
         return member, job, sources, unknown
 

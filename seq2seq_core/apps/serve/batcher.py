@@ -17,6 +17,7 @@ search ranks hypotheses by (a constraint only narrows the choice; it does not ch
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
 import threading
@@ -28,6 +29,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ...data.members import decode_settings
+from ...tokenizers.pieces import choose_languages
 from ...decode.batched import Decoder, Forced, source_batch
 from ...decode.search import Wanted, search
 from ...contract.task import DecodeDefaults
@@ -56,8 +58,27 @@ class Job:
     terms: list | None = None  # for each sentence, its terms' target spellings (terminology)
     targets: list[list[int]] | None = None  # given outputs to score (target ids), no search
     client: str = ""  # who asked (the address): each client's jobs are served in turn
+    langs: tuple = ("", "")  # a multilingual model's source and target language ("": the run's)
     future: Future = field(default_factory=Future)
     queued: float = field(default_factory=time.perf_counter)
+
+
+@contextlib.contextmanager
+def languages(member, langs: tuple):
+    """A multilingual model's vocabularies set to a request's languages (checked when it came)
+    while its batch decodes (the one worker decodes), then back to the run's."""
+    if not any(langs):
+        yield
+        return
+    vocabs = [getattr(member.task, side, None) for side in ("src_vocab", "tgt_vocab")]
+    saved = [getattr(v, "lang", None) for v in vocabs]
+    try:
+        choose_languages([member.task], *langs)
+        yield
+    finally:
+        for vocab, lang in zip(vocabs, saved):
+            if lang is not None:
+                vocab.lang = lang
 
 
 class ShuttingDown(Exception):
@@ -146,6 +167,7 @@ class Batcher:
             and job.member is first.member
             and job.wanted == first.wanted
             and (job.targets is None) == (first.targets is None)
+            and job.langs == first.langs
         )
 
     def _take(self, client: str) -> Job:
@@ -212,9 +234,10 @@ class Batcher:
         terms = [t for job in batch for t in (job.terms or [[]] * len(job.sources))]
         decoder = self.decoder(member)
         forced = Forced(prefixes if any(prefixes) else None, terms if any(terms) else None)
-        found = decoder.outputs(sources, wanted, forced)
-        best = [outs[0] for outs in found]
-        rated = decoder.target_scores(sources, [o.tokens for o in best])
+        with languages(member, batch[0].langs):
+            found = decoder.outputs(sources, wanted, forced)
+            best = [outs[0] for outs in found]
+            rated = decoder.target_scores(sources, [o.tokens for o in best])
         scores = [round(r.score, 4) for r in rated]
         scores = [s if o.found else None for s, o in zip(scores, best)]  # no output, no score
         done = time.perf_counter()

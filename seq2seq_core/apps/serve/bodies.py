@@ -119,6 +119,10 @@ class GenerateBody(Body):
         ]
         | None
     ) = None
+    # a multilingual model's languages for this request (NLLB-200: "fra_Latn"; M2M100: "fr"):
+    # one server, many directions; None: the server's (decode.src_lang, decode.tgt_lang)
+    src_lang: Annotated[str, Field(max_length=32)] | None = None
+    tgt_lang: Annotated[str, Field(max_length=32)] | None = None
 
 
 class ScoreBody(Body):

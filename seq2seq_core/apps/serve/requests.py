@@ -15,7 +15,8 @@ from ...decode.given import checked_terms, model_targets, prefix_problem
 from ...decode.sampling import Sampling
 from ...decode.search import Wanted
 from ...decode.terminology import SAMPLING_REFUSED, line_terms, placeable
-from ...errors import UsageError
+from ...tokenizers.pieces import language_problem
+from ...errors import DataError, UsageError
 from .bodies import BODIES, MAX_BODY, MAX_SAMPLES, MAX_TERMS, complaint, json_shown
 
 
@@ -225,13 +226,29 @@ def targets_of(body, member, sources: list[str], max_positions: int) -> list[lis
     return ids
 
 
+def langs_of(body, member) -> tuple[str, str]:
+    """The request's "src_lang" and "tgt_lang" ("" where it gives none: the run's), each one a
+    language of the model (else a 400 naming the nearest)."""
+    langs = []
+    for key, side in (("src_lang", "src_vocab"), ("tgt_lang", "tgt_vocab")):
+        lang = getattr(body, key, None) or ""
+        problem = lang and language_problem(getattr(member.task, side, None), lang)
+        if problem:
+            raise bad(400, f'"{key}" {lang!r}{problem}')
+        langs.append(lang)
+    return tuple(langs)
+
+
 def measured(
     member, lines: list[str], max_positions: int, many: bool = True
 ) -> tuple[list[str], list[int], list]:
     """(sources as the task prepares them, their token counts, the unknown words of each); a 413
     for a sentence longer than the model's positions."""
     sources = prepared_sources(member, lines)
-    ids = member.encode_source(sources)
+    try:
+        ids = member.encode_source(sources)
+    except DataError as e:  # a multilingual model's language code typed into the text
+        raise bad(400, f'"text": {e}') from None
     for i, seq in enumerate(ids):
         if len(seq) + 1 > max_positions:
             where = f'"text"[{i}]' if many else '"text"'

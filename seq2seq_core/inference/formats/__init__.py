@@ -1,11 +1,11 @@
 """Outside formats, one module a format holding both its directions where both exist: `marian`
-(OPUS-MT), `fairseq`, `huggingface`, `ctranslate2`, `safetensors`; what they share is in
+(OPUS-MT), `m2m100` (NLLB-200, M2M100), `fairseq`, `huggingface`, `ctranslate2`, `safetensors`; what they share is in
 `common`, and no format module imports another. This package is the two commands' front door.
 
 `s2s import SOURCE --output RUN_DIR` reads an OPUS-MT model (Hugging Face's MarianMTModel
-layout, from a folder or by hub name: `marian`), an `s2s export --to huggingface` of a run s2s
-trained (`huggingface.read_export`), or a fairseq Transformer checkpoint with its dictionaries and
-BPE codes (`fairseq`). It writes what `s2s train` would have: config.yaml, the vocabulary files
+layout, from a folder or by hub name: `marian`), an NLLB-200 or M2M100 model (`m2m100`), an
+`s2s export --to huggingface` of a run s2s trained (`huggingface.read_export`), or a fairseq
+Transformer checkpoint with its dictionaries and BPE codes (`fairseq`). It writes what `s2s train` would have: config.yaml, the vocabulary files
 and one checkpoint, so that generate, serve, score, export, attention, label and
 `run.init_from` take it as any other run. The config's `origin` records the source, its
 revision and every file read with its SHA-256. The run directory is written into
@@ -40,7 +40,7 @@ from ...files import output_folder, remove_stale_temporaries, sha256
 from ...nn.model import Transformer
 from ...setup.config import load_config
 from ...runs import checkpoint
-from . import ctranslate2, fairseq, huggingface, marian, safetensors
+from . import ctranslate2, fairseq, huggingface, m2m100, marian, safetensors
 from .common import MARKER, ImportJob
 from .ctranslate2 import QUANTIZATIONS
 
@@ -68,13 +68,11 @@ def import_model(job: ImportJob, registry) -> Path:
         )
     is_fairseq = path.suffix == ".pt" or (path.is_dir() and fairseq.checkpoint_in(path) is not None)
     ours = path.is_dir() and (path / MARKER).is_file() and not (path / "source.spm").is_file()
-    found = (
-        fairseq.read(job)
-        if is_fairseq
-        else huggingface.read_export(path)
-        if ours
-        else marian.read(job)
-    )
+    if is_fairseq or ours:
+        found = fairseq.read(job) if is_fairseq else huggingface.read_export(path)
+    else:
+        folder, revision = marian.resolve(job)  # a folder, or a hub model fetched
+        found = m2m100.read(job, folder, revision) if m2m100.is_m2m100(folder) else marian.read(job)
     found.config["run"] = {"dir": str(out)}
     if found.config["task"].get("tokenizer") in FILES:  # where fine-tuning reads it
         found.config["task"]["vocab_from"] = str(out.resolve())

@@ -33,7 +33,6 @@ OTHERS = {
     "mt5": "mT5 (relative position buckets, no sinusoids)",
     "bart": "BART (learned positions offset by 2, GELU, layer-normed embeddings)",
     "mbart": "mBART (pre-norm with learned positions)",
-    "m2m_100": "M2M100 / NLLB (pre-norm, sinusoids offset by the padding index)",
     "nllb-moe": "NLLB-MoE (mixture of experts)",
     "fsmt": "FSMT (fairseq's WMT19 models in transformers' layout)",
     "pegasus": "Pegasus",
@@ -43,7 +42,7 @@ ACTIVATIONS = {"swish": "swish", "silu": "swish", "relu": "relu"}
 
 def read(job: ImportJob) -> Imported:
     """An OPUS-MT model: a folder in MarianMTModel's layout, or a hub name."""
-    folder, revision = _resolve(job)
+    folder, revision = resolve(job)
     model_cfg = read_json(folder / "config.json")
     kind = model_cfg.get("model_type")
     if kind not in SUPPORTED:
@@ -77,7 +76,7 @@ def read(job: ImportJob) -> Imported:
     )
 
 
-def _resolve(job: ImportJob) -> tuple[Path, str | None]:
+def resolve(job: ImportJob) -> tuple[Path, str | None]:
     """The local folder of the source and its revision (a hub snapshot's commit)."""
     folder = Path(job.source)
     if folder.is_dir():

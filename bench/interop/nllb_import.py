@@ -1,0 +1,275 @@
+"""An NLLB-shaped and an M2M100-shaped model built here, imported by `s2s import`, decoded by both
+toolkits.
+
+`build_m2m100(folder, lines, layout)` saves what facebook/nllb-200-* (`layout="nllb"`) or
+facebook/m2m100_* (`layout="m2m100"`) hold on the hub, at small sizes: transformers'
+M2M100ForConditionalGeneration (pre-norm with final layer norms, scaled embeddings, sinusoids
+offset past the padding index, ReLU, every embedding tied) with random weights, and the
+tokenizer's files: a sentencepiece BPE model trained on Multi30k's English, German and French
+training sides; NLLB's sentencepiece.bpe.model with its 202 language codes after the pieces, or
+M2M100's vocab.json beside it with its 100 codes. Its weights are drawn wider than
+transformers' init (std `init_std` against 0.02) so that the model's choices are not near-ties
+that float rounding decides, and </s>'s row is scaled so that most outputs end.
+
+`python -m bench.interop.nllb_import` imports both and decodes Multi30k's test_2016_flickr
+(1,000 sources) in two directions (English to German, German to French) with `s2s generate
+--src-lang --tgt-lang` and with transformers' `generate(forced_bos_token_id=...)`, greedy and
+beam 4, in fp32, and writes bench/interop/results/nllb_import.json: the lines whose outputs
+differ (the target is 0), the lines whose ids differ from NllbTokenizer's / M2M100Tokenizer's
+(0), and each side's time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench.common import MULTI30K, REPO, machine
+
+RESULTS = REPO / "bench" / "interop" / "results"
+#: the languages of each layout's codes used here (NLLB's FLORES-200 codes, M2M100's ISO ones)
+CODES = {
+    "nllb": {"en": "eng_Latn", "de": "deu_Latn", "fr": "fra_Latn"},
+    "m2m100": {"en": "en", "de": "de", "fr": "fr"},
+}
+DIRECTIONS = (("en", "de"), ("de", "fr"))
+
+
+def build_m2m100(
+    folder: Path,
+    lines: list[str],
+    layout: str = "nllb",
+    vocab_size: int = 1000,
+    d_model: int = 64,
+    encoder_layers: int = 2,
+    decoder_layers: int = 2,
+    seed: int = 1,
+    init_std: float = 0.1,
+    eos_scale: float | None = None,
+    max_length: int = 64,
+) -> Path:
+    """Save an NLLB-shaped (`layout="nllb"`) or M2M100-shaped (`"m2m100"`) model and its
+    tokenizer into `folder`, the sentencepiece BPE model trained on `lines`; </s>'s row scaled
+    by `eos_scale` (None: the layout's, which ends most outputs before max_length)."""
+    eos_scale = eos_scale or {"nllb": 3.5, "m2m100": 2.5}[layout]
+    import sentencepiece
+    import torch
+    from transformers import GenerationConfig, M2M100Config, M2M100ForConditionalGeneration
+
+    folder.mkdir(parents=True, exist_ok=True)
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(lines),
+        model_prefix=str(folder / "spm"),
+        vocab_size=vocab_size,
+        model_type="bpe",
+        character_coverage=1.0,
+        minloglevel=2,
+        num_threads=1,
+    )
+    (folder / "spm.model").rename(folder / "sentencepiece.bpe.model")
+    (folder / "spm.vocab").unlink()
+    spm = sentencepiece.SentencePieceProcessor(model_file=str(folder / "sentencepiece.bpe.model"))
+    if layout == "nllb":
+        from transformers import NllbTokenizer
+        from transformers.models.nllb.tokenization_nllb import FAIRSEQ_LANGUAGE_CODES
+
+        # converted from the sentencepiece model (protobuf), the 202 codes after the pieces
+        tok = NllbTokenizer.from_pretrained(
+            str(folder), src_lang="eng_Latn", additional_special_tokens=FAIRSEQ_LANGUAGE_CODES
+        )
+        rows = len(tok)
+    else:
+        from transformers import M2M100Tokenizer
+
+        # fairseq's dictionary: <s> <pad> </s> <unk>, then the pieces (the spm's own specials
+        # left out), numbered in order
+        words = ["<s>", "<pad>", "</s>", "<unk>"] + [
+            spm.id_to_piece(i) for i in range(spm.get_piece_size()) if not spm.is_control(i)
+        ][1:]
+        vocab = {w: i for i, w in enumerate(words)}
+        (folder / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), "utf-8")
+        tok = M2M100Tokenizer(
+            str(folder / "vocab.json"), str(folder / "sentencepiece.bpe.model"), src_lang="en"
+        )
+        rows = len(vocab) + len(tok.lang_code_to_id) + tok.num_madeup_words
+    tok.save_pretrained(str(folder))
+    config = M2M100Config(
+        vocab_size=rows,
+        d_model=d_model,
+        encoder_layers=encoder_layers,
+        decoder_layers=decoder_layers,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=4 * d_model,
+        decoder_ffn_dim=4 * d_model,
+        max_position_embeddings=256,
+        scale_embedding=True,
+        init_std=init_std,
+        dropout=0.1,
+        attention_dropout=0.1,
+        activation_dropout=0.0,
+        encoder_layerdrop=0.05,
+        decoder_layerdrop=0.05,
+        pad_token_id=1,
+        bos_token_id=0,
+        eos_token_id=2,
+        decoder_start_token_id=2,
+    )
+    torch.manual_seed(seed)
+    hf = M2M100ForConditionalGeneration(config).eval()
+    with torch.no_grad():
+        hf.model.shared.weight[2] *= eos_scale
+    hf.generation_config = GenerationConfig(
+        decoder_start_token_id=2,
+        bos_token_id=0,
+        eos_token_id=2,
+        pad_token_id=1,
+        num_beams=4,
+        max_length=max_length,
+        length_penalty=1.0,
+    )
+    hf.save_pretrained(str(folder))
+    return folder
+
+
+def _tokenizer(folder: Path):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(folder))
+
+
+def hf_ids(folder: Path, lines: list[str], src: str) -> list[list[int]]:
+    """NllbTokenizer's / M2M100Tokenizer's ids of each line with `src` its language (the code,
+    the pieces, </s>)."""
+    tok = _tokenizer(folder)
+    tok.src_lang = src
+    return [tok(line)["input_ids"] for line in lines]
+
+
+def hf_generate(
+    folder: Path, lines: list[str], src: str, tgt: str, beam: int, batch: int = 50
+) -> list[str]:
+    """transformers' own outputs for `lines`: the tokenizer with src_lang, generate with the
+    target's code forced (forced_bos_token_id), fp32, decoded without special tokens."""
+    import torch
+    from transformers import M2M100ForConditionalGeneration
+
+    tok = _tokenizer(folder)
+    tok.src_lang = src
+    model = M2M100ForConditionalGeneration.from_pretrained(str(folder)).eval()
+    code = tok.convert_tokens_to_ids(tok.lang_code_to_token[tgt] if "_" not in tgt else tgt)
+    out = []
+    with torch.inference_mode():
+        for i in range(0, len(lines), batch):
+            enc = tok(lines[i : i + batch], return_tensors="pt", padding=True)
+            ids = model.generate(**enc, num_beams=beam, do_sample=False, forced_bos_token_id=code)
+            out += tok.batch_decode(
+                ids, skip_special_tokens=True, clean_up_tokenization_spaces=False
+            )
+    return [line.strip() for line in out]
+
+
+def s2s_ids(run_dir: Path, lines: list[str], src: str) -> list[list[int]]:
+    """The imported run's ids of each line with `src` its language, in the source model's
+    numbering, with </s>."""
+    from s2s.core.tokenizers import EOS
+    from s2s.core.tokenizers.pieces import Pieces
+
+    vocab = Pieces.load(run_dir / "pieces.src.json")
+    vocab.choose(src, "src")
+    return [[vocab.source_ids[i] for i in ids + [EOS]] for ids in vocab.encode(lines)]
+
+
+def s2s_generate(run_dir: Path, input_file: Path, src: str, tgt: str, beam: int) -> list[str]:
+    """`s2s generate RUN --input FILE --src-lang SRC --tgt-lang TGT decode.beam=B
+    decode.precision=fp32`, from the shell."""
+    done = subprocess.run(
+        [sys.executable, "-m", "s2s.core.apps.cli", "generate", str(run_dir), "--input",
+         str(input_file), "--src-lang", src, "--tgt-lang", tgt, f"decode.beam={beam}",
+         "decode.precision=fp32", "run.device=cpu"],
+        capture_output=True, text=True, check=True, cwd=REPO,
+    )  # fmt: skip
+    return done.stdout.splitlines()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--lines", type=int, default=1000, help="test sources (1,000: all)")
+    args = parser.parse_args()
+    train = []
+    for lang in ("en", "de", "fr"):
+        train += (MULTI30K / f"train.{lang}").read_text(encoding="utf-8").splitlines()
+    test = {
+        lang: (MULTI30K / f"test_2016_flickr.{lang}").read_text(encoding="utf-8").splitlines()
+        for lang in ("en", "de")
+    }
+    test = {lang: lines[: args.lines] for lang, lines in test.items()}
+    result = {
+        "command": f"python -m bench.interop.nllb_import --lines {args.lines}",
+        "precision": "fp32",
+        "machine": machine(),
+        "lines": args.lines,
+        "complete": False,  # written after every decoding: a long run's figures so far
+        "models": {},
+    }
+    with tempfile.TemporaryDirectory(prefix="s2s-nllb-") as tmp:
+        for layout, codes in CODES.items():
+            folder = build_m2m100(Path(tmp) / layout, train, layout)
+            run = Path(tmp) / f"run_{layout}"
+            first, second = DIRECTIONS[0]
+            subprocess.run(
+                [sys.executable, "-m", "s2s.core.apps.cli", "import", str(folder), "--output",
+                 str(run), "--src-lang", codes[first], "--tgt-lang", codes[second]],
+                check=True, cwd=REPO,
+            )  # fmt: skip
+            rows = json.loads((folder / "config.json").read_text())["vocab_size"]
+            entry = {"ids_differing": {}, "decoding": {}}
+            entry["shape"] = {"vocab_rows": rows, "d_model": 64, "layers": "2 + 2"}
+            for src, tgt in DIRECTIONS:
+                lines, s, t = test[src], codes[src], codes[tgt]
+                pairs = zip(hf_ids(folder, lines, s), s2s_ids(run, lines, s))
+                entry["ids_differing"][src] = sum(a != b for a, b in pairs)
+                source = Path(tmp) / f"test.{src}"
+                source.write_text("\n".join(lines) + "\n", encoding="utf-8")
+                for beam in (1, 4):
+                    t0 = time.perf_counter()
+                    ours = s2s_generate(run, source, s, t, beam)
+                    t1 = time.perf_counter()
+                    theirs = hf_generate(folder, lines, s, t, beam)
+                    t2 = time.perf_counter()
+                    if layout == "m2m100":  # M2M100Tokenizer's decode keeps the codes' text
+                        theirs = [re.sub(r"__[a-z]+__", "", h).strip() for h in theirs]
+                    differ = [i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b]
+                    entry["decoding"][f"{src}-{tgt} beam{beam}"] = {
+                        "outputs_differing": len(differ) + abs(len(ours) - len(theirs)),
+                        "first_differing": differ[:5],
+                        "mean_output_words": round(
+                            sum(len(o.split()) for o in ours) / len(ours), 2
+                        ),
+                        "s2s_generate_seconds": round(t1 - t0, 2),
+                        "transformers_generate_seconds": round(t2 - t1, 2),
+                    }
+                    print(layout, src, tgt, beam, entry["decoding"][f"{src}-{tgt} beam{beam}"],
+                          flush=True)  # fmt: skip
+                    result["models"][layout] = entry
+                    _write(result)
+
+    result["complete"] = True
+    print(f"wrote {_write(result)}")
+
+
+def _write(result: dict) -> Path:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / "nllb_import.json"
+    path.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    return path
+
+
+if __name__ == "__main__":
+    main()
