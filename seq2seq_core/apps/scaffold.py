@@ -254,13 +254,13 @@ def new_task(name: str, where: Path, taken=()) -> Path:
             f"task name {name!r}: a lower-case letter, then lower-case letters, digits and _ "
             "(it names the package, the task and its preset)"
         )
+    folder = Path(where) / name
+    if folder.exists():  # first: the most concrete reason, whatever else the name meets
+        raise UsageError(f"{folder} exists; choose another --dir or name (nothing written)")
     if name in taken:
         raise UsageError(f"a task named {name!r} is installed already (s2s tasks); choose another")
     if importlib.util.find_spec(name) is not None:
         raise UsageError(f"a module named {name!r} is importable already; choose another name")
-    folder = Path(where) / name
-    if folder.exists():
-        raise UsageError(f"{folder} exists; choose another --dir or name (nothing written)")
     for path, text in files(name).items():
         (folder / path).parent.mkdir(parents=True, exist_ok=True)
         (folder / path).write_text(text, encoding="utf-8")

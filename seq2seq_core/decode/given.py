@@ -30,8 +30,12 @@ def special_tokens(encode, text: str, unknown: bool = False) -> list[str]:
     found = [SPECIALS[i] for i in dict.fromkeys(ids) if i in (PAD, BOS, EOS)]
     if unknown:
         return found
-    if UNK in ids and SPECIALS[UNK] in text.split() and encode([SPECIALS[UNK]])[0] == [UNK]:
-        found.append(SPECIALS[UNK])
+    # a special's name written as a word, which the vocabulary reads as <unk> (s2s's own
+    # tokenizers never read a special's name in text as the special itself)
+    words = text.split()
+    for name in SPECIALS:
+        if name in words and name not in found and UNK in ids and encode([name])[0] == [UNK]:
+            found.append(name)
     return found
 
 

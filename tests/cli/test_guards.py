@@ -667,7 +667,7 @@ def test_rerank_tune_ref_with_output_writes_the_chosen_lines(world, capsys, tmp_
     code, stdout, err = s2s(capsys, *argv, "--tune-ref", world["src"], "--output", out)
     assert code == 0, err
     tuned = __import__("json").loads(stdout)
-    assert set(tuned) == {"weights", "dev", "search"}
+    assert set(tuned) == {"weights", "dev", "search", "metric", "higher_is_better"}
     assert len(out.read_text().splitlines()) == len(SOURCES.splitlines())
 
 

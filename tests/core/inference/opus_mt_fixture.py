@@ -34,10 +34,12 @@ def build_opus_mt(
     init_std: float = 0.1,
     eos_bias: float = 5.5,
     separate: bool = False,
+    decoder_layers: int | None = None,
 ) -> Path:
     """Save an OPUS-MT-shaped MarianMTModel and its tokenizer into `folder`; with `separate`,
     a source and a target vocabulary (vocab.json, target_vocab.json) and embeddings of their
-    own, "<pad>" at the same id in both."""
+    own, "<pad>" at the same id in both; `decoder_layers` (None: `layers`) for a decoder of
+    another depth than the encoder's (OPUS-MT's distilled students)."""
     import sentencepiece
     import torch
     from transformers import GenerationConfig, MarianConfig, MarianMTModel
@@ -83,7 +85,7 @@ def build_opus_mt(
         decoder_vocab_size=len(target),
         d_model=d_model,
         encoder_layers=layers,
-        decoder_layers=layers,
+        decoder_layers=decoder_layers or layers,
         encoder_attention_heads=4,
         decoder_attention_heads=4,
         encoder_ffn_dim=4 * d_model,
