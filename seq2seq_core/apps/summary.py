@@ -4,6 +4,8 @@ result.json, metrics.jsonl); these lines are for reading."""
 
 from __future__ import annotations
 
+import importlib.util
+
 import shlex
 from pathlib import Path
 
@@ -79,8 +81,10 @@ def train_lines(result: dict, run_dir: Path, preset: str) -> list[str]:
             )
     lines.append(f"  s2s plot {run}     # learning curves as PNG files")
     if len(scores) <= 1:  # the export formats have no place for a multi-task run's members
-        out = _arg(f"{run_dir}.ctranslate2")
-        lines.append(f"  s2s export {run} --to ctranslate2 --output {out}     # deploy")
+        # CTranslate2 where it is installed (the export extra), else safetensors (no extra)
+        to = "ctranslate2" if importlib.util.find_spec("ctranslate2") else "safetensors"
+        out = _arg(f"{run_dir}.{to}")
+        lines.append(f"  s2s export {run} --to {to} --output {out}     # deploy")
     lines.append(f"  s2s serve {run}     # a page and a JSON endpoint on 127.0.0.1:8000")
     return lines
 

@@ -25,8 +25,10 @@ def run(args) -> int:
     name = args.name
     print(f"wrote the package of task {name!r} into {folder}")
     print("next:")
-    print(f"  pip install {folder}     # or pip install -e {folder}")
+    # a path pip reads as a folder: a bare NAME would be looked up on PyPI (someone else's package)
+    local = folder if folder.is_absolute() else f"./{folder}"
+    print(f"  pip install {local}     # or pip install -e {local}")
     print(f"  s2s check-task {name}_tiny     # the conformance kit")
     print(f"  s2s train {name}_tiny     # about a minute on two cores")
-    print(f"  without installing: add --plugin {folder / name / 'task.py'} to both")
+    print(f"  without installing: add --plugin {folder / name / 'task.py'} to check-task and train")
     return 0

@@ -415,7 +415,7 @@ def save_marian_model(model: Transformer, cfg, task, out: Path, orders, starts) 
         from transformers import GenerationConfig, MarianConfig, MarianMTModel
     except ImportError:
         raise ExportError(
-            "--to huggingface needs the transformers package: pip install 's2s[export]'"
+            "--to huggingface needs the transformers package: pip install transformers (s2s's export extra)"
         ) from None
     m = cfg.model
     if m.pre_norm:

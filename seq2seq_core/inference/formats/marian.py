@@ -90,7 +90,7 @@ def resolve(job: ImportJob) -> tuple[Path, str | None]:
     except ImportError:
         raise ImportModelError(
             f"{job.source}: a hub name needs the huggingface_hub package "
-            "(pip install 's2s[export]'), or download the model's folder and import that"
+            "(pip install huggingface_hub), or download the model's folder and import that"
         ) from None
     try:
         path = snapshot_download(job.source, revision=job.revision)
