@@ -29,7 +29,7 @@ from ...tokenizers import BOS
 from ...tokenizers.pieces import Pieces
 from ...errors import ConfigError, DataError, ImportModelError
 from ...files import sha256
-from .common import ImportJob, Imported, layer_weights, read_json, read_weights
+from .common import ImportJob, Imported, checked_weight, layer_weights, read_json, read_weights
 
 #: the options of transformers' M2M100Config (and its PretrainedConfig's) a config.json may hold;
 #: any other is refused: its meaning would be lost
@@ -332,37 +332,28 @@ def _iso(name: str, default: str) -> str:
 
 def _state(model, weights: dict, source_ids: list[int], rows: int, path: Path) -> dict:
     """M2M100's weights under s2s's names, rows in s2s's id order (BOS: a copy of </s>'s row);
-    every tensor checked finite."""
+    every tensor checked against its shape, type and finiteness."""
     w = {k.removeprefix("model."): v for k, v in weights.items()}
     taken = set()
+    shapes = {k: tuple(v.shape) for k, v in model.state_dict().items()}
 
-    def get(name):
+    def get(name, shape):
+        """Weight `name`, checked against the `shape` the config gives it (never cut to fit),
+        floating-point and finite (`common.checked_weight`)."""
         if name not in w:
             raise ImportModelError(f"{path}: {name!r} is missing")
         taken.add(name)
-        tensor = w[name]
-        if not tensor.is_floating_point() or not bool(torch.isfinite(tensor).all()):
-            raise ImportModelError(f"{path}: {name!r} holds values that are not finite numbers")
-        return tensor.float()
+        return checked_weight(path, name, w[name], shape)
 
-    table = get("shared.weight")
-    if table.size(0) != rows:
-        raise ImportModelError(
-            f"{path}: 'shared.weight' has {table.size(0)} rows but config.json's vocab_size {rows}"
-        )
+    table = get("shared.weight", (rows, shapes["src_embed.weight"][1]))
     index = torch.tensor([i if i >= 0 else 2 for i in source_ids])  # BOS: </s>'s row
     state = {"src_embed.weight": table[index].clone()}
     state["tgt_embed.weight"] = state["out.weight"] = state["src_embed.weight"]
-    for ours, theirs, _ in layer_weights(model):
-        state[f"{ours}.weight"], state[f"{ours}.bias"] = (
-            get(f"{theirs}.weight"),
-            get(f"{theirs}.bias"),
-        )
-    for ours, theirs in (("enc_norm", "encoder.layer_norm"), ("dec_norm", "decoder.layer_norm")):
-        state[f"{ours}.weight"], state[f"{ours}.bias"] = (
-            get(f"{theirs}.weight"),
-            get(f"{theirs}.bias"),
-        )
+    layers = [(ours, theirs) for ours, theirs, _ in layer_weights(model)]
+    layers += [("enc_norm", "encoder.layer_norm"), ("dec_norm", "decoder.layer_norm")]
+    for ours, theirs in layers:
+        for part in ("weight", "bias"):
+            state[f"{ours}.{part}"] = get(f"{theirs}.{part}", shapes[f"{ours}.{part}"])
     state["out.bias"] = torch.zeros(len(source_ids))
     state["out.bias"][BOS] = -torch.inf  # a copy of </s> as input; never written
     tied = {"encoder.embed_tokens.weight", "decoder.embed_tokens.weight", "lm_head.weight"}

@@ -126,6 +126,18 @@ def test_bad_input_is_one_line_and_writes_nothing(models, capsys):
         where = copy(name, edit)
         got = s2s(capsys, "import", where, "--output", out, "--tgt-lang", "deu_Latn")
         fails(got, snapshot(where, out.parent), *needles)
+    from safetensors.torch import load_file, save_file
+
+    weights = load_file(str(folder / "model.safetensors"))
+    fc1 = next(k for k in weights if k.endswith("encoder.layers.0.fc1.weight"))
+    for name, tensor, needles in (
+        ("nan", weights[fc1].clone().fill_(float("nan")), ("NaN or infinite",)),
+        ("wider", weights[fc1].new_zeros(weights[fc1].shape[0], weights[fc1].shape[1] + 1), ("shape",)),
+    ):  # fmt: skip
+        where = copy(f"weights_{name}", lambda c: c)
+        save_file({**weights, fc1: tensor}, str(where / "model.safetensors"))
+        got = s2s(capsys, "import", where, "--output", out, "--tgt-lang", "deu_Latn")
+        fails(got, snapshot(where, out.parent), fc1.removeprefix("model."), *needles)
     fails(
         s2s(
             capsys, "import", folder, "--output", out, "--src-lang", "eng_Latn", "--tgt-lang", "xx"
