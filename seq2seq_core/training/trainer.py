@@ -33,7 +33,7 @@ import torch
 from omegaconf import OmegaConf
 
 from ..data.members import Member, build_members, prepare_members
-from ..errors import ConfigError, TrainingError
+from ..errors import TrainingError
 from ..files import atomic_write_text
 from ..nn import precision
 from ..nn.model import Transformer
@@ -41,9 +41,8 @@ from ..nn.optim import adam, lrate
 from ..contract.task import better
 from ..tokenizers import PAD
 from ..runs import checkpoint, directory
-from ..runs.agreement import Read, check_members
 from ..runs.distributed import Group
-from . import result, transfer
+from . import result, start, transfer
 from .prefetch import Prefetch
 from .rng import seed_dropout, seed_everything
 from .runlog import RunLog
@@ -158,123 +157,16 @@ class Trainer:
         self.prefetch = Prefetch(self.device)
 
     def _start_from(self, registry, source) -> bool:
-        """Where training starts: this run's newest readable checkpoint (`_resume`), else the
-        weights of run.init_from (and what run.init_keep takes, `_keep_from_source`), else
-        update 0. True when resumed."""
-        self.update, self.skipped_updates, self.nonfinite_in_row, self.elapsed = 0, 0, 0, 0.0
-        self.member_updates = [0] * len(self.members)  # the updates each member has trained
-        # {"update", "select", "higher_is_better"}: the validated model with the best dev figure
-        self.best = None
-        self.stale = 0  # validations since the best one (run.patience)
+        """Where training starts (`s2s.core.training.start.begin`): this run's newest readable
+        checkpoint, else the weights of run.init_from (and what run.init_keep takes), else
+        update 0. The Trainer takes the counters it starts from; True when resumed."""
+        begun = start.begin(self, registry, source)
+        for name, value in vars(begun).items():
+            if name != "resumed":
+                setattr(self, name, value)
         # (update, figure, higher_is_better) of this process's latest validation
         self.validated = None
-        state, path = checkpoint.resume(self.run_dir, self.group)
-        if state is not None:
-            self._resume(state, path)
-        elif self.cfg.run.init_from:  # a new run that starts from another run's weights
-            source = source or transfer.checked_source(self.cfg, registry)
-            self._keep_from_source(transfer.init_from(self.model, self.members, self.cfg, source))
-        return state is not None
-
-    def _resume(self, state: dict, path: Path) -> None:
-        """Continue from checkpoint `state` (read from `path`): model, optimiser, loss scale,
-        every member's data position and update count, the best model so far, the training
-        time; with any number of processes whose global batch is the checkpoint's
-        (`_check_global_batch`)."""
-        g = self.group
-        check_members(self.members, Read(state, path, self.run_dir), resuming=True)
-        self._check_global_batch(state, path)
-        try:
-            self.model.load_state_dict(state["model"])
-            self.optimizer.load_state_dict(state["optimizer"])
-            self.scaler.load_state_dict(state["scaler"])
-            # written before multi-task runs: one stream, kept as (epoch, batch_pos)
-            positions = state.get("streams") or {
-                self.members[0].name: [state["epoch"], state["batch_pos"]]
-            }
-            for s in self.streams:
-                s.restore(positions[s.member.name])
-        except (RuntimeError, ValueError, KeyError) as e:
-            raise TrainingError(
-                f"checkpoint {path} does not fit this config ({str(e).splitlines()[0]}); "
-                "resume with the config it was written with (RUN_DIR/config.yaml) or "
-                "train in a new run.dir"
-            ) from None
-        self.update = state["update"]
-        done = state.get("member_updates") or {self.members[0].name: self.update}
-        self.member_updates = [done[m.name] for m in self.members]
-        self.skipped_updates = state.get("skipped_updates", 0)
-        self.nonfinite_in_row = state.get("nonfinite_in_row", 0)
-        self.best, self.elapsed = state.get("best"), state.get("elapsed", 0.0)
-        self.stale = state.get("stale", 0)
-        if "global_batch" not in state and len(state.get("rng", ())) > 1:
-            # written before the data was one sequence for all processes: each process held a
-            # position in its own share of every epoch, so all of them together had taken
-            # about `world` times as many batches
-            for s in self.streams:
-                s.pos *= len(state["rng"])
-            if g.rank == 0:
-                log.warning(
-                    "checkpoint %s was written by %d processes by an older s2s, with a data "
-                    "position of each process's own: the position is approximate",
-                    path,
-                    len(state["rng"]),
-                )
-        if g.rank == 0:
-            log.info("resumed from %s at update %d", path, self.update)
-
-    def _check_global_batch(self, state: dict, path: Path) -> None:
-        """A run resumes with any number of processes, continuing exactly, when its global
-        batch is the checkpoint's: the same data.max_tokens and the same processes x
-        optim.update_freq (batches an update takes from the sequence); otherwise a TrainingError
-        says which changed and how to keep it."""
-        was, now = state.get("global_batch"), self._global_batch()
-        if was is None:
-            return  # an older checkpoint: _resume places its data position
-        slots_was = was["update_freq"] * was["processes"]
-        slots_now = now["update_freq"] * now["processes"]
-        if was["max_tokens"] == now["max_tokens"] and slots_was == slots_now:
-            return
-        keep = (
-            f"data.max_tokens={was['max_tokens']} and processes x optim.update_freq = {slots_was}"
-        )
-        if slots_was % now["processes"] == 0:
-            keep += f" (optim.update_freq={slots_was // now['processes']} on {now['processes']})"
-        raise TrainingError(
-            f"checkpoint {path} was trained with updates of {slots_was} batches of "
-            f"data.max_tokens={was['max_tokens']} ({was['processes']} process(es) x "
-            f"optim.update_freq {was['update_freq']}), now {slots_now} of {now['max_tokens']} "
-            f"({now['processes']} x {now['update_freq']}): resume with {keep}, or train in a "
-            "new run.dir"
-        )
-
-    def _keep_from_source(self, state: dict) -> None:
-        """What run.init_keep takes from the source checkpoint of run.init_from besides the
-        weights (`s2s.core.training.transfer`): the optimiser state, the schedule's step, the
-        best dev figure, the data position."""
-        kept = set(self.cfg.run.init_keep)
-        if "optimizer" in kept:
-            try:
-                self.optimizer.load_state_dict(state["optimizer"])
-            except (KeyError, ValueError, RuntimeError) as e:
-                raise ConfigError(
-                    "run.init_keep=optimizer: the source's optimiser state does not fit this "
-                    "model "
-                    f"({str(e).splitlines()[0]}); it needs the same vocabulary and parameters"
-                ) from None
-        if "schedule" in kept:
-            self.update = state["update"]
-        if "best" in kept:
-            self.best = state.get("best")
-        if "data" in kept:
-            positions = state.get("streams") or {}
-            for s in self.streams:
-                if s.member.name not in positions:
-                    raise ConfigError(
-                        "run.init_keep=data: the source has no data position for task "
-                        f"{s.member.name!r}"
-                    )
-                s.restore(positions[s.member.name])
+        return begun.resumed
 
     def _write_run_files(self, resumed: bool) -> None:
         """Rank 0 checks the run directory has room for the checkpoints, writes each member's
@@ -338,29 +230,17 @@ class Trainer:
         }
 
     def _state(self) -> dict:
+        """Everything a resumed run starts from (`s2s.core.training.start`)."""
+        counters = start.Start.of(self)
+        counters.elapsed = self._elapsed()
         return {
             **self._model_state(),
             "optimizer": self.optimizer.state_dict(),
             "scaler": self.scaler.state_dict(),
             "streams": {s.member.name: s.state() for s in self.streams},
             "world": self.group.world,
-            "member_updates": dict(zip((m.name for m in self.members), self.member_updates)),
-            "skipped_updates": self.skipped_updates,
-            "nonfinite_in_row": self.nonfinite_in_row,
-            "best": self.best,
-            "stale": self.stale,
-            "elapsed": self._elapsed(),
-            # what the data position counts in: an update takes processes x update_freq batches
-            # of max_tokens from each member's one sequence (`schedule.Stream`)
-            "global_batch": self._global_batch(),
-        }
-
-    def _global_batch(self) -> dict:
-        cfg = self.cfg
-        return {
-            "max_tokens": cfg.data.max_tokens,
-            "update_freq": cfg.optim.update_freq,
-            "processes": self.group.world,
+            **counters.written(self.members),
+            "global_batch": start.global_batch(self.cfg, self.group.world),
         }
 
     def write(self, write, what: str, kept: str):
