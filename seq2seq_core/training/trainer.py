@@ -16,8 +16,9 @@ bit for bit on CPU at the same process count, and within the reduction's roundin
 count with the same global batch (processes x optim.update_freq). Validation
 (`s2s.core.training.validation`) runs with the RNG states saved and restored around it.
 Figures go to RUN_DIR/metrics.jsonl (`s2s.core.training.runlog`, the train records summed up by
-`s2s.core.training.tally`). At the end the Trainer chooses the model to test on dev (`select`)
-and tests it (`test`); `s2s.core.training.result` writes the outputs and result.json.
+`s2s.core.training.tally`). Where a run starts (fresh, resumed, or from
+another run's weights) is `s2s.core.training.start`'s; at the end `s2s.core.training.result`
+chooses the model to test on dev (`select`), tests it (`test`) and writes result.json.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ from .rng import seed_dropout, seed_everything
 from .runlog import RunLog
 from .schedule import Mix, Share, Stream, dropout_seed
 from .tally import Tally
-from .validation import DevModels, bounds, evaluate_dev
+from .validation import DevModels, evaluate_dev
 
 log = logging.getLogger("s2s")
 clock = time.monotonic  # what run.save_minutes is measured with (tests substitute their own)
@@ -544,98 +545,10 @@ class Trainer:
         chosen = {
             "update": self.update,
             "skipped_updates": self.skipped_updates,
-            **self.select(),
+            **result.select(self),
             "member_updates": dict(zip((m.name for m in self.members), self.member_updates)),
         }
-        return self.test(chosen) if self.group.rank == 0 else chosen
-
-    def select(self) -> dict:
-        """Load the model to test into `model`: the average of the last run.average_last
-        checkpoints (or, without averaging, the model as trained) or the best validated model
-        (checkpoint_best.pt), whichever has the better dev figure, in the direction the task's
-        score declares (section 6.1 averages the last checkpoints). Every process takes part
-        (validation is shared out); rank 0 alone reads checkpoints while the others wait
-        (run.wait_minutes), then broadcasts the parameters: k
-        checkpoints with their optimiser state are read once, not once per process. Returns
-        what result.json records: the checkpoint tested, relative to the run directory, and
-        each candidate's dev figure."""
-        run_dir, k = self.run_dir, self.cfg.run.average_last
-        paths = checkpoint.listed(run_dir)
-        averaged = k > 1 and len(paths) > 1
-        if averaged:
-
-            def average():
-                avg = checkpoint.average(paths[-k:])
-                checkpoint.atomic_save(avg, run_dir / checkpoint.AVERAGE)
-                self.model.load_state_dict(avg["model"])
-                return len(avg["averaged"])
-
-            n = self.write(average, str(run_dir / checkpoint.AVERAGE), "the checkpoints are intact")
-            self._broadcast_model()
-            chosen = {"checkpoint": checkpoint.AVERAGE, "averaged": n}
-        else:  # the model as trained, which the last save wrote
-            chosen = {"checkpoint": str(paths[-1].relative_to(run_dir)) if paths else None}
-        known = not averaged and self.validated is not None and self.validated[0] == self.update
-        if known:
-            figure, higher = self.validated[1:]
-        else:
-            record, figure = self.validate()
-            higher = record.get("select_higher_is_better", True)
-        chosen["dev_select"] = {chosen["checkpoint"]: figure}
-        chosen["select_higher_is_better"] = higher
-        # a candidate unless it is the model as trained, or its figure is of another direction
-        best = self.best
-        if (
-            best is not None
-            and best.get("higher_is_better", True) == higher
-            and (averaged or best["update"] != self.update)
-            and (run_dir / checkpoint.BEST).is_file()
-        ):
-            chosen["dev_select"][checkpoint.BEST] = best["select"]
-            chosen["best_update"] = best["update"]
-            if better(best["select"], figure, higher):
-
-                def read_best():
-                    self.model.load_state_dict(checkpoint.load(run_dir / checkpoint.BEST)["model"])
-
-                self.group.agreed(read_best, rank0_only=True)
-                self._broadcast_model()
-                chosen["checkpoint"] = checkpoint.BEST
-        return chosen
-
-    def _broadcast_model(self) -> None:
-        """Rank 0's parameters and buffers into every process's model."""
-        model = self.model
-        self.group.broadcast([t.detach() for t in (*model.parameters(), *model.buffers())])
-
-    def test(self, chosen: dict) -> dict:
-        """Decode each member's test split with the model in `model` (the selected one), write
-        its outputs to test{.MEMBER}.hyp.txt and record its figure at the update of the model
-        tested; then result.json: `chosen`
-        (what `select` returned) with the test figures (`s2s.core.training.result`). Rank 0's."""
-        search_model = precision.for_inference(self.model, self.search_precision)
-        # the update of the model tested: the best validated one's, else the last (the average
-        # of the checkpoints up to it, or the model as trained)
-        update = (
-            chosen["best_update"] if chosen.get("checkpoint") == checkpoint.BEST else self.update
-        )
-        tested = {}
-        for m in self.members:
-            score = result.score_test_split(
-                search_model, m, self.cfg.decode, self.device, self.run_dir
-            )
-            if score is None:
-                continue
-            tested[m.name] = score.as_dict()
-            figures = {score.name: score.value, **bounds(score)}
-            self.record(
-                {
-                    "kind": "test",
-                    "update": update,
-                    **{f"{m.prefix}{k}": v for k, v in figures.items()},
-                }
-            )
-        return result.write_result(self.run_dir, chosen, tested, bool(self.members[0].prefix))
+        return result.test(self, chosen) if self.group.rank == 0 else chosen
 
     def close(self) -> None:
         self.prefetch.close()
