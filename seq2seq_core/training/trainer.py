@@ -16,8 +16,9 @@ bit for bit on CPU at the same process count, and within the reduction's roundin
 count with the same global batch (processes x optim.update_freq). Validation
 (`s2s.core.training.validation`) runs with the RNG states saved and restored around it.
 Figures go to RUN_DIR/metrics.jsonl (`s2s.core.training.runlog`, the train records summed up by
-`s2s.core.training.tally`). At the end the Trainer chooses the model to test on dev (`select`)
-and tests it (`test`); `s2s.core.training.result` writes the outputs and result.json.
+`s2s.core.training.tally`). Where a run starts (fresh, resumed, or from
+another run's weights) is `s2s.core.training.start`'s; at the end `s2s.core.training.result`
+chooses the model to test on dev (`select`), tests it (`test`) and writes result.json.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ import torch
 from omegaconf import OmegaConf
 
 from ..data.members import Member, build_members, prepare_members
-from ..errors import ConfigError, TrainingError
+from ..errors import TrainingError
 from ..files import atomic_write_text
 from ..nn import precision
 from ..nn.model import Transformer
@@ -41,15 +42,14 @@ from ..nn.optim import adam, lrate
 from ..contract.task import better
 from ..tokenizers import PAD
 from ..runs import checkpoint, directory
-from ..runs.agreement import Read, check_members
 from ..runs.distributed import Group
-from . import result, transfer
+from . import result, start, transfer
 from .prefetch import Prefetch
 from .rng import seed_dropout, seed_everything
 from .runlog import RunLog
 from .schedule import Mix, Share, Stream, dropout_seed
 from .tally import Tally
-from .validation import DevModels, bounds, evaluate_dev
+from .validation import DevModels, evaluate_dev
 
 log = logging.getLogger("s2s")
 clock = time.monotonic  # what run.save_minutes is measured with (tests substitute their own)
@@ -158,123 +158,16 @@ class Trainer:
         self.prefetch = Prefetch(self.device)
 
     def _start_from(self, registry, source) -> bool:
-        """Where training starts: this run's newest readable checkpoint (`_resume`), else the
-        weights of run.init_from (and what run.init_keep takes, `_keep_from_source`), else
-        update 0. True when resumed."""
-        self.update, self.skipped_updates, self.nonfinite_in_row, self.elapsed = 0, 0, 0, 0.0
-        self.member_updates = [0] * len(self.members)  # the updates each member has trained
-        # {"update", "select", "higher_is_better"}: the validated model with the best dev figure
-        self.best = None
-        self.stale = 0  # validations since the best one (run.patience)
+        """Where training starts (`s2s.core.training.start.begin`): this run's newest readable
+        checkpoint, else the weights of run.init_from (and what run.init_keep takes), else
+        update 0. The Trainer takes the counters it starts from; True when resumed."""
+        begun = start.begin(self, registry, source)
+        for name, value in vars(begun).items():
+            if name != "resumed":
+                setattr(self, name, value)
         # (update, figure, higher_is_better) of this process's latest validation
         self.validated = None
-        state, path = checkpoint.resume(self.run_dir, self.group)
-        if state is not None:
-            self._resume(state, path)
-        elif self.cfg.run.init_from:  # a new run that starts from another run's weights
-            source = source or transfer.checked_source(self.cfg, registry)
-            self._keep_from_source(transfer.init_from(self.model, self.members, self.cfg, source))
-        return state is not None
-
-    def _resume(self, state: dict, path: Path) -> None:
-        """Continue from checkpoint `state` (read from `path`): model, optimiser, loss scale,
-        every member's data position and update count, the best model so far, the training
-        time; with any number of processes whose global batch is the checkpoint's
-        (`_check_global_batch`)."""
-        g = self.group
-        check_members(self.members, Read(state, path, self.run_dir), resuming=True)
-        self._check_global_batch(state, path)
-        try:
-            self.model.load_state_dict(state["model"])
-            self.optimizer.load_state_dict(state["optimizer"])
-            self.scaler.load_state_dict(state["scaler"])
-            # written before multi-task runs: one stream, kept as (epoch, batch_pos)
-            positions = state.get("streams") or {
-                self.members[0].name: [state["epoch"], state["batch_pos"]]
-            }
-            for s in self.streams:
-                s.restore(positions[s.member.name])
-        except (RuntimeError, ValueError, KeyError) as e:
-            raise TrainingError(
-                f"checkpoint {path} does not fit this config ({str(e).splitlines()[0]}); "
-                "resume with the config it was written with (RUN_DIR/config.yaml) or "
-                "train in a new run.dir"
-            ) from None
-        self.update = state["update"]
-        done = state.get("member_updates") or {self.members[0].name: self.update}
-        self.member_updates = [done[m.name] for m in self.members]
-        self.skipped_updates = state.get("skipped_updates", 0)
-        self.nonfinite_in_row = state.get("nonfinite_in_row", 0)
-        self.best, self.elapsed = state.get("best"), state.get("elapsed", 0.0)
-        self.stale = state.get("stale", 0)
-        if "global_batch" not in state and len(state.get("rng", ())) > 1:
-            # written before the data was one sequence for all processes: each process held a
-            # position in its own share of every epoch, so all of them together had taken
-            # about `world` times as many batches
-            for s in self.streams:
-                s.pos *= len(state["rng"])
-            if g.rank == 0:
-                log.warning(
-                    "checkpoint %s was written by %d processes by an older s2s, with a data "
-                    "position of each process's own: the position is approximate",
-                    path,
-                    len(state["rng"]),
-                )
-        if g.rank == 0:
-            log.info("resumed from %s at update %d", path, self.update)
-
-    def _check_global_batch(self, state: dict, path: Path) -> None:
-        """A run resumes with any number of processes, continuing exactly, when its global
-        batch is the checkpoint's: the same data.max_tokens and the same processes x
-        optim.update_freq (batches an update takes from the sequence); otherwise a TrainingError
-        says which changed and how to keep it."""
-        was, now = state.get("global_batch"), self._global_batch()
-        if was is None:
-            return  # an older checkpoint: _resume places its data position
-        slots_was = was["update_freq"] * was["processes"]
-        slots_now = now["update_freq"] * now["processes"]
-        if was["max_tokens"] == now["max_tokens"] and slots_was == slots_now:
-            return
-        keep = (
-            f"data.max_tokens={was['max_tokens']} and processes x optim.update_freq = {slots_was}"
-        )
-        if slots_was % now["processes"] == 0:
-            keep += f" (optim.update_freq={slots_was // now['processes']} on {now['processes']})"
-        raise TrainingError(
-            f"checkpoint {path} was trained with updates of {slots_was} batches of "
-            f"data.max_tokens={was['max_tokens']} ({was['processes']} process(es) x "
-            f"optim.update_freq {was['update_freq']}), now {slots_now} of {now['max_tokens']} "
-            f"({now['processes']} x {now['update_freq']}): resume with {keep}, or train in a "
-            "new run.dir"
-        )
-
-    def _keep_from_source(self, state: dict) -> None:
-        """What run.init_keep takes from the source checkpoint of run.init_from besides the
-        weights (`s2s.core.training.transfer`): the optimiser state, the schedule's step, the
-        best dev figure, the data position."""
-        kept = set(self.cfg.run.init_keep)
-        if "optimizer" in kept:
-            try:
-                self.optimizer.load_state_dict(state["optimizer"])
-            except (KeyError, ValueError, RuntimeError) as e:
-                raise ConfigError(
-                    "run.init_keep=optimizer: the source's optimiser state does not fit this "
-                    "model "
-                    f"({str(e).splitlines()[0]}); it needs the same vocabulary and parameters"
-                ) from None
-        if "schedule" in kept:
-            self.update = state["update"]
-        if "best" in kept:
-            self.best = state.get("best")
-        if "data" in kept:
-            positions = state.get("streams") or {}
-            for s in self.streams:
-                if s.member.name not in positions:
-                    raise ConfigError(
-                        "run.init_keep=data: the source has no data position for task "
-                        f"{s.member.name!r}"
-                    )
-                s.restore(positions[s.member.name])
+        return begun.resumed
 
     def _write_run_files(self, resumed: bool) -> None:
         """Rank 0 checks the run directory has room for the checkpoints, writes each member's
@@ -338,29 +231,17 @@ class Trainer:
         }
 
     def _state(self) -> dict:
+        """Everything a resumed run starts from (`s2s.core.training.start`)."""
+        counters = start.Start.of(self)
+        counters.elapsed = self._elapsed()
         return {
             **self._model_state(),
             "optimizer": self.optimizer.state_dict(),
             "scaler": self.scaler.state_dict(),
             "streams": {s.member.name: s.state() for s in self.streams},
             "world": self.group.world,
-            "member_updates": dict(zip((m.name for m in self.members), self.member_updates)),
-            "skipped_updates": self.skipped_updates,
-            "nonfinite_in_row": self.nonfinite_in_row,
-            "best": self.best,
-            "stale": self.stale,
-            "elapsed": self._elapsed(),
-            # what the data position counts in: an update takes processes x update_freq batches
-            # of max_tokens from each member's one sequence (`schedule.Stream`)
-            "global_batch": self._global_batch(),
-        }
-
-    def _global_batch(self) -> dict:
-        cfg = self.cfg
-        return {
-            "max_tokens": cfg.data.max_tokens,
-            "update_freq": cfg.optim.update_freq,
-            "processes": self.group.world,
+            **counters.written(self.members),
+            "global_batch": start.global_batch(self.cfg, self.group.world),
         }
 
     def write(self, write, what: str, kept: str):
@@ -664,98 +545,10 @@ class Trainer:
         chosen = {
             "update": self.update,
             "skipped_updates": self.skipped_updates,
-            **self.select(),
+            **result.select(self),
             "member_updates": dict(zip((m.name for m in self.members), self.member_updates)),
         }
-        return self.test(chosen) if self.group.rank == 0 else chosen
-
-    def select(self) -> dict:
-        """Load the model to test into `model`: the average of the last run.average_last
-        checkpoints (or, without averaging, the model as trained) or the best validated model
-        (checkpoint_best.pt), whichever has the better dev figure, in the direction the task's
-        score declares (section 6.1 averages the last checkpoints). Every process takes part
-        (validation is shared out); rank 0 alone reads checkpoints while the others wait
-        (run.wait_minutes), then broadcasts the parameters: k
-        checkpoints with their optimiser state are read once, not once per process. Returns
-        what result.json records: the checkpoint tested, relative to the run directory, and
-        each candidate's dev figure."""
-        run_dir, k = self.run_dir, self.cfg.run.average_last
-        paths = checkpoint.listed(run_dir)
-        averaged = k > 1 and len(paths) > 1
-        if averaged:
-
-            def average():
-                avg = checkpoint.average(paths[-k:])
-                checkpoint.atomic_save(avg, run_dir / checkpoint.AVERAGE)
-                self.model.load_state_dict(avg["model"])
-                return len(avg["averaged"])
-
-            n = self.write(average, str(run_dir / checkpoint.AVERAGE), "the checkpoints are intact")
-            self._broadcast_model()
-            chosen = {"checkpoint": checkpoint.AVERAGE, "averaged": n}
-        else:  # the model as trained, which the last save wrote
-            chosen = {"checkpoint": str(paths[-1].relative_to(run_dir)) if paths else None}
-        known = not averaged and self.validated is not None and self.validated[0] == self.update
-        if known:
-            figure, higher = self.validated[1:]
-        else:
-            record, figure = self.validate()
-            higher = record.get("select_higher_is_better", True)
-        chosen["dev_select"] = {chosen["checkpoint"]: figure}
-        chosen["select_higher_is_better"] = higher
-        # a candidate unless it is the model as trained, or its figure is of another direction
-        best = self.best
-        if (
-            best is not None
-            and best.get("higher_is_better", True) == higher
-            and (averaged or best["update"] != self.update)
-            and (run_dir / checkpoint.BEST).is_file()
-        ):
-            chosen["dev_select"][checkpoint.BEST] = best["select"]
-            chosen["best_update"] = best["update"]
-            if better(best["select"], figure, higher):
-
-                def read_best():
-                    self.model.load_state_dict(checkpoint.load(run_dir / checkpoint.BEST)["model"])
-
-                self.group.agreed(read_best, rank0_only=True)
-                self._broadcast_model()
-                chosen["checkpoint"] = checkpoint.BEST
-        return chosen
-
-    def _broadcast_model(self) -> None:
-        """Rank 0's parameters and buffers into every process's model."""
-        model = self.model
-        self.group.broadcast([t.detach() for t in (*model.parameters(), *model.buffers())])
-
-    def test(self, chosen: dict) -> dict:
-        """Decode each member's test split with the model in `model` (the selected one), write
-        its outputs to test{.MEMBER}.hyp.txt and record its figure at the update of the model
-        tested; then result.json: `chosen`
-        (what `select` returned) with the test figures (`s2s.core.training.result`). Rank 0's."""
-        search_model = precision.for_inference(self.model, self.search_precision)
-        # the update of the model tested: the best validated one's, else the last (the average
-        # of the checkpoints up to it, or the model as trained)
-        update = (
-            chosen["best_update"] if chosen.get("checkpoint") == checkpoint.BEST else self.update
-        )
-        tested = {}
-        for m in self.members:
-            score = result.score_test_split(
-                search_model, m, self.cfg.decode, self.device, self.run_dir
-            )
-            if score is None:
-                continue
-            tested[m.name] = score.as_dict()
-            figures = {score.name: score.value, **bounds(score)}
-            self.record(
-                {
-                    "kind": "test",
-                    "update": update,
-                    **{f"{m.prefix}{k}": v for k, v in figures.items()},
-                }
-            )
-        return result.write_result(self.run_dir, chosen, tested, bool(self.members[0].prefix))
+        return result.test(self, chosen) if self.group.rank == 0 else chosen
 
     def close(self) -> None:
         self.prefetch.close()
