@@ -234,13 +234,11 @@ class Prepared:
                 shown = source if len(source) <= 60 else source[:57] + "..."
                 raise DataError(
                     f"{name} split, the pair {shown!r} (line {i + 1} of the prepared copy "
-                    f"{directory / f'{name}.src.txt'}): "
-                    f"{int(split.src_lens[i]) + extra} source / {int(split.tgt_lens[i])} target "
-                    "tokens (with </s>"
-                    f"{' and the task token' if extra else ''}) do not fit "
-                    f"model.max_positions={positions} "
-                    f"({len(too_long)} such pair(s) in {name}); raise model.max_positions or "
-                    "shorten them"
+                    f"{directory / f'{name}.src.txt'}): {int(split.src_lens[i]) + extra} source / "
+                    f"{int(split.tgt_lens[i])} target tokens (with "
+                    f"</s>{' and the task token' if extra else ''}) do not fit "
+                    f"model.max_positions={positions} ({len(too_long)} such pair(s) in {name}); "
+                    "raise model.max_positions or shorten them"
                 )
         pairs = {s: len(split) for s, split in splits.items()}
         texts = {

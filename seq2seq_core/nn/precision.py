@@ -283,8 +283,7 @@ def for_inference(model: nn.Module, precision: str) -> nn.Module:
         if device.type != "cpu":
             raise ConfigError(
                 "decode.precision=int8 runs on CPU only (dynamic quantisation), and this model is "
-                f"on {device}: "
-                "use decode.precision=bf16 on a GPU"
+                f"on {device}: use decode.precision=bf16 on a GPU"
             )
         with (
             warnings.catch_warnings()

@@ -143,8 +143,7 @@ def resume(run_dir: Path, group) -> tuple[dict | None, Path | None]:
         if found[1] is None and history:
             raise TrainingError(
                 f"{run_dir} has trained before ({', '.join(history[:3])}) but holds no readable "
-                "checkpoint "
-                f"in {checkpoint_dir(run_dir)}: restore one, or train in a new run.dir"
+                f"checkpoint in {checkpoint_dir(run_dir)}: restore one, or train in a new run.dir"
             )
         return None if found[1] is None else str(found[1])
 

@@ -324,8 +324,7 @@ class Registry:
         own = [p for p in ours if p.startswith("own_")]
         raise ConfigError(
             f"{name!r} is a task, not a preset: train a preset of it "
-            f"({', '.join(ours) or 'none yet'}) "
-            "or a YAML file of your own"
+            f"({', '.join(ours) or 'none yet'}) or a YAML file of your own"
             + (
                 f"; on your own files: s2s train {own[0]} task.data_dir=DIR (docs/own-data.md)"
                 if own

@@ -112,9 +112,8 @@ class Trainer:
         if len(self.members) > 1 and not self.cfg.model.pre_norm and self.group.rank == 0:
             log.warning(
                 "a multi-task run with model.pre_norm=false: in post-norm layers the encoder can "
-                "learn to "
-                "ignore its source behind the task token every source shares (docs/multitask.md); "
-                "model.pre_norm=true avoids it"
+                "learn to ignore its source behind the task token every source shares "
+                "(docs/multitask.md); model.pre_norm=true avoids it"
             )
         return prepare_members(self.members, self.cfg, self.group, quiet)
 
@@ -452,10 +451,8 @@ class Trainer:
         if cfg.run.max_minutes > 0 and self.group.rank == 0:
             log.info(
                 "run.max_minutes=%g counts training time across resumes: updates, validation and "
-                "checkpoints "
-                "(%.1f min so far); not data preparation, nor the averaging, dev re-score and test "
-                "decode "
-                "that follow the budget",
+                "checkpoints (%.1f min so far); not data preparation, nor the averaging, dev "
+                "re-score and test decode that follow the budget",
                 cfg.run.max_minutes,
                 self._elapsed() / 60,
             )
@@ -508,9 +505,8 @@ class Trainer:
         """Log (rank 0) that run.max_minutes ended the run at this update, and what follows it."""
         if self.update < self.cfg.optim.max_updates and self.group.rank == 0:
             log.info(
-                "run.max_minutes=%g reached at update %d (%.1f min of training): %s, then the "
-                "model chosen "
-                "and tested, outside the budget",
+                "run.max_minutes=%g reached at update %d (%.1f min of training): %s, then the model "
+                "chosen and tested, outside the budget",
                 self.cfg.run.max_minutes,
                 self.update,
                 self._elapsed() / 60,

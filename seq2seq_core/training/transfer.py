@@ -182,8 +182,7 @@ def init_from(model: torch.nn.Module, members, cfg, source: Source) -> dict:
     model.load_state_dict(loaded)
     log.info(
         "run.init_from %s (%s): every weight carried; vocabulary rows carried by token: source %d "
-        "of %d, "
-        "target %d of %d (the others fresh)",
+        "of %d, target %d of %d (the others fresh)",
         where,
         source.name,
         *carried.get("src", carried["tgt"]),

@@ -34,8 +34,7 @@ from . import (
 #: what `s2s --help` says above the commands
 DESCRIPTION = (
     "The `s2s` command: tasks, check-task, new-task, prepare, train, generate, label, score, "
-    "rerank, average, export, "
-    "import, plot, sweep, attention, serve, quickstart."
+    "rerank, average, export, import, plot, sweep, attention, serve, quickstart."
 )
 
 

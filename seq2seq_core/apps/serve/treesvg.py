@@ -121,9 +121,8 @@ def svg(tree: Node) -> str:
     width, height = cursor[0] + PAD, y(bottom) + PAD
     return (
         f'<svg xmlns="http://www.w3.org/2000/svg" class="tree" width="{width:.0f}" '
-        f'height="{height:.0f}" '
-        f'viewBox="0 0 {width:.0f} {height:.0f}" font-family="sans-serif" font-size="{FONT}">'
-        f'<g stroke="#8a8a8a" stroke-width="1">{lines}</g>{"".join(texts)}</svg>'
+        f'height="{height:.0f}" viewBox="0 0 {width:.0f} {height:.0f}" font-family="sans-serif" '
+        f'font-size="{FONT}"><g stroke="#8a8a8a" stroke-width="1">{lines}</g>{"".join(texts)}</svg>'
     )
 
 

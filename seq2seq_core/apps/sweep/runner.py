@@ -50,8 +50,7 @@ def configs(sweep: Sweep, registry) -> list:
             or v.name.startswith(("results", "sweep_"))
         ):
             raise ConfigError(
-                f"variant name {v.name!r}: must be a folder name of letters, digits and _ . , = + "
-                "- "
+                f"variant name {v.name!r}: must be a folder name of letters, digits and _ . , = + - "
                 "other than sweep.json, results.* and sweep_*"
             )
         for key in keys(v.overrides):

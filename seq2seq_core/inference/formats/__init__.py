@@ -249,7 +249,6 @@ def replaceable(out: Path, run_dir: Path, force: bool) -> None:
     if other:
         raise ExportError(
             f"--force: {out} holds "
-            f"{other[0]}{f' and {len(other) - 1} more' if len(other) > 1 else ''}, "
-            "which no previous export wrote: refusing to delete it; move it or choose another "
-            "--output"
+            f"{other[0]}{f' and {len(other) - 1} more' if len(other) > 1 else ''}, which no "
+            "previous export wrote: refusing to delete it; move it or choose another --output"
         )

@@ -53,8 +53,7 @@ def to_ctranslate2(model: Transformer, task, out: Path, quantization: str | None
     if attn.d_k != attn.d_v:
         raise ExportError(
             f"model.d_k={attn.d_k} with model.d_v={attn.d_v} has no CTranslate2 form (its heads "
-            "have one "
-            "width for queries, keys and values): export it with --to safetensors"
+            "have one width for queries, keys and values): export it with --to safetensors"
         )
     if isinstance(task.src_vocab, Pieces):
         raise ExportError(
