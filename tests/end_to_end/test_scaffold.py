@@ -86,26 +86,11 @@ def _hint(printed: str, command: str) -> list[str]:
     return shlex.split(line.split("#")[0])[1:]
 
 
-def _score_hint_runs(printed: str, run_dir: Path, bin_: Path, env: dict, work: Path, *plugin):
-    """The score hint, REFS given the test references (test.ref.txt where the run writes it, else
-    the task's test targets), run as printed: it scores the outputs."""
-    refs = run_dir / "test.ref.txt"
-    if not refs.is_file():
-        refs = work / "refs.txt"
-        code = (
-            "import sys; from omegaconf import OmegaConf; from s2s.core.setup.config import "
-            "load_config; from s2s.core.setup.registry import Registry; "
-            f"reg = Registry.installed({list(plugin[1:])!r}); "
-            "cfg = load_config(sys.argv[1] + '/config.yaml', registry=reg); "
-            "task = reg.get(cfg.task.name)(cfg.task); "
-            "print(''.join(t + '\\n' for _, t in task.read_split('test')), end='')"
-        )
-        refs.write_text(_run([bin_ / "python", "-c", code, run_dir], work, env), encoding="utf-8")
-    argv = ["--ref" if a == "--ref" else a for a in _hint(printed, "score")]
-    argv[argv.index("REFS")] = str(refs)
-    if plugin and "--plugin" not in argv:  # the hint carries no --plugin yet: add it
-        argv += list(plugin)
-    scored = _run([bin_ / "s2s", *argv], work, env)
+def _score_hint_runs(printed: str, run_dir: Path, bin_: Path, env: dict, work: Path):
+    """The score hint run exactly as printed (no --plugin added: the run remembers where its
+    task came from), against the test references written beside the outputs: it scores them."""
+    assert (run_dir / "test.ref.txt").is_file()
+    scored = _run([bin_ / "s2s", *_hint(printed, "score")], work, env)
     assert re.search(r"^accuracy\s+\d", scored, re.M), scored
 
 
@@ -117,7 +102,9 @@ def test_a_scaffolded_package_installs_checks_trains_and_scores(venv, tmp_path):
     assert f"pip install {tmp_path / 'numwords'}" in printed
     _run([*pip, tmp_path / "numwords"], tmp_path, env)  # as a wheel: not editable
     listed = _run([s2s, "tasks"], tmp_path, env)
-    assert re.search(r"^numwords\s+entry point numwords.task:NumwordsTask", listed, re.M), listed
+    assert re.search(
+        r"^numwords\s+entry point numwords = numwords.task:NumwordsTask", listed, re.M
+    ), listed
     assert re.search(r"^numwords_tiny\s+entry point numwords = numwords.presets", listed, re.M)
 
     checked = _run([s2s, "check-task", "numwords_tiny", "task.train_size=2000"], tmp_path, env)
@@ -171,7 +158,7 @@ def test_a_scaffolded_task_as_a_plugin_file_checks_trains_and_scores(venv, tmp_p
         env,
         timeout=600,
     )
-    _score_hint_runs(trained, run_dir, bin_, env, tmp_path, *plugin)
+    _score_hint_runs(trained, run_dir, bin_, env, tmp_path)
 
 
 def test_a_name_the_scaffold_cannot_take_is_refused_in_one_line(tmp_path, capsys):
