@@ -51,6 +51,15 @@ class Imported:
     config_file: Path
 
 
+def depths(encoder: int, decoder: int) -> dict:
+    """The model section's depths of an imported model: `layers` alone when the stacks are
+    alike (so that a `model.layers` override still sets both, and a contradiction with the
+    weights is refused), and each stack's own where they differ."""
+    if encoder == decoder:
+        return {"layers": encoder}
+    return {"layers": encoder, "encoder_layers": encoder, "decoder_layers": decoder}
+
+
 def read_json(path: Path) -> dict:
     try:
         value = json.loads(path.read_text(encoding="utf-8"))

@@ -29,7 +29,15 @@ from ...tokenizers import BOS
 from ...tokenizers.pieces import Pieces
 from ...errors import ConfigError, DataError, ImportModelError
 from ...files import sha256
-from .common import ImportJob, Imported, checked_weight, layer_weights, read_json, read_weights
+from .common import (
+    ImportJob,
+    Imported,
+    checked_weight,
+    depths,
+    layer_weights,
+    read_json,
+    read_weights,
+)
 
 #: the options of transformers' M2M100Config (and its PretrainedConfig's) a config.json may hold;
 #: any other is refused: its meaning would be lost
@@ -278,9 +286,7 @@ def _config(model_cfg: dict, folder: Path, n_tokens: int, src_lang: str, tgt_lan
             "shared_vocab": True,
         },
         "model": {
-            "layers": int(need("encoder_layers")),
-            "encoder_layers": int(need("encoder_layers")),
-            "decoder_layers": int(need("decoder_layers")),
+            **depths(int(need("encoder_layers")), int(need("decoder_layers"))),
             "d_model": int(need("d_model")),
             "d_ff": int(need("encoder_ffn_dim")),
             "heads": int(need("encoder_attention_heads")),

@@ -19,6 +19,7 @@ from .common import (
     Fields,
     ImportJob,
     Imported,
+    depths,
     from_marian_state,
     read_ids,
     read_json,
@@ -196,9 +197,7 @@ def _marian_config(model_cfg, folder, src_vocab, tgt_vocab, src_lang, tgt_lang) 
             "shared_vocab": src_vocab.id_space == tgt_vocab.id_space,
         },
         "model": {
-            "layers": f.int("encoder_layers", minimum=1),
-            "encoder_layers": f.int("encoder_layers", minimum=1),
-            "decoder_layers": f.int("decoder_layers", minimum=1),
+            **depths(f.int("encoder_layers", minimum=1), f.int("decoder_layers", minimum=1)),
             "d_model": f.int("d_model", minimum=1),
             "d_ff": f.int("encoder_ffn_dim"),
             "heads": f.int("encoder_attention_heads"),
