@@ -119,9 +119,13 @@ def checked_source(cfg, registry) -> Source:
         raise ConfigError(f"run.init_from={where!r}: {e}") from None
     registry.adopt(checkpoint.task_origins(run_dir), run_dir)  # its tasks, without --plugin
     source_cfg = load_config(run_dir / "config.yaml", registry=registry)
-    for key, mine, theirs in zip(
-        ("encoder_layers", "decoder_layers"), depths(cfg.model), depths(source_cfg.model)
-    ):
+    mine, theirs = depths(cfg.model), depths(source_cfg.model)
+    if mine != theirs and len(set(mine)) == len(set(theirs)) == 1:  # alike stacks: model.layers
+        raise ConfigError(
+            f"run.init_from={where!r}: the stacks have {theirs[0]} layers there and {mine[0]} "
+            f"here; set model.layers={theirs[0]} (the weights have the source's shape)"
+        )
+    for key, mine, theirs in zip(("encoder_layers", "decoder_layers"), mine, theirs):
         if mine != theirs:
             raise ConfigError(
                 f"run.init_from={where!r}: the {key.split('_')[0]} has {theirs} layers there and "
