@@ -47,7 +47,7 @@ _REMEDIES = {
         ": "
     ): f"in {SHARED}; get them with `python -m s2s.data_recipes multi30k treebank "
     "--dir DIR` and set S2S_SHARED_DATA=DIR",
-    "needs a CUDA device": "the -m gpu tests; `bash bench/gpu_check.sh` runs them on a GPU machine",
+    "needs a CUDA device": "the -m gpu tests; `bash bench/training/gpu_check.sh` runs them on a GPU machine",
     "no chromium / chromedriver installed": "the page's browser tests; .ci/run installs Debian's",
     "placeholder the parser cannot take": "documented commands with a placeholder (FILE, DIR): nothing to parse",
     "a preset file of the reader's own": "documented commands on a YAML file the reader writes",

@@ -253,7 +253,7 @@ def test_the_skips_are_counted_by_cause():
     skipped = int(re.search(r"(\d+) skipped", out.splitlines()[-1]).group(1))
     assert f"{skipped} skipped, by cause (-rs lists each):" in out
     assert re.search(
-        rf"^ +{skipped}  needs a CUDA device: the -m gpu tests; `bash bench/gpu_check.sh`",
+        rf"^ +{skipped}  needs a CUDA device: the -m gpu tests; `bash bench/training/gpu_check.sh`",
         out,
         re.M,
     ), out

@@ -1,6 +1,6 @@
 """The GPU path: bf16 autocast, fp16 with dynamic loss scaling, beam search on CUDA.
 
-Marked `gpu` and skipped without CUDA; `bench/gpu_check.sh` runs them (`pytest -m gpu`).
+Marked `gpu` and skipped without CUDA; `bench/training/gpu_check.sh` runs them (`pytest -m gpu`).
 """
 
 import json
