@@ -169,7 +169,10 @@ class {cls}(Task):
     def statistics(self, hypotheses, references, sources=None):
         """Each sentence's (exact match, word edits, reference words)."""
         rows = np.array(
-            [[h == r, _edits(h.split(), r.split()), len(r.split())] for h, r in zip(hypotheses, references)],
+            [
+                [h == r, _edits(h.split(), r.split()), len(r.split())]
+                for h, r in zip(hypotheses, references)
+            ],
             dtype=float,
         ).reshape(-1, 3)
         sentences = max(1, len(rows))
@@ -200,7 +203,8 @@ task: {{name: {name}, train_size: 20000, valid_size: 100, test_size: 200}}
 model: {{layers: 2, d_model: 64, d_ff: 256, heads: 4, dropout: 0.1, max_positions: 64}}
 data: {{max_tokens: 2000, max_len: 64}}
 optim: {{max_updates: 500, warmup: 100}}
-run: {{dir: runs/{name}_tiny, valid_interval: 250, save_interval: 250, threads: 2, log_interval: 50}}
+run:
+  {{dir: runs/{name}_tiny, valid_interval: 250, save_interval: 250, threads: 2, log_interval: 50}}
 """
 
 TESTS = '''\

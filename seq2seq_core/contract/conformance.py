@@ -264,8 +264,8 @@ def check_config_rejects_bad_values(s: Subject) -> None:
                     raise CheckFailed(f"{key}={value!r} is refused without naming {key}: {message}")
             except Exception as e:  # noqa: BLE001 -- check_relations raising something else
                 raise CheckFailed(
-                    f"{key}={value!r}: check_relations raised {type(e).__name__} ({_line(e)}); raise "
-                    f"s2s.core.errors.ConfigError naming {key} instead"
+                    f"{key}={value!r}: check_relations raised {type(e).__name__} ({_line(e)}); "
+                    f"raise s2s.core.errors.ConfigError naming {key} instead"
                 ) from None
             else:
                 if allowed is not None:

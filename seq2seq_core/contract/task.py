@@ -404,8 +404,8 @@ class Task:
 
 def checked_score(task, result) -> Score:
     """`result`, what `task.score` returned, if it is a Score whose value is a finite number
-    (as a float) and whose higher_is_better is a bool; else a PluginError naming the plugin and `score`. The engine calls it where
-    it receives a score: `s2s score`, validation and test."""
+    (as a float) and whose higher_is_better is a bool; else a PluginError naming the plugin and
+    `score`. The engine calls it where it receives a score: `s2s score`, validation and test."""
     if not isinstance(result, Score):
         raise plugin_error(task, "score", f"returned {type(result).__name__}, not a s2s.core.Score")
     value = result.value

@@ -10,8 +10,9 @@ are dealt out by rank within the banks: every bank's best first, then every bank
 and so on; among candidates of one rank, the higher score first. A candidate that ends (EOS)
 joins the finished outputs, not the beam, so it takes no rank: a bank whose best candidate ends
 keeps its place for its best live one. So with fewer banks than the beam holds each bank gets
-its share, a bank with fewer candidates leaving its places to the others; with more banks, the best-scoring bank leaders. Within a bank, and between the finished
-outputs, the model's score alone decides. Hu et al. (2019) vectorise the allocation over the
+its share, a bank with fewer candidates leaving its places to the others; with more banks,
+the best-scoring bank leaders. Within a bank, and between the finished outputs, the model's
+score alone decides. Hu et al. (2019) vectorise the allocation over the
 batch; so does this, with sorts and a running count per bank.
 
 Two choices differ from Post and Vilar's, each measured on Multi30k's val split (terms in the

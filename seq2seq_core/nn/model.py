@@ -394,8 +394,8 @@ class Transformer(nn.Module):
         """Matmul FLOPs (2mkn a product) of training (`backward`) or of a forward pass over pairs of
         these real lengths (numbers or arrays, an entry a pair: padding is waste, not work), what
         model-FLOPs utilisation divides by. S, T: a pair's source and target tokens (with EOS /
-        BOS), N (M) layers in the encoder (decoder), d = d_model, V the target vocabulary, a = h d_k, b = h d_v (d both
-        by default):
+        BOS), N (M) layers in the encoder (decoder), d = d_model, V the target vocabulary,
+        a = h d_k, b = h d_v (d both by default):
 
             training = 3 forward             the backward pass costs twice the forward
             forward = 2 (S P_src + T P_tgt) + A

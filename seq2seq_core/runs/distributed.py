@@ -67,9 +67,9 @@ def resolve_device(name: str, local_rank: int | None = None) -> torch.device:
         name = f"cuda:{local_rank}"
     elif name.startswith("cuda:") and env_int("LOCAL_WORLD_SIZE", 1) > 1:
         raise ConfigError(
-            f"run.device={name}: under torchrun each of the node's {os.environ['LOCAL_WORLD_SIZE']} "
-            "processes takes its own GPU, cuda:LOCAL_RANK; set run.device=cuda (or auto), and "
-            "CUDA_VISIBLE_DEVICES to choose the GPUs"
+            f"run.device={name}: under torchrun each of the node's "
+            f"{os.environ['LOCAL_WORLD_SIZE']} processes takes its own GPU, cuda:LOCAL_RANK; set "
+            "run.device=cuda (or auto), and CUDA_VISIBLE_DEVICES to choose the GPUs"
         )
     device = torch.device(name)
     if device.type == "cuda" and device.index >= torch.cuda.device_count():

@@ -77,7 +77,10 @@ def contract_problem(task_cls: type) -> str | None:
     ours = tuple(int(x) for x in VERSION.fullmatch(CONTRACT_VERSION).groups())
     found = VERSION.fullmatch(declared) if isinstance(declared, str) else None
     if found is None:
-        return f"declares contract_version {declared!r}: write it as major.minor, e.g. {CONTRACT_VERSION!r}"
+        return (
+            f"declares contract_version {declared!r}: write it as major.minor, e.g. "
+            f"{CONTRACT_VERSION!r}"
+        )
     theirs = tuple(int(x) for x in found.groups())
     if theirs[0] != ours[0] or theirs[1] > ours[1]:
         newer = theirs > ours

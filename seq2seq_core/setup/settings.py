@@ -295,8 +295,8 @@ class RunConfig:
     def check_relations(r, where: str) -> None:
         if r.average_last > r.keep_last:
             raise ConfigError(
-                f"{where}.average_last={r.average_last}: must be <= {where}.keep_last={r.keep_last} "
-                "(only the kept checkpoints can be averaged)"
+                f"{where}.average_last={r.average_last}: must be <= "
+                f"{where}.keep_last={r.keep_last} (only the kept checkpoints can be averaged)"
             )
         _check_device(str(r.device))
         if not r.init_from and (r.init_member or list(r.init_keep)):

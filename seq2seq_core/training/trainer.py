@@ -505,8 +505,8 @@ class Trainer:
         """Log (rank 0) that run.max_minutes ended the run at this update, and what follows it."""
         if self.update < self.cfg.optim.max_updates and self.group.rank == 0:
             log.info(
-                "run.max_minutes=%g reached at update %d (%.1f min of training): %s, then the model "
-                "chosen and tested, outside the budget",
+                "run.max_minutes=%g reached at update %d (%.1f min of training): %s, then the "
+                "model chosen and tested, outside the budget",
                 self.cfg.run.max_minutes,
                 self.update,
                 self._elapsed() / 60,

@@ -16,8 +16,9 @@ def add(subparsers, common) -> None:
         help="make a run directory of a pretrained model (OPUS-MT / MarianMTModel, fairseq)",
         description="Import a pretrained model as a run directory: generate, serve, score, "
         "export, attention, label and run.init_from then use it as any run. SOURCE is an OPUS-MT "
-        "model (MarianMTModel): a folder with config.json, model.safetensors or pytorch_model.bin and MarianTokenizer's "
-        "source.spm, target.spm and vocab.json, or a hub name (Helsinki-NLP/opus-mt-en-de), "
+        "model (MarianMTModel): a folder with config.json, model.safetensors or pytorch_model.bin "
+        "and MarianTokenizer's source.spm, target.spm and vocab.json, or a hub name "
+        "(Helsinki-NLP/opus-mt-en-de), "
         "downloaded and cached by huggingface_hub; or a fairseq Transformer checkpoint (a .pt "
         "file, or a folder with model.pt or checkpoint_best.pt) with dict.SRC.txt, dict.TGT.txt "
         "and its subword-nmt bpecodes beside it.",

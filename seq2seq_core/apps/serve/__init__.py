@@ -9,8 +9,9 @@ well-kept libraries, pure Python, that pull in no torch of their own. Endpoints:
     POST /generate    {"text": [sentence, ...], "task": MEMBER?, "nbest": N?, "sampling":
                       {"temperature", "top_k", "top_p", "epsilon", "seed"}?, "mbr": "chrf" |
                       "bleu" | "task"?, "mbr_method": "pairwise" | "aggregate"?, "prefixes": [...]?,
-                      "terms": [[s, t], ...]?} -> {"hypotheses", "scores", "nbest"?, "unknown_words", "trees",
-                      "timing"}: `s2s generate`'s output lines (docs/decoding.md has the options)
+                      "terms": [[s, t], ...]?} -> {"hypotheses", "scores", "nbest"?,
+                      "unknown_words", "trees", "timing"}: `s2s generate`'s output lines
+                      (docs/decoding.md has the options)
     POST /score       {"text": [sentence, ...], "targets": [output, ...], "task": MEMBER?} ->
                       {"scores": [{"logprob", "score", "tokens", "token_logprobs"}, ...]}: the
                       model's log-probability of each given output (`s2s generate --score-targets`)

@@ -254,8 +254,8 @@ def measured(
             where = f'"text"[{i}]' if many else '"text"'
             raise bad(
                 413,
-                f"{where} has {len(seq) + 1} source tokens; the model takes at most {max_positions} "
-                "(model.max_positions)",
+                f"{where} has {len(seq) + 1} source tokens; the model takes at most "
+                f"{max_positions} (model.max_positions)",
             )
     return (
         sources,

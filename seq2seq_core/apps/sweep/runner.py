@@ -50,8 +50,8 @@ def configs(sweep: Sweep, registry) -> list:
             or v.name.startswith(("results", "sweep_"))
         ):
             raise ConfigError(
-                f"variant name {v.name!r}: must be a folder name of letters, digits and _ . , = + - "
-                "other than sweep.json, results.* and sweep_*"
+                f"variant name {v.name!r}: must be a folder name of letters, digits and "
+                "_ . , = + - other than sweep.json, results.* and sweep_*"
             )
         for key in keys(v.overrides):
             if key in taken:

@@ -1,14 +1,16 @@
 """Outside formats, one module a format holding both its directions where both exist: `marian`
-(OPUS-MT), `m2m100` (NLLB-200, M2M100), `fairseq`, `huggingface`, `ctranslate2`, `safetensors`; what they share is in
-`common`, and no format module imports another. This package is the two commands' front door.
+(OPUS-MT), `m2m100` (NLLB-200, M2M100), `fairseq`, `huggingface`, `ctranslate2`,
+`safetensors`; what they share is in `common`, and no format module imports another. This
+package is the two commands' front door.
 
 `s2s import SOURCE --output RUN_DIR` reads an OPUS-MT model (Hugging Face's MarianMTModel
 layout, from a folder or by hub name: `marian`), an NLLB-200 or M2M100 model (`m2m100`), an
 `s2s export --to huggingface` of a run s2s trained (`huggingface.read_export`), or a fairseq
-Transformer checkpoint with its dictionaries and BPE codes (`fairseq`). It writes what `s2s train` would have: config.yaml, the vocabulary files
-and one checkpoint, so that generate, serve, score, export, attention, label and
-`run.init_from` take it as any other run. The config's `origin` records the source, its
-revision and every file read with its SHA-256. The run directory is written into
+Transformer checkpoint with its dictionaries and BPE codes (`fairseq`). It writes what
+`s2s train` would have: config.yaml, the vocabulary files and one checkpoint, so that
+generate, serve, score, export, attention, label and `run.init_from` take it as any other
+run. The config's `origin` records the source, its revision and every file read with its
+SHA-256. The run directory is written into
 `.NAME.tmpPID` beside it and renamed at the end: a failed import leaves nothing. What maps and
 what is refused: docs/pretrained.md.
 

@@ -424,7 +424,8 @@ def save_marian_model(model: Transformer, cfg, task, out: Path, orders, starts) 
         from transformers import GenerationConfig, MarianConfig, MarianMTModel
     except ImportError:
         raise ExportError(
-            "--to huggingface needs the transformers package: pip install transformers (s2s's export extra)"
+            "--to huggingface needs the transformers package: pip install transformers "
+            "(s2s's export extra)"
         ) from None
     m = cfg.model
     if m.pre_norm:

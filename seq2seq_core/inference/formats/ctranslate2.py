@@ -47,7 +47,8 @@ def to_ctranslate2(model: Transformer, task, out: Path, quantization: str | None
         from ctranslate2.specs import common_spec, transformer_spec
     except ImportError:
         raise ExportError(
-            "--to ctranslate2 needs the ctranslate2 package: pip install ctranslate2 (s2s's export extra)"
+            "--to ctranslate2 needs the ctranslate2 package: pip install ctranslate2 "
+            "(s2s's export extra)"
         ) from None
     pre_norm, attn = model.encoder[0].res1.pre_norm, model.encoder[0].self_attn
     if attn.d_k != attn.d_v:
