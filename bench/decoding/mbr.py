@@ -27,11 +27,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.common import MULTI30K, machine, s2s
+from bench.common import MULTI30K, s2s, write
 from s2s.core.decode.mbr import METHODS, UTILITIES, expected_utilities
-from s2s.core.files import atomic_write_text
-
-RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def main() -> None:
@@ -130,9 +127,7 @@ def main() -> None:
                     k: comparison["figures"][k] for k in ("chrf", "bleu")
                 },
             }
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / f"{args.name}.json"
-    atomic_write_text(path, json.dumps({"machine": machine(), **result}, indent=1) + "\n")
+    print(f"wrote {write(args.name, result)}")  # with the machine's facts
     print(json.dumps(result, indent=1))
 
 

@@ -26,11 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.common import MULTI30K, machine, s2s
+from bench.common import MULTI30K, s2s, write
 from bench.decoding.decode_beyond import term_list, words
-from s2s.core.files import atomic_write_text
-
-RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def line_terms(sources: list[str], refs: list[str]) -> list[list[str]]:
@@ -127,9 +124,7 @@ def main() -> None:
         )
         for k in args.beams
     }
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / f"{args.name}.json"
-    atomic_write_text(path, json.dumps({"machine": machine(), **result}, indent=1) + "\n")
+    print(f"wrote {write(args.name, result)}")  # with the machine's facts
     print(json.dumps(result, indent=1, ensure_ascii=False))
 
 

@@ -30,9 +30,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.common import MULTI30K, REPO, machine
+from bench.common import MULTI30K, REPO, machine, write
 
-RESULTS = REPO / "bench" / "interop" / "results"
 #: the languages of each layout's codes used here (NLLB's FLORES-200 codes, M2M100's ISO ones)
 CODES = {
     "nllb": {"en": "eng_Latn", "de": "deu_Latn", "fr": "fra_Latn"},
@@ -258,17 +257,10 @@ def main() -> None:
                     print(layout, src, tgt, beam, entry["decoding"][f"{src}-{tgt} beam{beam}"],
                           flush=True)  # fmt: skip
                     result["models"][layout] = entry
-                    _write(result)
+                    write("nllb_import", result)
 
     result["complete"] = True
-    print(f"wrote {_write(result)}")
-
-
-def _write(result: dict) -> Path:
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / "nllb_import.json"
-    path.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    return path
+    print(f"wrote {write('nllb_import', result)}")
 
 
 if __name__ == "__main__":
