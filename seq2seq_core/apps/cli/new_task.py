@@ -29,6 +29,6 @@ def run(args) -> int:
     local = folder if folder.is_absolute() else f"./{folder}"
     print(f"  pip install {local}     # or pip install -e {local}")
     print(f"  s2s check-task {name}_tiny     # the conformance kit")
-    print(f"  s2s train {name}_tiny     # about a minute on two cores")
+    print(f"  s2s train {name}_tiny     # a tiny model of the generated data")
     print(f"  without installing: add --plugin {folder / name / 'task.py'} to check-task and train")
     return 0
