@@ -12,7 +12,9 @@ the engine relies on (that a target line survives encoding and decoding, spaces 
 text included; that references score best against themselves, in the direction the score
 declares; that the per-sentence statistics add up to the corpus figures; that the config refuses
 bad values in one line; ...) and fails with one line (`CheckFailed`) saying what broke and
-where: the split and line, the key, the file. A check the author knows fails is declared with a
+where: the split and line, the key, the file; a check that cannot apply to the task (no data
+file to break in a task that makes its own data) says why (`s2s check-task` prints `n/a`, pytest
+skips it with the reason). A check the author knows fails is declared with a
 reason (`known_failures={"check name": "why"}`): pytest then expects it to fail, and says so
 when it passes.
 
@@ -144,16 +146,18 @@ class Subject:
 
 @dataclass(frozen=True)
 class TaskCheck:
-    """One check of one task: call it to run it; it raises CheckFailed with one line."""
+    """One check of one task: call it to run it; it raises CheckFailed with one line, or
+    returns why it does not apply to this task (a task that reads no file has no file to name),
+    None when it ran and passed."""
 
     name: str
     subject: Subject = dataclasses.field(repr=False)
-    run: Callable[[Subject], None] = dataclasses.field(repr=False)
+    run: Callable[[Subject], str | None] = dataclasses.field(repr=False)
     doc: str = ""
 
-    def __call__(self) -> None:
+    def __call__(self) -> str | None:
         try:
-            self.run(self.subject)
+            return self.run(self.subject)
         except CheckFailed:
             raise
         except Exception as e:  # noqa: BLE001 -- whatever the task's code raised, in one line
@@ -345,14 +349,14 @@ def _path_fields(config) -> list[str]:
     ]
 
 
-def check_missing_data_named(s: Subject) -> None:
+def check_missing_data_named(s: Subject) -> str | None:
     """With every file or folder setting pointed at an empty folder, read_split raises a
     DataError naming a path there (a task whose data is generated passes)."""
     from omegaconf import OmegaConf
 
     fields = [f for f in _path_fields(s.cls.Config) if s.cfg.get(f)]
     if not fields:
-        return  # no file or folder to miss: the task makes its own data
+        return "no file or folder setting: the task makes its own data"
     empty = s.tmp / "empty"
     empty.mkdir(exist_ok=True)
     values = {**OmegaConf.to_container(s.cfg), **{f: str(empty) for f in fields}}
@@ -376,7 +380,7 @@ def check_missing_data_named(s: Subject) -> None:
     )
 
 
-def check_bad_line_named(s: Subject) -> None:
+def check_bad_line_named(s: Subject) -> str | None:
     """A line of invalid UTF-8 in a data file (a copy, under the task's data folder) is read
     past or refused with a DataError naming the file and the line."""
     import shutil
@@ -387,14 +391,14 @@ def check_bad_line_named(s: Subject) -> None:
 
     fields = [f for f in _path_fields(s.cls.Config) if s.cfg.get(f) and Path(s.cfg[f]).is_dir()]
     if not fields:
-        return
+        return "no data folder setting: the task reads no data file"
     with recording() as seen:
         list(s.fresh().read_split("train"))
     folder = Path(s.cfg[fields[0]]).resolve()
     texts = sorted(p for p in map(Path, seen) if p.is_relative_to(folder) and p.suffix != ".gz")
     target = next((p for p in texts if _text_lines(p) >= 3), None)
     if target is None:
-        return  # no plain text file of three lines or more read from the folder
+        return f"no plain text file of three lines or more read from {folder}"
     copy = s.tmp / "bad_line"
     shutil.rmtree(copy, ignore_errors=True)
     shutil.copytree(folder, copy)
@@ -688,7 +692,7 @@ def check_empty_outputs_scored(s: Subject) -> None:
         )
 
 
-def check_statistics_combine(s: Subject) -> None:
+def check_statistics_combine(s: Subject) -> str | None:
     """statistics (when the task gives them) has one row a sentence, and the figures of the
     summed rows are score's figures."""
     task = s.task
@@ -696,7 +700,7 @@ def check_statistics_combine(s: Subject) -> None:
     hyps = [r if i % 2 else h for i, (h, r) in enumerate(zip(shifted, refs))]
     stats = task.statistics(hyps, refs, sources)
     if stats is None:
-        return
+        return "the task gives no per-sentence statistics"
     rows = getattr(stats, "rows", None)
     if rows is None or getattr(rows, "shape", (0,))[0] != len(hyps):
         raise CheckFailed(
@@ -877,9 +881,18 @@ def task_checks(
 ) -> list:
     """The kit's checks of `task_cls` as pytest parameters, each with its own id (the check's
     name); a check named in `known_failures` (name -> the reason) is expected to fail (pytest's
-    strict xfail: it reports the check when it passes). `config` and the other `options`
-    (`plugin`, `only`, `skip`) as `checks_of` takes them."""
+    strict xfail: it reports the check when it passes); a check that does not apply to the task
+    is skipped with its reason. `config` and the other `options` (`plugin`, `only`, `skip`) as
+    `checks_of` takes them."""
     import pytest
+
+    def skipping(run):
+        def checked(subject: Subject) -> None:
+            why_not = run(subject)
+            if why_not:
+                pytest.skip(f"not applicable: {why_not}")
+
+        return checked
 
     known = dict(known_failures or {})
     unknown = [n for n in known if n not in CHECKS]
@@ -889,7 +902,7 @@ def task_checks(
         )
     return [
         pytest.param(
-            check,
+            dataclasses.replace(check, run=skipping(check.run)),
             id=check.name,
             marks=[pytest.mark.xfail(reason=known[check.name], raises=CheckFailed, strict=True)]
             if check.name in known

@@ -43,17 +43,21 @@ def run(args) -> int:
         else None
     )
     found = checks_of(registry.get(name), config, plugin, args.only, args.skip)
-    start, failed = time.perf_counter(), 0
+    start, failed, absent = time.perf_counter(), 0, 0
     for check in found:
         try:
-            check()
+            why_not = check()
         except CheckFailed as e:
             failed += 1
             print(f"FAIL  {check.name}: {e}", flush=True)
         else:
-            print(f"ok    {check.name}", flush=True)
+            absent += why_not is not None
+            print(
+                f"n/a   {check.name}: {why_not}" if why_not else f"ok    {check.name}", flush=True
+            )
     print(
-        f"task {name!r} ({origin}): {len(found) - failed} of {len(found)} checks passed "
-        f"in {time.perf_counter() - start:.1f} s"
+        f"task {name!r} ({origin}): {len(found) - failed - absent} of {len(found)} checks passed"
+        + (f", {absent} not applicable" if absent else "")
+        + f" in {time.perf_counter() - start:.1f} s"
     )
     return 1 if failed else 0

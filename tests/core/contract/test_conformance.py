@@ -299,6 +299,18 @@ def test_a_known_failure_is_declared_with_its_reason(check):
     check()
 
 
+def test_a_check_that_cannot_apply_says_why_and_pytest_skips_it():
+    """A task that makes its own data has no file to miss: the check returns its reason and the
+    pytest form skips with it, where a pass would hide that nothing was tested."""
+    from s2s.plugins.demo import DemoTask
+
+    only = ["missing_data_named"]
+    assert "makes its own data" in checks_of(DemoTask, {"train_size": 50}, only=only)[0]()
+    (param,) = task_checks(DemoTask, config={"train_size": 50}, only=only)
+    with pytest.raises(pytest.skip.Exception, match="not applicable: .*makes its own data"):
+        param.values[0]()
+
+
 def test_the_kit_has_each_check_its_own_id():
     params = task_checks(Reverse, config=CONFIG)
     assert [p.id for p in params] == list(CHECKS) and len(CHECKS) >= 15
@@ -346,9 +358,15 @@ def test_check_task_prints_a_line_a_check_and_fails_with_a_broken_one(tmp_path):
 
 # -- the built-in tasks pass ----------------------------------------------------------------------
 def _passes(name: str, *overrides: str, skip=("--skip", "round_trip")) -> None:
+    """Every check the task is given passes or says in its line why it does not apply."""
     done = _kit(name, *overrides, *skip)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert f"{len(CHECKS) - bool(skip)} of {len(CHECKS) - bool(skip)} checks passed" in done.stdout
+    ran = len(CHECKS) - bool(skip)
+    absent = [line for line in done.stdout.splitlines() if line.startswith("n/a")]
+    assert all(": " in line for line in absent), absent  # each with its reason
+    figure = f" checks passed, {len(absent)} not applicable" if absent else " checks passed in"
+    assert f"{ran - len(absent)} of {ran}{figure}" in done.stdout, done.stdout
+    return absent
 
 
 def _translation(tmp_path) -> list[str]:
@@ -385,7 +403,11 @@ DEMO = ["task.train_size=300", "task.valid_size=20", "task.test_size=20"]
 
 
 def test_demo_translation_and_parsing_pass_the_quick_checks(tmp_path):
-    _passes("demo", *DEMO)
+    absent = _passes("demo", *DEMO)  # its data is generated: no file to miss or break
+    assert [line.split(":")[0].split()[1] for line in absent] == [
+        "missing_data_named",
+        "bad_line_named",
+    ], absent
     _passes("translation", *_translation(tmp_path))
     _passes("parsing", *_parsing(tmp_path))
 
