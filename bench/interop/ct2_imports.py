@@ -3,11 +3,13 @@
 
 The three models are built here with random weights at small sizes, as the import's own
 benchmarks build theirs: OPUS-MT's with `build_opus_mt` (tests/core/inference/opus_mt_fixture.py,
-MarianMTModel and sentencepiece models trained on Multi30k's EN and DE training sides), NLLB's
-with `build_m2m100` (bench/interop/nllb_import.py, M2M100ForConditionalGeneration and a
-sentencepiece model trained on EN, DE and FR), fairseq's with `build_fairseq` below (the layout of
-fairseq's hub archives: model.pt, a joined dict.en.txt / dict.de.txt, Moses tokenisation and BPE
-codes learnt with subword-nmt on the EN and DE training sides). Weights are drawn wider than the
+MarianMTModel, d_model 32, 2 + 2 layers, sentencepiece models of 400 pieces trained on 2,000
+lines of Multi30k's EN and DE training sides), NLLB's with `build_m2m100`
+(bench/interop/nllb_import.py, M2M100ForConditionalGeneration, d_model 64, 2 + 2 layers, a
+sentencepiece model of 1,000 pieces trained on EN, DE and FR), fairseq's with `build_fairseq`
+below (the layout of fairseq's hub archives: model.pt, a joined dict.en.txt / dict.de.txt, Moses
+tokenisation and 400 BPE merges learnt with subword-nmt on 2,000 EN and DE training lines;
+d_model 32, 2 + 2 layers). Weights are drawn wider than the
 toolkits' init so that the models' choices are not near-ties that float rounding decides, and
 </s> is favoured so that most outputs end before the length limit.
 
@@ -17,8 +19,11 @@ also DE->FR with --src-lang / --tgt-lang, one export for both directions) in fp3
 --beam 1` against CTranslate2's greedy search through `s2s.core.inference.deployed` (the lines
 that differ: the target is 0), and `s2s generate --beam 4` against CTranslate2's beam 4 (BLEU
 of each against the references and their difference, the target within 0.1; BLEU of
-CTranslate2's lines against s2s's and the lines that differ), each one's seconds. The weights
-are random: BLEU against the references is near 0 and says only that both decode alike. Writes
+CTranslate2's lines against s2s's and the lines that differ; and the same against `s2s generate
+--beam 4 decode.stop=beam`, CTranslate2's own stopping rule), each one's seconds. The weights
+are random: BLEU against the references is near 0 and says only that both decode alike (and
+BLEU is 0 over outputs shorter than 4 words, equal or not: the lines that differ are the
+figure that counts). Writes
 bench/interop/results/ct2_imports.json.
 """
 
@@ -143,12 +148,12 @@ def s2s(*args) -> subprocess.CompletedProcess:
     )  # fmt: skip
 
 
-def generate(run: Path, source: Path, beam: int, langs: list[str]) -> list[str]:
-    """`s2s generate RUN --input FILE --beam B [--src-lang S --tgt-lang T]` in fp32, one
-    thread."""
+def generate(run: Path, source: Path, beam: int, langs: list[str], *more: str) -> list[str]:
+    """`s2s generate RUN --input FILE --beam B [--src-lang S --tgt-lang T] [key=value ...]` in
+    fp32, one thread."""
     return s2s(
         "generate", run, "--input", source, "--beam", beam, *langs, "decode.precision=fp32",
-        "run.device=cpu", f"run.threads={THREADS}",
+        "run.device=cpu", f"run.threads={THREADS}", *more,
     ).stdout.splitlines()  # fmt: skip
 
 
@@ -188,7 +193,8 @@ def main() -> None:
         "precision": "fp32",
         "threads": THREADS,
         "note": "random weights: BLEU against the references is near 0 and says only that "
-        "CTranslate2 and s2s decode alike, not that either translates",
+        "CTranslate2 and s2s decode alike, not that either translates; BLEU is 0 over outputs "
+        "shorter than 4 words, equal or not: the lines differing are the figures that count",
         "complete": False,
         "imports": {},
     }
@@ -199,7 +205,14 @@ def main() -> None:
 
         t0 = time.perf_counter()
         folders = {
-            "opus_mt": build_opus_mt(tmp / "opus-mt", train["en"], train["de"]),
+            "opus_mt": build_opus_mt(
+                tmp / "opus-mt",
+                train["en"][:2000],
+                train["de"][:2000],
+                vocab_size=400,
+                d_model=32,
+                eos_bias=4.0,
+            ),
             "fairseq": build_fairseq(
                 tmp / "fairseq",
                 train["en"][:2000],
@@ -267,6 +280,14 @@ def main() -> None:
             )
             entry["beam4_bleu_ct2_against_s2s"] = bleu(b_theirs, b_ours)
             entry["beam4_lines_differing"] = sum(a != b for a, b in zip(b_ours, b_theirs))
+            # CTranslate2's stopping rule (a sentence ends once `beam` hypotheses have): what is
+            # left is the length penalty and the forced code's score
+            t0 = time.perf_counter()
+            alike = generate(run, source, 4, cli_langs, "decode.stop=beam")
+            entry["s2s_beam4_stop_beam_seconds"] = round(time.perf_counter() - t0, 2)
+            entry["beam4_stop_beam_bleu_s2s"] = bleu(alike, refs)
+            entry["beam4_bleu_ct2_against_s2s_stop_beam"] = bleu(b_theirs, alike)
+            entry["beam4_stop_beam_lines_differing"] = sum(a != b for a, b in zip(alike, b_theirs))
             result["imports"][name][direction] = entry
             print(name, direction, entry, flush=True)
             write("ct2_imports", result)
