@@ -179,3 +179,19 @@ def test_a_language_not_in_the_model_is_one_line(imports):
         decode_ctranslate2(translator, decoder, test["en"][:2], tgt_lang="fra_Latm")
     assert "\n" not in str(e.value)
     assert decoder.task.task.tgt_vocab.lang == NLLB["de"]  # left as it was
+
+
+def test_a_token_spelled_as_an_earlier_one_gets_a_name_of_its_own():
+    """CTranslate2 names every id by its token: a model's own "<s>" after s2s's specials (a
+    vocabulary may hold one) is told apart, and each name maps back to its id."""
+    from types import SimpleNamespace
+
+    from s2s.core.inference.formats.common import task_tokens
+    from s2s.core.tokenizers import SPECIALS
+    from s2s.core.tokenizers.moses_bpe import MosesBPE
+
+    tokens = [*SPECIALS, "<bos>", "Haus", "<s>", "<s>#6", "</s>"]
+    vocab = MosesBPE("de", "#version: 0.2\nH a\n", tokens, [1, -1, 2, 3, 0, 4, 5, 6, 7])
+    src, tgt = task_tokens(SimpleNamespace(src_vocab=vocab, tgt_vocab=vocab))
+    assert src == tgt and src[:6] == tokens[:6] and len(set(src)) == len(src) == len(tokens)
+    assert src[6:] == ["<s>#6", "<s>#6#7", "</s>#8"]
