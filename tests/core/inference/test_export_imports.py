@@ -1,7 +1,8 @@
 """`s2s export --to ctranslate2` of imports: an OPUS-MT import (sentencepiece pieces, swish, a
 final logits bias), a fairseq import (Moses + BPE, fairseq's sinusoids as a table) and an NLLB
 import (pre-norm with final norms, offset sinusoids, language codes: the source's prefixed, the
-target's forced as CTranslate2's target_prefix). CTranslate2's greedy search over the export
+target's forced as CTranslate2's target_prefix), and an M2M100 import (its `__de__` codes and
+made-up words). CTranslate2's greedy search over the export
 gives `s2s generate --beam 1`'s tokens, line for line (bench/interop/ct2_imports.py: all 1,000
 test sources, and beam 4's BLEU).
 
@@ -79,6 +80,19 @@ def imports(tmp_path_factory):
             ),
             ["--src-lang", NLLB["en"], "--tgt-lang", NLLB["de"]],
         ),  # fmt: skip
+        "m2m100": (
+            build_m2m100(
+                tmp / "m2m100",
+                train["en"] + train["de"] + train["fr"],
+                "m2m100",
+                vocab_size=500,
+                d_model=32,
+                decoder_layers=1,
+                max_length=24,
+                eos_scale=3.0,
+            ),
+            ["--src-lang", "en", "--tgt-lang", "de"],
+        ),  # fmt: skip
     }
     found = {}
     for kind, (folder, langs) in folders.items():
@@ -118,7 +132,7 @@ def generate_lines(run, lines, tmp, langs=()):
     return out.read_text(encoding="utf-8").splitlines()
 
 
-@pytest.mark.parametrize("kind", ["opus_mt", "fairseq", "nllb"])
+@pytest.mark.parametrize("kind", ["opus_mt", "fairseq", "nllb", "m2m100"])
 def test_ctranslate2_greedy_equals_generate(imports, kind, tmp_path):
     (run, export), test = imports[0][kind], imports[1]
     ours, theirs, decoder = greedy_both(run, export, test["en"])
