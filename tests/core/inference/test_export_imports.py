@@ -1,10 +1,10 @@
 """`s2s export --to ctranslate2` of imports: an OPUS-MT import (sentencepiece pieces, swish, a
-final logits bias), a fairseq import (Moses + BPE, fairseq's sinusoids as a table) and an NLLB
+final logits bias), a fairseq import (Moses + BPE, fairseq's sinusoids as a table), an NLLB
 import (pre-norm with final norms, offset sinusoids, language codes: the source's prefixed, the
-target's forced as CTranslate2's target_prefix), and an M2M100 import (its `__de__` codes and
-made-up words). CTranslate2's greedy search over the export
-gives `s2s generate --beam 1`'s tokens, line for line (bench/interop/ct2_imports.py: all 1,000
-test sources, and beam 4's BLEU).
+target's forced as CTranslate2's target_prefix) and an M2M100 import (its `__de__` codes and
+made-up words). CTranslate2's greedy search over the export gives `s2s generate --beam 1`'s
+tokens, line for line (bench/interop/ct2_imports.py: all 1,000 test sources, and beam 4's
+BLEU).
 
 The models are built here at small sizes with random weights drawn so that outputs are not
 near-ties, as the import's tests build theirs."""
