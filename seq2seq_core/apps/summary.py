@@ -111,8 +111,9 @@ LOADERS = {
 }
 
 
-def _ctranslate2_loader(out: Path) -> list[str]:
-    """The lines that load a CTranslate2 export and its source tokenizer (or word list)."""
+def _ctranslate2_loader(out: Path, run_dir) -> list[str]:
+    """The lines that load a CTranslate2 export and its source tokenizer (or word list; an
+    import's: the run that decodes it as `s2s generate` does)."""
     translator = f'translator = ctranslate2.Translator("{out}")'
     for name in ("tokenizer.json", "tokenizer.src.json"):
         if (out / name).exists():
@@ -121,6 +122,14 @@ def _ctranslate2_loader(out: Path) -> list[str]:
                 translator,
                 f'tokenizer = tokenizers.Tokenizer.from_file("{out / name}")',
             ]
+    if not (out / "vocab.json").exists():  # an import's pieces or Moses+BPE: s2s's own files
+        return [
+            "import ctranslate2",
+            "from s2s.core.inference import load_run",
+            "from s2s.core.inference.deployed import decode_ctranslate2",
+            translator,
+            f'ids = decode_ctranslate2(translator, load_run("{run_dir}").decoder, lines)',
+        ]
     return [
         "import ctranslate2, json",
         translator,
@@ -133,7 +142,7 @@ def export_lines(run_dir, to: str, out: Path) -> list[str]:
     out = Path(out)
     files = sorted(p for p in out.rglob("*") if p.is_file())
     loader = (
-        _ctranslate2_loader(out)
+        _ctranslate2_loader(out, run_dir)
         if to == "ctranslate2"
         else [line.format(out=out) for line in LOADERS[to]]
     )

@@ -258,6 +258,33 @@ def tokens_of(tokenizer) -> list[str]:
     return tokens
 
 
+def task_tokens(task) -> tuple[list[str], list[str]]:
+    """The source and target tokens in id order, each a distinct string, as a CTranslate2
+    export names them: an imported vocabulary's own list (an OPUS-MT or NLLB sentencepiece
+    `Pieces`, a fairseq `MosesBPE`: what turns text into ids is the vocabulary file itself, not a
+    `tokenizers.Tokenizer`), any other's through its tokenizer (`tokens_of`). Specials keep their
+    names; a later token spelled as an earlier one (a model's own "<s>" after s2s's) gets "#id"
+    appended, so that every id has its own name and names map back to ids."""
+    from ...tokenizers import Imported as ImportedVocab
+
+    own = getattr(task, "task", task)  # a run's member serves as its task
+    src, tgt = own.src_vocab, own.tgt_vocab
+    if isinstance(src, ImportedVocab) and isinstance(tgt, ImportedVocab):
+        return _distinct(src.itos), _distinct(tgt.itos)
+    src, tgt = tokenizers_of(task)
+    return tokens_of(src), tokens_of(tgt)
+
+
+def _distinct(tokens: list[str]) -> list[str]:
+    seen, out = set(), []
+    for i, token in enumerate(tokens):
+        while token in seen:
+            token = f"{token}#{i}"
+        seen.add(token)
+        out.append(token)
+    return out
+
+
 # -- transformers' MarianMTModel ----------------------------------------------------------------
 def permutation(d_model: int) -> torch.Tensor:
     """Dimension j of a Marian hidden state is dimension perm[j] of ours: even ones, then odd ones,

@@ -2,12 +2,21 @@
 (`ctranslate2.specs.TransformerSpec`), optionally quantised (`s2s export --to ctranslate2`).
 
 The architecture maps one to one: post-norm (or pre-norm with final layer norms), ReLU (or
-swish), biases everywhere, embeddings scaled by sqrt(d_model) and the output projection tied or
-not (model.tie_output), our interleaved sinusoid table (or the learned one,
-model.positions=learned) stored as the position encodings, heads of model.d_k = model.d_v
-dimensions as its head_dim, EOS appended to the source, BOS as the decoder's start token. Its
-heads have one width: model.d_k other than model.d_v is refused. `s2s.core.inference.deployed`
-decodes with it the way `s2s generate` does.
+swish), biases everywhere, embeddings scaled by sqrt(d_model) or not (model.scale_embedding),
+the output projection tied or not (model.tie_output) and its bias (model.output_bias), the
+position table as the model adds it stored as the position encodings (our interleaved
+sinusoids, fairseq's offset sinusoids of an NLLB / M2M100 or fairseq import, a learned table),
+heads of model.d_k = model.d_v dimensions as its head_dim, stacks of their own depths, EOS
+appended to the source, BOS as the decoder's start token. Every import maps too: an OPUS-MT
+import's weights are already in s2s's interleaved dimension order (the import permuted them),
+its BOS is Marian's "<pad>"; a fairseq or NLLB import's BOS is a copy of </s> (the decoder's
+start there) whose output logit is -inf. The vocabularies are the task's tokens in id order
+(`common.task_tokens`: an import's sentencepiece pieces or Moses+BPE tokens as its vocabulary
+file lists them, language codes included); the task's vocabulary files lie beside model.bin,
+to turn text into those tokens. A multilingual import's source code is part of the source's
+tokens and its target code is CTranslate2's target_prefix (`s2s.core.inference.deployed`,
+which decodes an export the way `s2s generate` does). Its heads have one width: model.d_k other
+than model.d_v is refused.
 """
 
 from __future__ import annotations
@@ -17,10 +26,9 @@ from pathlib import Path
 import torch
 
 from ...tokenizers import BOS, EOS, SPECIALS, UNK
-from ...tokenizers.pieces import Pieces
 from ...errors import ExportError
 from ...nn.model import Transformer
-from .common import tokenizers_of, tokens_of
+from .common import task_tokens
 
 QUANTIZATIONS = (
     "int8",
@@ -56,12 +64,7 @@ def to_ctranslate2(model: Transformer, task, out: Path, quantization: str | None
             f"model.d_k={attn.d_k} with model.d_v={attn.d_v} has no CTranslate2 form (its heads "
             "have one width for queries, keys and values): export it with --to safetensors"
         )
-    if isinstance(task.src_vocab, Pieces):
-        raise ExportError(
-            "an imported OPUS-MT vocabulary (task.tokenizer=sentencepiece) has no CTranslate2 "
-            "form here: export it with --to huggingface and convert that with CTranslate2's "
-            "ct2-transformers-converter, which reads Marian models"
-        )
+    src_tokens, tgt_tokens = task_tokens(task)  # before the long work
     activation = model.encoder[0].ffn[1]
     layers, relu = (
         (len(model.encoder), len(model.decoder)),
@@ -119,9 +122,8 @@ def to_ctranslate2(model: Transformer, task, out: Path, quantization: str | None
         spec.decoder.projection.weight = _numpy(model.out.weight)
     if model.out.bias is not None:  # model.output_bias
         spec.decoder.projection.bias = _numpy(model.out.bias)
-    src, tgt = tokenizers_of(task)
-    spec.register_source_vocabulary(tokens_of(src))
-    spec.register_target_vocabulary(tokens_of(tgt))
+    spec.register_source_vocabulary(src_tokens)
+    spec.register_target_vocabulary(tgt_tokens)
     for key, value in (
         ("unk_token", SPECIALS[UNK]),
         ("bos_token", SPECIALS[BOS]),
