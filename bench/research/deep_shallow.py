@@ -3,7 +3,8 @@ parameter count, number of updates, seed and data (issue 76; Kasai et al. 2021, 
 Shallow Decoder: Reevaluating Non-autoregressive Machine Translation": a deep encoder with a
 1-layer decoder matches a balanced model in BLEU and decodes far faster).
 
-    python -m bench.research.deep_shallow --updates 1000          # about 50 minutes on 2 cores
+    python -m bench.research.deep_shallow --updates 400 --valid-interval 400 --rounds 3
+        # 50 minutes on 2 cores shared at load 5 to 9 (deep_shallow.json)
     python -m bench.research.deep_shallow --updates 20 --valid-interval 10 --rounds 1 \
         --name deep_shallow_check --dir runs/deep_shallow_check   # the script, in minutes
 
@@ -15,11 +16,12 @@ validating every --valid-interval updates; the second adds model.encoder_layers=
 model.decoder_layers=1. Figures of each: the parameter count of the trained model (and the ratio
 deep-shallow / balanced), the run's own test BLEU (result.json: the checkpoint it selected on dev),
 then `s2s generate RUN --input test_2016_flickr.en --beam 4` and `s2s score RUN` of its output
-(sacreBLEU, with the paired test of the two outputs), and beam-4 decoding speed: --rounds rounds
-of `s2s generate` of the 1,000 test lines from the shell, the two models interleaved (A B A B ...),
-the process's wall time (startup and loading included) and the same less the median time of a
-1-line `s2s generate` of that model (the fixed cost), medians and the ratio, with the load
-average before and after the rounds. Writes bench/research/results/NAME.json (deep_shallow).
+(sacreBLEU, with the paired test of the two outputs; the outputs' mean words), and beam-4
+decoding speed: --rounds rounds of `s2s generate` of the 1,000 test lines from the shell, the
+two models interleaved (A B A B ...), the process's wall time (startup and loading included)
+and the same less the median time of a 1-line `s2s generate` of that model (the fixed cost),
+medians and the ratio, with the load average before and after the rounds.
+Writes bench/research/results/NAME.json (deep_shallow).
 A run that finished (its result.json) is not trained again, so the same command resumes.
 """
 
@@ -68,8 +70,8 @@ def parameters(encoder_layers: int | None, decoder_layers: int | None, overrides
     from s2s.core.setup.config import load_config
     from s2s.core.setup.registry import Registry
 
-    depths = [f"model.{k}={v}" for k, v in
-              (("encoder_layers", encoder_layers), ("decoder_layers", decoder_layers)) if v]  # fmt: skip
+    given = {"encoder_layers": encoder_layers, "decoder_layers": decoder_layers}
+    depths = [f"model.{k}={v}" for k, v in given.items() if v]
     cfg = load_config(PRESET, [*overrides, *depths], registry=Registry.installed())
     size = cfg.task.vocab_size
     return Transformer(cfg.model, size, size, shared_vocab=True).num_parameters()
@@ -81,6 +83,13 @@ def trained_parameters(run: Path) -> int:
     from s2s.core.setup.registry import Registry
 
     return load_for_inference(run, Registry.installed(), ["run.device=cpu"])[2].num_parameters()
+
+
+def mean_words(path: Path) -> float:
+    """Mean whitespace-separated words of an output file's lines: decoding speed follows output
+    length, so a speed ratio is read with it."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    return round(sum(len(line.split()) for line in lines) / max(1, len(lines)), 2)
 
 
 def main() -> None:
@@ -178,6 +187,7 @@ def main() -> None:
             f"--hyp deep_shallow.{TEST}.de --json",
         ],
         "scores": json.loads(scores.read_text()),
+        "mean_output_words": {n: mean_words(hyps[n]) for n in runs},
     }
     write(args.name, result)
 
