@@ -83,17 +83,34 @@ def import_model(job: ImportJob, registry) -> Path:
     cfg.origin = found.origin
     src, tgt = found.src_vocab, found.tgt_vocab
     shared = src is tgt or getattr(src, "id_space", None) == getattr(tgt, "id_space", 0)
-    with torch.device("meta"):  # the model's shapes, names and ties, and no memory
+    with _Shapes():  # the parameters' names, shapes and ties, and no memory
         model = Transformer(cfg.model, len(src), len(tgt), shared)
     weights = _placed(model, found.state(model), found)
     _write_run(out, cfg, weights, src, tgt, registry)
     return out
 
 
+class _Shapes(torch.overrides.TorchFunctionMode):
+    """While it is on, torch.empty makes tensors on the meta device (shapes without memory:
+    the parameters of torch's layers are made by it) and torch.nn.init's functions leave their
+    tensor as it is: a Transformer built then has its parameters' names, shapes and ties, what
+    an import places the source's tensors by, and holds no weights. The rest (the position
+    table, a buffer) is made as ever: on the meta device, computing it would go through torch's
+    reference operations, whose import (torch._dynamo) costs seconds and 100 MB."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.empty:
+            kwargs["device"] = "meta"
+        elif getattr(func, "__module__", None) == "torch.nn.init":
+            return args[0] if args else kwargs["tensor"]
+        return func(*args, **kwargs)
+
+
 def _placed(model: Transformer, state: dict, found) -> dict:
     """The checkpoint's model state: the imported tensors under the keys, in the order and with
-    the ties of `model`'s own state dict (built on the meta device: no memory), each tensor
-    moved into place once, not copied into a model first. The import thus holds the run's
+    the ties of `model`'s own state dict (its parameters on the meta device: no memory), each
+    tensor moved into place once, not copied into a model first. The import thus holds the run's
     weights and, while they are made, one of the source's tensors at a time, never the source,
     a model and the checkpoint's copy at once. A missing, an unexpected or a misshapen tensor is
     refused as load_state_dict refuses it; a tied tensor (one matrix under several names) is

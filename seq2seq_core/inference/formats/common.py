@@ -262,8 +262,8 @@ def _safetensors(path: Path) -> Weights:
 
 
 def torch_file(path: Path):
-    """A PyTorch file (pytorch_model.bin, a fairseq checkpoint) mapped rather than read whole where its
-    format allows (torch.save's zip format, since PyTorch 1.6), read whole where not."""
+    """A PyTorch file (pytorch_model.bin, a fairseq checkpoint) mapped rather than read whole
+    where its format allows (torch.save's zip format, since PyTorch 1.6), read whole where not."""
     try:
         return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except RuntimeError as e:
