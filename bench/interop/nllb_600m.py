@@ -5,7 +5,8 @@ The model is transformers' M2M100ForConditionalGeneration with facebook/nllb-200
 config.json (`NLLB_600M`: 12 + 12 layers, d_model 1,024, FFN 4,096, 16 heads, 256,206 embedding
 rows, scaled embeddings, ReLU, every embedding tied), built on the meta device and filled with
 random weights drawn by torch (transformers' init_std 0.02 for matrices and embeddings, biases
-zero, layer norms one), which takes seconds where transformers' own init takes minutes; saved as
+zero, layer norms one; the embedding rows the tokenizer does not name zero, so that the search
+picks named pieces rather than rows whose text is empty), which takes seconds where transformers' own init takes minutes; saved as
 one model.safetensors (fp32, as the hub's checkpoint). The tokenizer is
 `nllb_import.build_m2m100`'s (a sentencepiece BPE model trained on Multi30k's English, German and
 French training sides, NLLB's 202 language codes after the pieces): the importer takes the
@@ -24,6 +25,7 @@ alike. The multi-GB files live in a temporary folder, deleted at the end."""
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -70,9 +72,9 @@ def build(folder: Path, lines: list[str], seed: int = 1) -> dict:
 
     from bench.interop.nllb_import import build_m2m100
 
-    build_m2m100(
-        folder, lines, "nllb", vocab_size=8000, d_model=16, encoder_layers=1, decoder_layers=1
-    )  # fmt: skip -- its tokenizer files; the model is replaced
+    # its tokenizer files (the small model it saves is replaced)
+    build_m2m100(folder, lines, "nllb", 8000, d_model=16, encoder_layers=1, decoder_layers=1)
+    named = json.loads((folder / "config.json").read_text(encoding="utf-8"))["vocab_size"]
     t0 = time.perf_counter()
     config = M2M100Config(**NLLB_600M)
     with torch.device("meta"):  # shapes only: transformers' init is not run
@@ -90,6 +92,9 @@ def build(folder: Path, lines: list[str], seed: int = 1) -> dict:
             else:
                 p.normal_(0.0, config.init_std, generator=generator)
         hf.model.shared.weight[config.pad_token_id].zero_()
+        # the rows no token names (all but the tokenizer's first `named`) zero: their logit 0
+        # loses to the named pieces' best, so that outputs are text, not unnamed rows
+        hf.model.shared.weight[named:].zero_()
     hf.generation_config = GenerationConfig(
         decoder_start_token_id=2, bos_token_id=0, eos_token_id=2, pad_token_id=1, max_length=200
     )
@@ -98,6 +103,7 @@ def build(folder: Path, lines: list[str], seed: int = 1) -> dict:
     params = sum(p.numel() for p in hf.parameters())
     return {
         "parameters": params,
+        "rows_named_by_the_tokenizer": named,
         "draw_seconds": round(drawn - t0, 1),
         "save_seconds": round(time.perf_counter() - drawn, 1),
     }
@@ -203,6 +209,8 @@ def main() -> None:
             got["lines_out"] = len(outputs[precision])
             got["nonempty_lines"] = sum(n > 0 for n in lengths)
             got["mean_output_words"] = round(sum(lengths) / max(1, len(lengths)), 1)
+            chars = sum(len(line) for line in outputs[precision])
+            got["mean_output_characters"] = round(chars / max(1, len(lengths)), 1)
             result["generate"][precision] = got
             print(precision, got, flush=True)
             write("nllb_600m", result)
