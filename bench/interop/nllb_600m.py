@@ -4,9 +4,9 @@ import`, decoded by `s2s generate` in fp32 and bf16.
 The model is transformers' M2M100ForConditionalGeneration with facebook/nllb-200-distilled-600M's
 config.json (`NLLB_600M`: 12 + 12 layers, d_model 1,024, FFN 4,096, 16 heads, 256,206 embedding
 rows, scaled embeddings, ReLU, every embedding tied), built on the meta device and filled with
-random weights drawn by torch (transformers' init_std 0.02 for matrices and embeddings, biases
-zero, layer norms one; the embedding rows the tokenizer does not name zero, so that the search
-picks named pieces rather than rows whose text is empty), which takes seconds where transformers' own init takes minutes; saved as
+random weights drawn by torch (N(0, 0.1) for matrices and embeddings, `STD`; biases zero, layer
+norms one; the embedding rows the tokenizer does not name zero, so that the search picks named
+pieces rather than rows whose text is empty), which takes seconds where transformers' own init takes minutes; saved as
 one model.safetensors (fp32, as the hub's checkpoint). The tokenizer is
 `nllb_import.build_m2m100`'s (a sentencepiece BPE model trained on Multi30k's English, German and
 French training sides, NLLB's 202 language codes after the pieces): the importer takes the
@@ -61,6 +61,10 @@ NLLB_600M = dict(
     vocab_size=256206,
 )
 LINES = 100
+#: the weights' spread: wide (nllb_import's 0.1, not transformers' init_std 0.02), so that the
+#: layers rather than the scaled input embedding decide each output; at 0.02 every line repeated
+#: its input token, the forced language code, whose text is empty
+STD = 0.1
 SRC, TGT = "eng_Latn", "deu_Latn"
 
 
@@ -90,7 +94,7 @@ def build(folder: Path, lines: list[str], seed: int = 1) -> dict:
             elif p.dim() == 1:
                 p.zero_()
             else:
-                p.normal_(0.0, config.init_std, generator=generator)
+                p.normal_(0.0, STD, generator=generator)
         hf.model.shared.weight[config.pad_token_id].zero_()
         # the rows no token names (all but the tokenizer's first `named`) zero: their logit 0
         # loses to the named pieces' best, so that outputs are text, not unnamed rows
@@ -103,6 +107,7 @@ def build(folder: Path, lines: list[str], seed: int = 1) -> dict:
     params = sum(p.numel() for p in hf.parameters())
     return {
         "parameters": params,
+        "std": STD,
         "rows_named_by_the_tokenizer": named,
         "draw_seconds": round(drawn - t0, 1),
         "save_seconds": round(time.perf_counter() - drawn, 1),
