@@ -6,8 +6,8 @@ config.json (`NLLB_600M`: 12 + 12 layers, d_model 1,024, FFN 4,096, 16 heads, 25
 rows, scaled embeddings, ReLU, every embedding tied), built on the meta device and filled with
 random weights drawn by torch (N(0, 0.1) for matrices and embeddings, `STD`; biases zero, layer
 norms one; the embedding rows the tokenizer does not name zero, so that the search picks named
-pieces rather than rows whose text is empty), which takes seconds where transformers' own init takes minutes; saved as
-one model.safetensors (fp32, as the hub's checkpoint). The tokenizer is
+pieces rather than rows whose text is empty), which takes seconds where transformers' own init
+takes minutes; saved as one model.safetensors (fp32, as the hub's checkpoint). The tokenizer is
 `nllb_import.build_m2m100`'s (a sentencepiece BPE model trained on Multi30k's English, German and
 French training sides, NLLB's 202 language codes after the pieces): the importer takes the
 embedding rows beyond the tokenizer's as rows no token names.
