@@ -33,6 +33,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
 from omegaconf import OmegaConf
 
 from ...tokenizers import MosesBPE, Pieces
@@ -82,17 +83,65 @@ def import_model(job: ImportJob, registry) -> Path:
     cfg.origin = found.origin
     src, tgt = found.src_vocab, found.tgt_vocab
     shared = src is tgt or getattr(src, "id_space", None) == getattr(tgt, "id_space", 0)
-    model = Transformer(cfg.model, len(src), len(tgt), shared)
-    state = found.state(model)
-    try:
-        model.load_state_dict(state)
-    except RuntimeError as e:
-        raise ImportModelError(
-            f"{found.weights_file}: the weights do not fit {found.config_file} "
-            f"({(str(e).splitlines() or [''])[0]})"
-        ) from None
-    _write_run(out, cfg, model, src, tgt, registry)
+    with _Shapes():  # the parameters' names, shapes and ties, and no memory
+        model = Transformer(cfg.model, len(src), len(tgt), shared)
+    weights = _placed(model, found.state(model), found)
+    _write_run(out, cfg, weights, src, tgt, registry)
     return out
+
+
+class _Shapes(torch.overrides.TorchFunctionMode):
+    """While it is on, torch.empty makes tensors on the meta device (shapes without memory:
+    the parameters of torch's layers are made by it) and torch.nn.init's functions leave their
+    tensor as it is: a Transformer built then has its parameters' names, shapes and ties, what
+    an import places the source's tensors by, and holds no weights. The rest (the position
+    table, a buffer) is made as ever: on the meta device, computing it would go through torch's
+    reference operations, whose import (torch._dynamo) costs seconds and 100 MB."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.empty:
+            kwargs["device"] = "meta"
+        elif getattr(func, "__module__", None) == "torch.nn.init":
+            return args[0] if args else kwargs["tensor"]
+        return func(*args, **kwargs)
+
+
+def _placed(model: Transformer, state: dict, found) -> dict:
+    """The checkpoint's model state: the imported tensors under the keys, in the order and with
+    the ties of `model`'s own state dict (its parameters on the meta device: no memory), each
+    tensor moved into place once, not copied into a model first. The import thus holds the run's
+    weights and, while they are made, one of the source's tensors at a time, never the source,
+    a model and the checkpoint's copy at once. A missing, an unexpected or a misshapen tensor is
+    refused as load_state_dict refuses it; a tied tensor (one matrix under several names) is
+    stored once, as the model's state dict holds it."""
+    wanted = model.state_dict(keep_vars=True)  # the Parameters themselves: ties by identity
+    missing = [k for k in wanted if k not in state]
+    unexpected = [k for k in state if k not in wanted]
+    misfit = [k for k in wanted if k in state and state[k].shape != wanted[k].shape]
+
+    def refuse(what):
+        raise ImportModelError(
+            f"{found.weights_file}: the weights do not fit {found.config_file} ({what})"
+        )
+
+    if missing or unexpected:
+        refuse(f"missing {missing[:3]}, unexpected {unexpected[:3]}")
+    if misfit:
+        k = misfit[0]
+        refuse(f"{k!r} has shape {list(state[k].shape)}, the model needs {list(wanted[k].shape)}")
+    placed = model.state_dict()  # the same keys, order and metadata that load_state_dict reads
+    first = {}
+    for key, param in wanted.items():
+        owner = first.setdefault(id(param), key)
+        if owner != key:
+            placed[key] = placed[owner]
+            continue
+        tensor = state[key].detach().to(param.dtype)
+        if tensor.untyped_storage().nbytes() != tensor.numel() * tensor.element_size():
+            tensor = tensor.clone(memory_format=torch.contiguous_format)  # a view: not its memory
+        placed[key] = tensor
+    return placed
 
 
 def _as_overrides(cfg: dict) -> list[str]:
@@ -110,9 +159,11 @@ def _as_overrides(cfg: dict) -> list[str]:
     return out
 
 
-def _write_run(out: Path, cfg, model, src_vocab, tgt_vocab, registry) -> None:
-    """config.yaml, the vocabulary files and checkpoints/checkpoint_00000000.pt, written into
-    `.NAME.tmpPID` beside `out` and renamed at the end: a failed import leaves nothing."""
+def _write_run(out: Path, cfg, weights: dict, src_vocab, tgt_vocab, registry) -> None:
+    """config.yaml, the vocabulary files and checkpoints/checkpoint_00000000.pt holding
+    `weights` (the model's state dict; torch.save writes each tensor's memory as it is, no copy),
+    written into `.NAME.tmpPID` beside `out` and renamed at the end: a failed import leaves
+    nothing."""
     out.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_temporaries(out.parent)
     tmp = out.with_name(f".{out.name}.tmp{os.getpid()}")
@@ -125,7 +176,7 @@ def _write_run(out: Path, cfg, model, src_vocab, tgt_vocab, registry) -> None:
         files = {p.name: sha256(p) for p in sorted(tmp.iterdir()) if p.is_file()}
         (tmp / "config.yaml").write_text(OmegaConf.to_yaml(cfg), encoding="utf-8")
         state = {
-            "model": model.state_dict(),
+            "model": weights,
             "update": 0,
             "tokenizer": {"files": files},
             "config": OmegaConf.to_container(cfg, enum_to_str=True),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
@@ -184,30 +185,91 @@ def checked_weight(path: Path, name: str, tensor, shape) -> torch.Tensor:
             f"{path}: {name!r} has shape {list(tensor.shape)} but the model its config describes "
             f"needs {list(shape)}"
         )
-    weight = tensor.float()
-    bad = int((~torch.isfinite(weight)).sum())
+    weight = tensor.float()  # the tensor itself where it is float32 already: no copy
+    # counted a slice at a time: a mask of the whole 256k-row embedding table would be 268 MB
+    bad = sum(int((~torch.isfinite(part)).sum()) for part in weight.reshape(-1).split(1 << 22))
     if bad:
         raise ImportModelError(f"{path}: {name!r} holds {bad} NaN or infinite values")
     return weight
 
 
-def read_weights(folder: Path) -> tuple[Path, dict]:
+class Weights(Mapping):
+    """A weights file's tensors by name, each read from the file when asked for and held by the
+    caller alone, so that an import holds the source's tensors one at a time beside the run's
+    (not the whole file beside the model): safetensors' tensors copied out of a mapping of the
+    file that is closed again at once (its pages leave the process), a PyTorch file's tensors
+    mapped (`torch.load(mmap=True)`: pages of the file, read where touched, never written).
+    The names (the file's header) are read when it is opened, so that a damaged file is refused
+    before any work; a tensor that cannot be read later is refused in one line naming it."""
+
+    def __init__(self, path: Path, names: list[str], read: Callable[[str], object]):
+        self.path, self._names, self._read = path, dict.fromkeys(names), read
+
+    def __getitem__(self, name: str):
+        if name not in self._names:
+            raise KeyError(name)
+        try:
+            return self._read(name)
+        except Exception as e:  # noqa: BLE001 -- a file changed or damaged since it was opened
+            raise ImportModelError(
+                f"{self.path}: {name!r} is unreadable: {type(e).__name__}: "
+                f"{(str(e).splitlines() or [''])[0]}"
+            ) from None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+
+def read_weights(folder: Path) -> tuple[Path, Weights]:
+    """The first of `WEIGHTS` in `folder` as `Weights` (read tensor by tensor); a file that is
+    truncated, damaged or holds no tensors by name is refused in one line naming it."""
     for name in WEIGHTS:
         path = folder / name
         if not path.is_file():
             continue
         try:
             if name.endswith(".safetensors"):
-                from safetensors.torch import load_file
-
-                return path, load_file(str(path))
-            return path, torch.load(path, map_location="cpu", weights_only=True)
+                return path, _safetensors(path)
+            state = torch_file(path)
         except Exception as e:  # noqa: BLE001 -- truncated or damaged files raise many kinds
             raise ImportModelError(
                 f"{path} is unreadable (truncated or damaged?): {type(e).__name__}: "
                 f"{(str(e).splitlines() or [''])[0]}"
             ) from None
+        if not isinstance(state, dict) or not all(isinstance(k, str) for k in state):
+            raise ImportModelError(f"{path}: holds no weights by name (a state dict)")
+        return path, Weights(path, list(state), state.__getitem__)
     raise ImportModelError(f"{folder} holds no weights ({' or '.join(WEIGHTS)})")
+
+
+def _safetensors(path: Path) -> Weights:
+    """A safetensors file's tensors, each copied out of a mapping of the file opened for it
+    alone: a mapping kept open would hold every page read in the process's memory (its RSS)
+    beside the copies, as many bytes again as the file."""
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="pt") as f:  # the header, checked against the file size
+        names = list(f.keys())
+
+    def read(name):
+        with safe_open(str(path), framework="pt") as f:
+            return f.get_tensor(name).clone()
+
+    return Weights(path, names, read)
+
+
+def torch_file(path: Path):
+    """A PyTorch file (pytorch_model.bin, a fairseq checkpoint) mapped rather than read whole
+    where its format allows (torch.save's zip format, since PyTorch 1.6), read whole where not."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except RuntimeError as e:
+        if "mmap" not in str(e):  # the legacy format, which cannot be mapped
+            raise
+    return torch.load(path, map_location="cpu", weights_only=True)
 
 
 def layer_weights(model) -> Iterator[tuple[str, str, str]]:
@@ -369,7 +431,7 @@ def from_marian_state(model, weights, src_ids, tgt_ids, path) -> dict:
         return checked_weight(path, names[name], weights[names[name]], shape)
 
     def rows(table, ids):  # [V_source, d] -> [V_s2s, d]: a row the source lacks zero
-        out = table[torch.tensor([max(i, 0) for i in ids])].clone()
+        out = table[torch.tensor([max(i, 0) for i in ids])]  # indexing copies
         out[torch.tensor([i < 0 for i in ids])] = 0.0
         return out
 
@@ -394,10 +456,10 @@ def from_marian_state(model, weights, src_ids, tgt_ids, path) -> dict:
                 f"{path}: one embedding table ('shared.weight', {n_src} rows) for a target "
                 f"vocabulary of {n_tgt} pieces"
             )
-        given = [get(t, (n_src, d)) for t in tables]
-        if not given:
+        if not tables:
             raise ImportModelError(f"{path}: 'shared.weight' is missing")
-        if any(not torch.equal(given[0], other) for other in given[1:]):
+        first = get(tables[0], (n_src, d))  # the others compared with it one at a time
+        if any(not torch.equal(first, get(other, (n_src, d))) for other in tables[1:]):
             raise ImportModelError(
                 f"{path}: the encoder's and the decoder's embedding tables differ but "
                 + (
@@ -407,12 +469,17 @@ def from_marian_state(model, weights, src_ids, tgt_ids, path) -> dict:
                     else "'shared.weight' says they are one"
                 )
             )
-        src_table = tgt_table = given[0]
+        src_table = tgt_table = first
+        del first
     else:
         src_table = get("encoder.embed_tokens.weight", (n_src, d))
         tgt_table = get("decoder.embed_tokens.weight", (n_tgt, d))
     state["src_embed.weight"] = rows(src_table, src_ids)[:, inv]
-    state["tgt_embed.weight"] = rows(tgt_table, tgt_ids)[:, inv]
+    same = src_table is tgt_table and list(src_ids) == list(tgt_ids)  # one table: made once
+    state["tgt_embed.weight"] = (
+        state["src_embed.weight"] if same else rows(tgt_table, tgt_ids)[:, inv]
+    )
+    del src_table, tgt_table  # the source's tables: not held beside the rest
     for ours, theirs, role in layer_weights(model):
         {"reads": inp, "writes": outp, "norm": outp}[role](ours, theirs)
     if model.out.weight is model.tgt_embed.weight:

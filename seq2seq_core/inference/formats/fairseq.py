@@ -13,7 +13,7 @@ from ...errors import DataError, ImportModelError
 from ...files import sha256
 from ...tokenizers import BOS
 from ...nn.model import offset_sinusoids
-from .common import Fields, ImportJob, Imported, checked_weight, layer_weights
+from .common import Fields, ImportJob, Imported, checked_weight, layer_weights, torch_file
 
 #: checkpoint names looked for in a folder: fairseq's hub archives' and fairseq-train's
 FAIRSEQ_CHECKPOINTS = ("model.pt", "checkpoint_best.pt", "checkpoint_last.pt")
@@ -66,7 +66,7 @@ def read(job: ImportJob) -> Imported:
         raise ImportModelError(f"{path} is missing: no fairseq checkpoint there")
     try:
         with torch.serialization.safe_globals([argparse.Namespace]):
-            saved = torch.load(path, map_location="cpu", weights_only=True)
+            saved = torch_file(path)  # mapped: tensors read where used, one at a time
     except Exception as e:  # noqa: BLE001 -- truncated files and foreign pickles raise many kinds
         raise ImportModelError(
             f"{path} is unreadable as a fairseq checkpoint: {type(e).__name__}: "
@@ -256,7 +256,7 @@ def _fairseq_state(model, w, args, src_vocab, tgt_vocab, path) -> dict:
             )
         table = get(name, (len(vocab) - 1, model.d_model))
         index = torch.tensor([i if i >= 0 else 2 for i in vocab.source_ids])  # BOS: </s>'s
-        return table[index].clone()
+        return table[index]  # indexing copies
 
     state = {}
 

@@ -339,7 +339,7 @@ def _iso(name: str, default: str) -> str:
 def _state(model, weights: dict, source_ids: list[int], rows: int, path: Path) -> dict:
     """M2M100's weights under s2s's names, rows in s2s's id order (BOS: a copy of </s>'s row);
     every tensor checked against its shape, type and finiteness."""
-    w = {k.removeprefix("model."): v for k, v in weights.items()}
+    w = {k.removeprefix("model."): k for k in weights}  # s2s's reading -> the file's key
     taken = set()
     shapes = {k: tuple(v.shape) for k, v in model.state_dict().items()}
 
@@ -349,11 +349,12 @@ def _state(model, weights: dict, source_ids: list[int], rows: int, path: Path) -
         if name not in w:
             raise ImportModelError(f"{path}: {name!r} is missing")
         taken.add(name)
-        return checked_weight(path, name, w[name], shape)
+        return checked_weight(path, name, weights[w[name]], shape)  # read now, one at a time
 
     table = get("shared.weight", (rows, shapes["src_embed.weight"][1]))
     index = torch.tensor([i if i >= 0 else 2 for i in source_ids])  # BOS: </s>'s row
-    state = {"src_embed.weight": table[index].clone()}
+    state = {"src_embed.weight": table[index]}  # indexing copies: the source's table let go
+    del table
     state["tgt_embed.weight"] = state["out.weight"] = state["src_embed.weight"]
     layers = [(ours, theirs) for ours, theirs, _ in layer_weights(model)]
     layers += [("enc_norm", "encoder.layer_norm"), ("dec_norm", "decoder.layer_norm")]

@@ -378,3 +378,37 @@ def test_depths_of_their_own(tmp_path, capsys):
     source.write_text("\n".join(test) + "\n", encoding="utf-8")
     for beam in (1, 4):
         assert s2s_generate(run, source, beam) == hf_generate(folder, test, beam)
+
+
+@pytest.mark.parametrize("layout", ["zip", "legacy"])
+def test_an_import_is_the_same_from_every_weights_file(opus_mt, layout, tmp_path, capsys):
+    """The checkpoint an import writes tensor by tensor is the Transformer's state dict: its
+    keys in its order, each tensor its own memory, the tied embedding and output projection one
+    matrix stored once; and the same whichever file the weights come in: model.safetensors (read
+    a tensor at a time), pytorch_model.bin in torch.save's zip format (mapped) or in the legacy
+    format (read whole)."""
+    from omegaconf import OmegaConf
+    from safetensors.torch import load_file
+
+    from s2s.core.nn.model import Transformer
+    from s2s.core.runs.checkpoint import listed, load
+
+    folder, run, _ = opus_mt
+    ours = load(listed(run)[0])["model"]
+    cfg = OmegaConf.load(run / "config.yaml")
+    rows = ours["src_embed.weight"].size(0)
+    assert list(ours) == list(Transformer(cfg.model, rows, rows, True).state_dict())
+    tied = {ours[k].untyped_storage().data_ptr() for k in ("src_embed.weight", "out.weight")}
+    assert len(tied) == 1
+    for name, tensor in ours.items():
+        assert tensor.untyped_storage().nbytes() == tensor.numel() * tensor.element_size(), name
+    copy = tmp_path / "bin"
+    shutil.copytree(folder, copy)
+    weights = load_file(str(copy / "model.safetensors"))
+    torch.save(weights, copy / "pytorch_model.bin", _use_new_zipfile_serialization=layout == "zip")
+    (copy / "model.safetensors").unlink()
+    again = tmp_path / "run"
+    assert s2s(capsys, "import", copy, "--output", again)[0] == 0
+    theirs = load(listed(again)[0])["model"]
+    assert list(theirs) == list(ours)
+    assert all(torch.equal(theirs[k], ours[k]) for k in ours)
