@@ -85,6 +85,39 @@ def test_generate_equals_transformers_in_two_directions(models, layout, tmp_path
             assert ours == theirs, (src, tgt, beam)
 
 
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_huggingface_export_is_its_own_class_and_decodes_as_the_run(models, layout, capsys):
+    """`s2s export --to huggingface` of an import writes an M2M100ForConditionalGeneration with
+    NllbTokenizer's / M2M100Tokenizer's files: transformers' greedy output of the export (the
+    target's code forced) equals `s2s generate --beam 1` on 30 lines in two directions, and
+    `s2s import` of the export decodes as the run again."""
+    from bench.interop.nllb_import import hf_generate, s2s_generate
+    from transformers import AutoTokenizer
+
+    (_, run), tmp = models[0][layout], models[2]
+    en, de, fr = LAYOUTS[layout]
+    out = tmp / f"hf_{layout}"
+    assert s2s(capsys, "export", run, "--to", "huggingface", "--output", out)[0] == 0
+    saved = json.loads((out / "config.json").read_text(encoding="utf-8"))
+    assert saved["architectures"] == ["M2M100ForConditionalGeneration"]
+    tokenizer = type(AutoTokenizer.from_pretrained(str(out))).__name__
+    assert (
+        tokenizer.removesuffix("Fast")
+        == {"nllb": "NllbTokenizer", "m2m100": "M2M100Tokenizer"}[layout]
+    )
+    again = tmp / f"hf_{layout}_run"
+    argv = ["import", out, "--output", again, "--src-lang", en, "--tgt-lang", de]
+    assert s2s(capsys, *argv)[0] == 0
+    root = corpus(MULTI30K)
+    for src, tgt, lang in ((en, de, "en"), (de, fr, "de")):
+        lines = (root / f"test_2016_flickr.{lang}").read_text(encoding="utf-8").splitlines()[:30]
+        source = tmp / f"export_in.{lang}"
+        source.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        ours = s2s_generate(run, source, src, tgt, 1)
+        assert [without_code(h) for h in hf_generate(out, lines, src, tgt, 1)] == ours, (src, tgt)
+        assert s2s_generate(again, source, src, tgt, 1) == ours, (src, tgt)
+
+
 def test_the_run_records_the_options_and_languages(models):
     from omegaconf import OmegaConf
 
