@@ -118,6 +118,31 @@ def test_huggingface_export_is_its_own_class_and_decodes_as_the_run(models, layo
         assert s2s_generate(again, source, src, tgt, 1) == ours, (src, tgt)
 
 
+def test_rerank_in_a_direction_of_its_own(models, capsys):
+    """`s2s rerank --src-lang --tgt-lang`: the run and its --with scorer translate English to
+    French, its --reverse scorer (the same import) French to English; with zero weights the
+    output is the search's best, as `s2s generate --beam N` in that direction gives it. A
+    language the model lacks is one line naming the nearest, with nothing written."""
+    from bench.interop.nllb_import import s2s_generate
+
+    (_, run), test, tmp = models[0]["nllb"], models[1], models[2]
+    source, output = tmp / "rerank.en", tmp / "rerank.fr"
+    source.write_text("\n".join(test["en"][:4]) + "\n", encoding="utf-8")
+    argv = ["rerank", run, "--input", source, "--output", output, "--nbest", "3"]
+    argv += ["--with", run, "--reverse", run, "--src-lang", "eng_Latn", "--tgt-lang", "fra_Latn"]
+    code, _, err = s2s(capsys, *argv, "--weights", "0,0")
+    assert code == 0, err
+    best = s2s_generate(run, source, "eng_Latn", "fra_Latn", 3)
+    assert output.read_text(encoding="utf-8").splitlines() == best
+    code, _, err = s2s(capsys, *argv, "--weights", "1,1")
+    assert code == 0 and len(output.read_text(encoding="utf-8").splitlines()) == 4, err
+    output.unlink()
+    bad = [a if a != "fra_Latn" else "fra_latn" for a in argv]
+    got = s2s(capsys, *bad, "--weights", "1,1")
+    fails(got, snapshot(run, source, output), "'fra_latn'", "fra_Latn")
+    assert not output.exists()
+
+
 def test_the_run_records_the_options_and_languages(models):
     from omegaconf import OmegaConf
 
