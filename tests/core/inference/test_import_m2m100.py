@@ -237,7 +237,8 @@ def test_a_model_without_languages_refuses_them(tmp_path, capsys):
 def test_fine_tuning_an_import_keeps_its_languages(models, capsys):
     """`s2s train finetune_translation run.init_from=NLLB_IMPORT` on English-German trains with
     the import's vocabulary and languages (targets start with deu_Latn's code, as NLLB's
-    training did), and the tuned run still decodes into another language (--tgt-lang)."""
+    training did), and the tuned run still decodes into another language (--tgt-lang); its
+    Hugging Face export is refused in one line (the output bias it trained)."""
     from s2s.core.tokenizers.pieces import Pieces
 
     (_, run), tmp = models[0]["nllb"], models[2]
@@ -263,6 +264,11 @@ def test_fine_tuning_an_import_keeps_its_languages(models, capsys):
     source.write_text("A dog runs.\n", encoding="utf-8")
     code, output, err = s2s(capsys, "generate", out, "--input", source, "--tgt-lang", "fra_Latn")
     assert code == 0 and len(output.splitlines()) == 1, err
+    # training moved the import's zero output bias, which M2M100's class has no place for
+    exported = tmp / "ft_hf"
+    got = s2s(capsys, "export", out, "--to", "huggingface", "--output", exported)
+    fails(got, snapshot(out, tmp / "ft_hf"), "output bias is not zero", "--to ctranslate2")
+    assert not exported.exists()
 
 
 def test_one_server_many_directions(models, tmp_path):
