@@ -57,13 +57,15 @@ def build_m2m100(
     pairs: dict | None = None,
     updates: int = 300,
     max_length: int = 64,
+    eos_scale: float | None = None,
 ) -> Path:
     """Save an NLLB-shaped (`layout="nllb"`) or M2M100-shaped (`"m2m100"`) model and its
     tokenizer into `folder`, the sentencepiece BPE model trained on `lines`. With `pairs`
     ({(src, tgt): (sources, targets)} in the layout's codes) the model, drawn at random, is
     trained `updates` steps on them: random weights alone decode the same token over and over
     to max_length (or stop at once), a few hundred updates give outputs of sentence length that
-    depend on the source."""
+    depend on the source. `eos_scale` scales </s>'s row (random weights: outputs that end
+    sooner, for tests that decode an untrained model; None: not scaled)."""
     import sentencepiece
     import torch
     from transformers import GenerationConfig, M2M100Config, M2M100ForConditionalGeneration
@@ -129,6 +131,9 @@ def build_m2m100(
     )
     torch.manual_seed(seed)
     hf = M2M100ForConditionalGeneration(config)
+    if eos_scale is not None:
+        with torch.no_grad():
+            hf.model.shared.weight[2] *= eos_scale
     if pairs:
         _train(hf, tok, pairs, updates, seed)
     hf.eval()
