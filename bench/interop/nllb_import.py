@@ -9,14 +9,17 @@ tokenizer's files: a sentencepiece BPE model trained on Multi30k's English, Germ
 training sides; NLLB's sentencepiece.bpe.model with its 202 language codes after the pieces, or
 M2M100's vocab.json beside it with its 100 codes. Its weights are drawn wider than
 transformers' init (std `init_std` against 0.02) so that the model's choices are not near-ties
-that float rounding decides, and </s>'s row is scaled so that most outputs end.
+that float rounding decides; random weights alone decode one token over and over, so the
+benchmark's models are then trained a few hundred updates on Multi30k's pairs in both
+directions and their outputs are sentences (about 11 words).
 
 `python -m bench.interop.nllb_import` imports both and decodes Multi30k's test_2016_flickr
 (1,000 sources) in two directions (English to German, German to French) with `s2s generate
 --src-lang --tgt-lang` and with transformers' `generate(forced_bos_token_id=...)`, greedy and
-beam 4, in fp32, and writes bench/interop/results/nllb_import.json: the lines whose outputs
-differ (the target is 0), the lines whose ids differ from NllbTokenizer's / M2M100Tokenizer's
-(0), and each side's time.
+beam 4, in fp32 (transformers' in batches of sources of one token length: no padding), and
+writes bench/interop/results/nllb_import.json: the lines whose outputs differ (the target is
+0), the lines whose ids differ from NllbTokenizer's / M2M100Tokenizer's (0), and each side's
+time.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ CODES = {
     "m2m100": {"en": "en", "de": "de", "fr": "fr"},
 }
 DIRECTIONS = (("en", "de"), ("de", "fr"))
+UPDATES = 300  # training updates of the models built here (`build_m2m100`'s pairs)
 
 
 def build_m2m100(
@@ -50,13 +54,18 @@ def build_m2m100(
     decoder_layers: int = 2,
     seed: int = 1,
     init_std: float = 0.1,
-    eos_scale: float | None = None,
+    pairs: dict | None = None,
+    updates: int = 300,
     max_length: int = 64,
+    eos_scale: float | None = None,
 ) -> Path:
     """Save an NLLB-shaped (`layout="nllb"`) or M2M100-shaped (`"m2m100"`) model and its
-    tokenizer into `folder`, the sentencepiece BPE model trained on `lines`; </s>'s row scaled
-    by `eos_scale` (None: the layout's, which ends most outputs before max_length)."""
-    eos_scale = eos_scale or {"nllb": 3.5, "m2m100": 2.5}[layout]
+    tokenizer into `folder`, the sentencepiece BPE model trained on `lines`. With `pairs`
+    ({(src, tgt): (sources, targets)} in the layout's codes) the model, drawn at random, is
+    trained `updates` steps on them: random weights alone decode the same token over and over
+    to max_length (or stop at once), a few hundred updates give outputs of sentence length that
+    depend on the source. `eos_scale` scales </s>'s row (random weights: outputs that end
+    sooner, for tests that decode an untrained model; None: not scaled)."""
     import sentencepiece
     import torch
     from transformers import GenerationConfig, M2M100Config, M2M100ForConditionalGeneration
@@ -121,9 +130,13 @@ def build_m2m100(
         decoder_start_token_id=2,
     )
     torch.manual_seed(seed)
-    hf = M2M100ForConditionalGeneration(config).eval()
-    with torch.no_grad():
-        hf.model.shared.weight[2] *= eos_scale
+    hf = M2M100ForConditionalGeneration(config)
+    if eos_scale is not None:
+        with torch.no_grad():
+            hf.model.shared.weight[2] *= eos_scale
+    if pairs:
+        _train(hf, tok, pairs, updates, seed)
+    hf.eval()
     hf.generation_config = GenerationConfig(
         decoder_start_token_id=2,
         bos_token_id=0,
@@ -135,6 +148,37 @@ def build_m2m100(
     )
     hf.save_pretrained(str(folder))
     return folder
+
+
+def _train(hf, tok, pairs: dict, updates: int, seed: int, batch: int = 32) -> None:
+    """`updates` Adam steps (lr 1e-3, fp32) of `hf` on batches of `batch` pairs, each batch one
+    direction of `pairs` in turn: the tokenizer's ids with the source's code and the target's
+    (text_target), the loss transformers' (labels, padding masked)."""
+    import random
+
+    import torch
+
+    rng = random.Random(seed)
+    hf.train()
+    optimizer = torch.optim.Adam(hf.parameters(), lr=1e-3)
+    directions = list(pairs)
+    for step in range(updates):
+        src, tgt = directions[step % len(directions)]
+        sources, targets = pairs[(src, tgt)]
+        chosen = rng.sample(range(len(sources)), batch)
+        tok.src_lang, tok.tgt_lang = src, tgt
+        enc = tok(
+            [sources[i] for i in chosen],
+            text_target=[targets[i] for i in chosen],
+            return_tensors="pt",
+            padding=True,
+        )
+        enc["labels"][enc["labels"] == tok.pad_token_id] = -100
+        loss = hf(**enc).loss
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    hf.eval()
 
 
 def _tokenizer(folder: Path):
@@ -152,10 +196,13 @@ def hf_ids(folder: Path, lines: list[str], src: str) -> list[list[int]]:
 
 
 def hf_generate(
-    folder: Path, lines: list[str], src: str, tgt: str, beam: int, batch: int = 50
+    folder: Path, lines: list[str], src: str, tgt: str, beam: int, batch: int = 64
 ) -> list[str]:
     """transformers' own outputs for `lines`: the tokenizer with src_lang, generate with the
-    target's code forced (forced_bos_token_id), fp32, decoded without special tokens."""
+    target's code forced (forced_bos_token_id), fp32, decoded without special tokens. Sources
+    are decoded in batches of one token length, no padding at all: transformers' output for a
+    line can change with the padding of the batch it is decoded in (s2s's does not), so a
+    padded batch would compare the padding, not the models."""
     import torch
     from transformers import M2M100ForConditionalGeneration
 
@@ -163,15 +210,29 @@ def hf_generate(
     tok.src_lang = src
     model = M2M100ForConditionalGeneration.from_pretrained(str(folder)).eval()
     code = tok.convert_tokens_to_ids(tok.lang_code_to_token[tgt] if "_" not in tgt else tgt)
-    out = []
+    ids = [tok(line)["input_ids"] for line in lines]
+    by_length: dict[int, list[int]] = {}
+    for i, line_ids in enumerate(ids):
+        by_length.setdefault(len(line_ids), []).append(i)
+    out = [""] * len(lines)
     with torch.inference_mode():
-        for i in range(0, len(lines), batch):
-            enc = tok(lines[i : i + batch], return_tensors="pt", padding=True)
-            ids = model.generate(**enc, num_beams=beam, do_sample=False, forced_bos_token_id=code)
-            out += tok.batch_decode(
-                ids, skip_special_tokens=True, clean_up_tokenization_spaces=False
-            )
-    return [line.strip() for line in out]
+        for same in by_length.values():
+            for k in range(0, len(same), batch):
+                chosen = same[k : k + batch]
+                source = torch.tensor([ids[i] for i in chosen])
+                found = model.generate(
+                    input_ids=source,
+                    attention_mask=torch.ones_like(source),
+                    num_beams=beam,
+                    do_sample=False,
+                    forced_bos_token_id=code,
+                )
+                texts = tok.batch_decode(
+                    found, skip_special_tokens=True, clean_up_tokenization_spaces=False
+                )
+                for i, text in zip(chosen, texts):
+                    out[i] = text.strip()
+    return out
 
 
 def s2s_ids(run_dir: Path, lines: list[str], src: str) -> list[list[int]]:
@@ -191,7 +252,7 @@ def s2s_generate(run_dir: Path, input_file: Path, src: str, tgt: str, beam: int)
     done = subprocess.run(
         [sys.executable, "-m", "s2s.core.apps.cli", "generate", str(run_dir), "--input",
          str(input_file), "--src-lang", src, "--tgt-lang", tgt, f"decode.beam={beam}",
-         "decode.precision=fp32", "run.device=cpu"],
+         "decode.precision=fp32", "run.device=cpu", "run.threads=1"],
         capture_output=True, text=True, check=True, cwd=REPO,
     )  # fmt: skip
     return done.stdout.splitlines()
@@ -201,9 +262,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lines", type=int, default=1000, help="test sources (1,000: all)")
     args = parser.parse_args()
-    train = []
-    for lang in ("en", "de", "fr"):
-        train += (MULTI30K / f"train.{lang}").read_text(encoding="utf-8").splitlines()
+    import torch
+
+    # one thread for transformers' side (training the models, generate) as `s2s generate` is
+    # given (run.threads=1): on a shared machine two threads ran 3x slower, and it is fair
+    torch.set_num_threads(1)
+    text = {
+        lang: (MULTI30K / f"train.{lang}").read_text(encoding="utf-8").splitlines()
+        for lang in ("en", "de", "fr")
+    }
+    train = text["en"] + text["de"] + text["fr"]
     test = {
         lang: (MULTI30K / f"test_2016_flickr.{lang}").read_text(encoding="utf-8").splitlines()
         for lang in ("en", "de")
@@ -212,14 +280,21 @@ def main() -> None:
     result = {
         "command": f"python -m bench.interop.nllb_import --lines {args.lines}",
         "precision": "fp32",
+        "threads": 1,  # torch threads of each side
         "machine": machine(),
         "lines": args.lines,
         "complete": False,  # written after every decoding: a long run's figures so far
+        "weights": f"drawn at random (std 0.1), then {UPDATES} Adam updates on Multi30k's "
+        "en-de and de-fr training pairs (batches of 32), so that outputs are sentences",
+        "transformers_batches": "sources of one token length each (no padding): its output "
+        "for a line can change with the padding of its batch; s2s generate decodes the file "
+        "as it is",
         "models": {},
     }
     with tempfile.TemporaryDirectory(prefix="s2s-nllb-") as tmp:
         for layout, codes in CODES.items():
-            folder = build_m2m100(Path(tmp) / layout, train, layout)
+            pairs = {(codes[a], codes[b]): (text[a], text[b]) for a, b in DIRECTIONS}
+            folder = build_m2m100(Path(tmp) / layout, train, layout, pairs=pairs, updates=UPDATES)
             run = Path(tmp) / f"run_{layout}"
             first, second = DIRECTIONS[0]
             subprocess.run(

@@ -5,6 +5,7 @@ result.json, metrics.jsonl); these lines are for reading."""
 from __future__ import annotations
 
 import importlib.util
+import json
 
 import shlex
 from pathlib import Path
@@ -100,9 +101,9 @@ def written_lines(paths, use: str) -> list[str]:
 #: the lines that load an export, by format ({out}: its folder)
 LOADERS = {
     "huggingface": [
-        "from transformers import AutoTokenizer, MarianMTModel",
+        "from transformers import AutoTokenizer, {model}",
         'tokenizer = AutoTokenizer.from_pretrained("{out}")',
-        'model = MarianMTModel.from_pretrained("{out}")',
+        'model = {model}.from_pretrained("{out}")',
     ],
     "safetensors": [
         "from s2s.core.inference.formats.safetensors import load_safetensors",
@@ -141,14 +142,21 @@ def export_lines(run_dir, to: str, out: Path) -> list[str]:
     """The end of `s2s export`: the files written and the lines that load them."""
     out = Path(out)
     files = sorted(p for p in out.rglob("*") if p.is_file())
+    model = "MarianMTModel"  # a Hugging Face export's class, or M2M100's for an NLLB import
+    if to == "huggingface" and (out / "config.json").is_file():
+        saved = json.loads((out / "config.json").read_text("utf-8"))
+        model = (saved.get("architectures") or [model])[0]
     loader = (
         _ctranslate2_loader(out, run_dir)
         if to == "ctranslate2"
-        else [line.format(out=out) for line in LOADERS[to]]
+        else [line.format(out=out, model=model) for line in LOADERS[to]]
     )
+    where = "docs/export.md has the loop that decodes as `s2s generate --beam 1` does"
+    if model == "M2M100ForConditionalGeneration":
+        where = "docs/pretrained.md: generate with forced_bos_token_id, the target code's id"
     return [
         f"exported {run_dir} as {to} into {out}",
         *written_lines(files, "load it in Python with:"),
         *(f"  {line}" for line in loader),
-        "docs/export.md has the loop that decodes as `s2s generate --beam 1` does",
+        where,
     ]

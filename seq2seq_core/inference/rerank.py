@@ -78,6 +78,9 @@ def unlike(run, other, reverse: bool = False) -> str | None:
             return f"its task.{key} is {y!r}, not {x!r}"
     src, tgt = (getattr(a.cfg, key, None) for key in LANGUAGES)
     got = tuple(getattr(b.cfg, key, None) for key in LANGUAGES)
+    codes = _codes(run), _codes(other)
+    if all(codes):  # multilingual models: the languages chosen (decode.src_lang, tgt_lang)
+        (src, tgt), got = codes
     wanted = (tgt, src) if reverse else (src, tgt)
     if got != wanted:
         kind = "a reverse scorer" if reverse else "a scorer"
@@ -85,6 +88,17 @@ def unlike(run, other, reverse: bool = False) -> str | None:
             f"{wanted[0]} to {wanted[1]}"
         )
     return None
+
+
+def _codes(run) -> tuple[str, str] | None:
+    """The (source, target) language codes a multilingual model's vocabularies are set to
+    (NLLB-200's eng_Latn, as decode.src_lang / tgt_lang chose them), or None."""
+    task = run.task
+    codes = tuple(getattr(getattr(task, side, None), "lang", None) for side in VOCABS)
+    return codes if all(codes) else None
+
+
+VOCABS = ("src_vocab", "tgt_vocab")
 
 
 def too_long(sources: Sequence[str], run, scorers: Scorers) -> str | None:

@@ -1,6 +1,7 @@
 """`s2s rerank RUN --input F --nbest N --with RUN2 --reverse RUN3 (--weights W | --tune-ref R)`:
 an n-best list rescored by other runs and a reverse run (noisy channel), the weights tuned on a
-dev set (docs/decoding.md, "Reranking")."""
+dev set (docs/decoding.md, "Reranking"); a multilingual model's direction with --src-lang and
+--tgt-lang (the reverse runs' swapped)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import sys
 from ...errors import UsageError
 from ...files import atomic_write_text, output_file
 from ...textio import read_lines
+from .shared import add_language_options
 
 
 def add(subparsers, common) -> None:
@@ -32,6 +34,7 @@ def add(subparsers, common) -> None:
     s.add_argument("--nbest", type=int, default=8, metavar="N", help="candidates a line (8)")
     s.add_argument("--with", dest="forward", nargs="+", default=[], metavar="RUN_DIR")
     s.add_argument("--reverse", nargs="+", default=[], metavar="RUN_DIR")
+    add_language_options(s)  # RUN's and --with's; --reverse's swapped
     how = s.add_mutually_exclusive_group(required=True)
     how.add_argument(
         "--weights", help="one weight a scorer, comma-separated: --with's, then --reverse's"
@@ -83,16 +86,25 @@ def run(args) -> int:
             f"--tune-ref {args.tune_ref} has {len(references)} line(s), --input {len(lines)}"
         )
     plugins = args.plugin or []
+    # a multilingual model's direction: RUN and --with translate src -> tgt, --reverse back;
+    # each run checks the names against its codes as it loads (the nearest named)
+    langs = {"src_lang": args.src_lang, "tgt_lang": args.tgt_lang}
+    ahead = [f"decode.{k}={v}" for k, v in langs.items() if v is not None]
+    back = [
+        f"decode.{k}={v}" for k, v in zip(("tgt_lang", "src_lang"), langs.values()) if v is not None
+    ]
     with contextlib.redirect_stdout(sys.stderr):
-        main = load_run(args.run, [*args.overrides, f"decode.beam={args.nbest}"], plugins=plugins)
+        main = load_run(
+            args.run, [*args.overrides, *ahead, f"decode.beam={args.nbest}"], plugins=plugins
+        )
         vocab = main.task.tgt_vocab_size
         if args.nbest > vocab:
             raise UsageError(
                 f"--nbest {args.nbest}: above the target vocabulary of {args.run} ({vocab} "
                 "tokens); a beam search keeps at most that many candidates"
             )
-        forward = [load_run(r, plugins=plugins) for r in args.forward]
-        reverse = [load_run(r, plugins=plugins) for r in args.reverse]
+        forward = [load_run(r, ahead, plugins=plugins) for r in args.forward]
+        reverse = [load_run(r, back, plugins=plugins) for r in args.reverse]
         for option, paths, runs in (
             ("--with", args.forward, forward),
             ("--reverse", args.reverse, reverse),

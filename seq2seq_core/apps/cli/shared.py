@@ -81,6 +81,19 @@ def add_search_options(s) -> None:
         metavar="B",
         help="see --max-len-a (decode.max_len_b)",
     )
+    add_language_options(s)
+    s.add_argument(
+        "--ensemble",
+        nargs="+",
+        default=[],
+        metavar="RUN",
+        help="decode with these runs (or checkpoints) too, as one model: the average of their "
+        "next-token probabilities at every step; same task and vocabularies, any shape",
+    )
+
+
+def add_language_options(s) -> None:
+    """--src-lang, --tgt-lang: a multilingual model's languages (decode.src_lang, tgt_lang)."""
     for side, example in (("src", "eng_Latn"), ("tgt", "fra_Latn")):
         s.add_argument(
             f"--{side}-lang",
@@ -90,14 +103,6 @@ def add_search_options(s) -> None:
             f"(decode.{side}_lang), as its tokenizer names it (NLLB-200: {example}; M2M100: "
             f"{example[:2]}); default: the import's",
         )
-    s.add_argument(
-        "--ensemble",
-        nargs="+",
-        default=[],
-        metavar="RUN",
-        help="decode with these runs (or checkpoints) too, as one model: the average of their "
-        "next-token probabilities at every step; same task and vocabularies, any shape",
-    )
 
 
 def search_overrides(args) -> list[str]:

@@ -71,6 +71,7 @@ def import_model(job: ImportJob, registry) -> Path:
         )
     is_fairseq = path.suffix == ".pt" or (path.is_dir() and fairseq.checkpoint_in(path) is not None)
     ours = path.is_dir() and (path / MARKER).is_file() and not (path / "source.spm").is_file()
+    ours = ours and not m2m100.is_m2m100(path)  # an import's export: read as its class
     if is_fairseq or ours:
         found = fairseq.read(job) if is_fairseq else huggingface.read_export(path)
     else:
@@ -240,6 +241,8 @@ def export(job: ExportJob, registry) -> Path:
             safetensors.save_safetensors(model, cfg, task, tmp)
         elif to == "ctranslate2":
             ctranslate2.to_ctranslate2(model, task, tmp, quantization)
+        elif m2m100.numbered(task.src_vocab):  # an NLLB-200 / M2M100 import: its own class
+            m2m100.to_m2m100(model, cfg, task, tmp)
         elif isinstance(task.src_vocab, Pieces):  # an OPUS-MT import: back in its own form
             marian.to_marian(model, cfg, task, tmp)
         else:

@@ -20,6 +20,7 @@ the run's `origin`. What maps and what is refused: docs/pretrained.md, "NLLB-200
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -27,7 +28,7 @@ import torch
 
 from ...tokenizers import BOS
 from ...tokenizers.pieces import Pieces
-from ...errors import ConfigError, DataError, ImportModelError
+from ...errors import ConfigError, DataError, ExportError, ImportModelError
 from ...files import sha256
 from .common import (
     ImportJob,
@@ -368,3 +369,156 @@ def _state(model, weights: dict, source_ids: list[int], rows: int, path: Path) -
     if left:
         raise ImportModelError(f"{path}: {left[0]!r} has no place in the Transformer s2s imports")
     return state
+
+
+# -- back into M2M100ForConditionalGeneration ----------------------------------------------------
+def numbered(vocab) -> bool:
+    """Whether `vocab` is an M2M100 / NLLB-200 import's (s2s's PAD, BOS, EOS, UNK and fairseq's
+    <s> numbered 1, none, 2, 3, 0 in the model's own ids, as `read` numbers them)."""
+    return isinstance(vocab, Pieces) and list(vocab.source_ids[:5]) == [1, -1, 2, 3, 0]
+
+
+def to_m2m100(model, cfg, task, out: Path) -> None:
+    """An imported (and perhaps fine-tuned) NLLB-200 or M2M100 model back in its own class: an
+    M2M100ForConditionalGeneration (config.json, model.safetensors, generation_config.json) in
+    the model's own numbering, and NllbTokenizer's or M2M100Tokenizer's files, checked to give
+    every token its row. What the class cannot hold is refused naming the setting."""
+    try:
+        from transformers import GenerationConfig, M2M100Config, M2M100ForConditionalGeneration
+    except ImportError:
+        raise ExportError(
+            "--to huggingface needs the transformers package: pip install transformers "
+            "(s2s's export extra)"
+        ) from None
+    m, vocab = cfg.model, task.src_vocab
+    for ok, what in (
+        (m.pre_norm, "model.pre_norm=false"),
+        (m.positions == "offset_sinusoid", f"model.positions={m.positions}"),
+        (m.d_k is None or m.d_k * m.heads == m.d_model, f"model.d_k={m.d_k}"),
+        (m.d_v is None or m.d_v * m.heads == m.d_model, f"model.d_v={m.d_v}"),
+        (model.out.weight is model.tgt_embed.weight is model.src_embed.weight, "untied"),
+    ):
+        if not ok:
+            raise ExportError(
+                f"{what} has no M2M100ForConditionalGeneration form: export it with --to "
+                "safetensors"
+            )
+    order = torch.tensor(_fairseq_order(vocab))
+    bias = model.out.bias.detach()[order] if model.out.bias is not None else torch.zeros(1)
+    if bias.abs().max() > 0:
+        raise ExportError(
+            f"the output bias is not zero (largest {bias.abs().max().item():.3g}, "
+            f"{vocab.itos[int(order[bias.abs().argmax()])]!r}; fine-tuning trained it): "
+            "M2M100ForConditionalGeneration has none; export it with --to ctranslate2 or "
+            "--to safetensors"
+        )
+    state = {"model.shared.weight": model.src_embed.weight.detach()[order].clone()}
+    layers = [(ours, theirs) for ours, theirs, _ in layer_weights(model)]
+    layers += [("enc_norm", "encoder.layer_norm"), ("dec_norm", "decoder.layer_norm")]
+    params = dict(model.named_parameters())
+    for ours, theirs in layers:
+        for part in ("weight", "bias"):
+            state[f"model.{theirs}.{part}"] = params[f"{ours}.{part}"].detach().clone()
+    hf_cfg = M2M100Config(
+        vocab_size=len(order),
+        d_model=m.d_model,
+        encoder_layers=len(model.encoder),
+        decoder_layers=len(model.decoder),
+        encoder_ffn_dim=m.d_ff,
+        decoder_ffn_dim=m.d_ff,
+        encoder_attention_heads=m.heads,
+        decoder_attention_heads=m.heads,
+        max_position_embeddings=m.max_positions,
+        scale_embedding=model.embed_scale != 1.0,
+        activation_function=m.activation,
+        dropout=m.dropout,
+        attention_dropout=m.attention_dropout,
+        activation_dropout=0.0,
+        encoder_layerdrop=0.0,
+        decoder_layerdrop=0.0,
+        pad_token_id=1,
+        bos_token_id=0,
+        eos_token_id=2,
+        decoder_start_token_id=2,
+        tie_word_embeddings=True,
+    )
+    hf = M2M100ForConditionalGeneration(hf_cfg).eval()
+    missing, unexpected = hf.load_state_dict(state, strict=False)
+    # not given: the tied copies of `shared` and the position tables the class computes
+    left = [
+        k for k in missing if "embed_positions" not in k and not k.endswith("embed_tokens.weight")
+    ]
+    if left != [] and left != ["lm_head.weight"] or unexpected:
+        raise ExportError(f"M2M100 weights do not match: missing {left}, unexpected {unexpected}")
+    d = cfg.decode
+    hf.generation_config = GenerationConfig(
+        decoder_start_token_id=2,
+        bos_token_id=0,
+        eos_token_id=2,
+        pad_token_id=1,
+        num_beams=int(d.beam),
+        length_penalty=float(d.alpha),
+        max_length=min(int(d.max_len_b) + 2, m.max_positions),
+    )
+    hf.save_pretrained(str(out))
+    _save_tokenizer(vocab, task.tgt_vocab, out)
+
+
+def _fairseq_order(vocab: Pieces) -> list[int]:
+    """s2s's id of each of the model's own ids, in its order (BOS, a copy of </s>, left out)."""
+    order = [0] * (len(vocab) - 1)
+    for ours, theirs in enumerate(vocab.source_ids):
+        if theirs >= 0:
+            order[theirs] = ours
+    return order
+
+
+def _save_tokenizer(src: Pieces, tgt: Pieces, out: Path) -> None:
+    """NllbTokenizer's (sentencepiece.bpe.model and the codes as added tokens) or
+    M2M100Tokenizer's files (vocab.json too) for the import's vocabulary, the run's languages
+    its src_lang and tgt_lang; every token's id checked against the model's row."""
+    from transformers import AutoTokenizer
+
+    tokens = ["<s>", "<pad>", "</s>", "<unk>"] + list(src.itos[5:])
+    codes = list(src.languages.values())
+    (out / SPM).write_bytes(src.model_proto)
+    if NLLB_CODE.match(codes[0]):
+        from transformers import NllbTokenizer
+
+        tok = NllbTokenizer.from_pretrained(
+            str(out), src_lang=src.lang, tgt_lang=tgt.lang, additional_special_tokens=codes
+        )
+    else:
+        from transformers import M2M100Tokenizer
+
+        kind = next((k for k, v in M2M100_CODES.items() if v == list(src.languages)), None)
+        if kind is None:
+            raise ExportError(
+                "the import's language list is not M2M100Tokenizer's (m2m100 or wmt21): no "
+                "tokenizer of transformers numbers it"
+            )
+        first = tokens.index(codes[0])
+        words = tokens[:first]
+        (out / "vocab.json").write_text(
+            json.dumps({w: i for i, w in enumerate(words)}, ensure_ascii=False), "utf-8"
+        )
+        madeup = [t for t in src.specials if t.startswith("madeupword")]
+        tok = M2M100Tokenizer(
+            str(out / "vocab.json"),
+            str(out / SPM),
+            src_lang=src.lang,
+            tgt_lang=tgt.lang,
+            language_codes=kind,
+            num_madeup_words=len(madeup),
+        )
+    tok.save_pretrained(str(out))
+    tok = AutoTokenizer.from_pretrained(str(out))
+    # M2M100Tokenizer has no ids for its made-up words; no text holds them or rows past them
+    named = [(i, t) for i, t in enumerate(tokens) if t not in src.specials]
+    got = tok.convert_tokens_to_ids([t for _, t in named])
+    wrong = next(((i, t, g) for (i, t), g in zip(named, got) if g != i), None)
+    if wrong is not None:
+        raise ExportError(
+            f"transformers' tokenizer gives {wrong[1]!r} id {wrong[2]}, the model's row is "
+            f"{wrong[0]}: the export would not translate"
+        )

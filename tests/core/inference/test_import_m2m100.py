@@ -39,9 +39,10 @@ def models(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("m2m100")
     found = {}
     for layout, (en, de, _) in LAYOUTS.items():
+        # random weights, </s> scaled: outputs that end, decoded in seconds
         folder = build_m2m100(
             tmp / layout, train, layout, vocab_size=500, d_model=32, decoder_layers=1,
-            max_length=24,
+            max_length=24, eos_scale={"nllb": 3.5, "m2m100": 2.5}[layout],
         )  # fmt: skip
         run = tmp / f"run_{layout}"
         argv = ["import", str(folder), "--output", str(run), "--src-lang", en, "--tgt-lang", de]
@@ -83,6 +84,64 @@ def test_generate_equals_transformers_in_two_directions(models, layout, tmp_path
             ours = s2s_generate(run, source, src, tgt, beam)
             theirs = [without_code(h) for h in hf_generate(folder, lines, src, tgt, beam)]
             assert ours == theirs, (src, tgt, beam)
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_huggingface_export_is_its_own_class_and_decodes_as_the_run(models, layout, capsys):
+    """`s2s export --to huggingface` of an import writes an M2M100ForConditionalGeneration with
+    NllbTokenizer's / M2M100Tokenizer's files: transformers' greedy output of the export (the
+    target's code forced) equals `s2s generate --beam 1` on 30 lines in two directions, and
+    `s2s import` of the export decodes as the run again."""
+    from bench.interop.nllb_import import hf_generate, s2s_generate
+    from transformers import AutoTokenizer
+
+    (_, run), tmp = models[0][layout], models[2]
+    en, de, fr = LAYOUTS[layout]
+    out = tmp / f"hf_{layout}"
+    assert s2s(capsys, "export", run, "--to", "huggingface", "--output", out)[0] == 0
+    saved = json.loads((out / "config.json").read_text(encoding="utf-8"))
+    assert saved["architectures"] == ["M2M100ForConditionalGeneration"]
+    tokenizer = type(AutoTokenizer.from_pretrained(str(out))).__name__
+    assert (
+        tokenizer.removesuffix("Fast")
+        == {"nllb": "NllbTokenizer", "m2m100": "M2M100Tokenizer"}[layout]
+    )
+    again = tmp / f"hf_{layout}_run"
+    argv = ["import", out, "--output", again, "--src-lang", en, "--tgt-lang", de]
+    assert s2s(capsys, *argv)[0] == 0
+    root = corpus(MULTI30K)
+    for src, tgt, lang in ((en, de, "en"), (de, fr, "de")):
+        lines = (root / f"test_2016_flickr.{lang}").read_text(encoding="utf-8").splitlines()[:30]
+        source = tmp / f"export_in.{lang}"
+        source.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        ours = s2s_generate(run, source, src, tgt, 1)
+        assert [without_code(h) for h in hf_generate(out, lines, src, tgt, 1)] == ours, (src, tgt)
+        assert s2s_generate(again, source, src, tgt, 1) == ours, (src, tgt)
+
+
+def test_rerank_in_a_direction_of_its_own(models, capsys):
+    """`s2s rerank --src-lang --tgt-lang`: the run and its --with scorer translate English to
+    French, its --reverse scorer (the same import) French to English; with zero weights the
+    output is the search's best, as `s2s generate --beam N` in that direction gives it. A
+    language the model lacks is one line naming the nearest, with nothing written."""
+    from bench.interop.nllb_import import s2s_generate
+
+    (_, run), test, tmp = models[0]["nllb"], models[1], models[2]
+    source, output = tmp / "rerank.en", tmp / "rerank.fr"
+    source.write_text("\n".join(test["en"][:4]) + "\n", encoding="utf-8")
+    argv = ["rerank", run, "--input", source, "--output", output, "--nbest", "3"]
+    argv += ["--with", run, "--reverse", run, "--src-lang", "eng_Latn", "--tgt-lang", "fra_Latn"]
+    code, _, err = s2s(capsys, *argv, "--weights", "0,0")
+    assert code == 0, err
+    best = s2s_generate(run, source, "eng_Latn", "fra_Latn", 3)
+    assert output.read_text(encoding="utf-8").splitlines() == best
+    code, _, err = s2s(capsys, *argv, "--weights", "1,1")
+    assert code == 0 and len(output.read_text(encoding="utf-8").splitlines()) == 4, err
+    output.unlink()
+    bad = [a if a != "fra_Latn" else "fra_latn" for a in argv]
+    got = s2s(capsys, *bad, "--weights", "1,1")
+    fails(got, snapshot(run, source, output), "'fra_latn'", "fra_Latn")
+    assert not output.exists()
 
 
 def test_the_run_records_the_options_and_languages(models):
@@ -179,7 +238,8 @@ def test_a_model_without_languages_refuses_them(tmp_path, capsys):
 def test_fine_tuning_an_import_keeps_its_languages(models, capsys):
     """`s2s train finetune_translation run.init_from=NLLB_IMPORT` on English-German trains with
     the import's vocabulary and languages (targets start with deu_Latn's code, as NLLB's
-    training did), and the tuned run still decodes into another language (--tgt-lang)."""
+    training did), and the tuned run still decodes into another language (--tgt-lang); its
+    Hugging Face export is refused in one line (the output bias it trained)."""
     from s2s.core.tokenizers.pieces import Pieces
 
     (_, run), tmp = models[0]["nllb"], models[2]
@@ -205,6 +265,11 @@ def test_fine_tuning_an_import_keeps_its_languages(models, capsys):
     source.write_text("A dog runs.\n", encoding="utf-8")
     code, output, err = s2s(capsys, "generate", out, "--input", source, "--tgt-lang", "fra_Latn")
     assert code == 0 and len(output.splitlines()) == 1, err
+    # training moved the import's zero output bias, which M2M100's class has no place for
+    exported = tmp / "ft_hf"
+    got = s2s(capsys, "export", out, "--to", "huggingface", "--output", exported)
+    fails(got, snapshot(out, tmp / "ft_hf"), "output bias is not zero", "--to ctranslate2")
+    assert not exported.exists()
 
 
 def test_one_server_many_directions(models, tmp_path):
