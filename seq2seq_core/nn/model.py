@@ -351,6 +351,8 @@ class Transformer(nn.Module):
         self.out = nn.Linear(
             cfg.d_model, tgt_vocab_size, bias=bool(getattr(cfg, "output_bias", False))
         )
+        if getattr(cfg, "output_bias_fixed", False):  # an import's, held as imported
+            self.out.bias.requires_grad_(False)
         self.tied_output = shared_vocab if cfg.tie_output is None else cfg.tie_output
         if self.tied_output:
             self.out.weight = self.tgt_embed.weight  # the pre-softmax projection is the embedding

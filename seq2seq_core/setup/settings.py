@@ -60,9 +60,18 @@ class ModelConfig:
     # a bias on the pre-softmax projection (OPUS-MT's final logits bias); -inf marks an id the
     # model never writes (an imported vocabulary's extra row)
     output_bias: bool = False
+    # the output bias held as it was set, never trained: an import's (transformers keeps Marian's
+    # final_logits_bias as a buffer; M2M100 / NLLB and fairseq have none, s2s's only marks BOS),
+    # so a fine-tune of it still has the form of its own class to export back into
+    output_bias_fixed: bool = False
 
     @staticmethod
     def check_relations(m, where: str) -> None:
+        if m.get("output_bias_fixed") and not m.get("output_bias"):
+            raise ConfigError(
+                f"{where}.output_bias_fixed=true holds a bias the model does not have: set "
+                f"{where}.output_bias=true, or drop output_bias_fixed"
+            )
         if m.d_model % 2:
             raise ConfigError(
                 f"{where}.d_model={m.d_model}: must be an even number (the sinusoidal positions "

@@ -218,6 +218,7 @@ def _fairseq_config(args: dict, path: Path, src_vocab, tgt_vocab, src_lang, tgt_
             "positions": "learned",  # fairseq's own sinusoids, as a table (offset_sinusoids)
             "activation": "relu",
             "output_bias": True,  # zero but s2s's BOS row: -inf
+            "output_bias_fixed": True,  # as the source keeps it: never trained
             "tie_output": share_all or f.bool("share_decoder_input_output_embed", False),
         },
         # fairseq-generate's defaults: beam 5, lenpen 1, 1 to 200 tokens, its stopping rule

@@ -299,6 +299,7 @@ def _config(model_cfg: dict, folder: Path, n_tokens: int, src_lang: str, tgt_lan
             "scale_embedding": bool(model_cfg.get("scale_embedding", False)),
             "activation": activation,
             "output_bias": True,  # zero, but -inf at BOS, a copy of </s> that is never written
+            "output_bias_fixed": True,  # as the source keeps it: never trained
             "tie_output": True,
         },
         "decode": {

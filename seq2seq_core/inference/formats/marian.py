@@ -206,6 +206,7 @@ def _marian_config(model_cfg, folder, src_vocab, tgt_vocab, src_lang, tgt_lang) 
             "max_positions": max_positions,
             "activation": activation,
             "output_bias": True,
+            "output_bias_fixed": True,  # as the source keeps it: never trained
             "tie_output": f.bool("tie_word_embeddings", True),
         },
         "decode": {

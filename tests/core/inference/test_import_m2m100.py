@@ -238,8 +238,11 @@ def test_a_model_without_languages_refuses_them(tmp_path, capsys):
 def test_fine_tuning_an_import_keeps_its_languages(models, capsys):
     """`s2s train finetune_translation run.init_from=NLLB_IMPORT` on English-German trains with
     the import's vocabulary and languages (targets start with deu_Latn's code, as NLLB's
-    training did), and the tuned run still decodes into another language (--tgt-lang); its
-    Hugging Face export is refused in one line (the output bias it trained)."""
+    training did), and the tuned run still decodes into another language (--tgt-lang). The
+    import's output bias (zero, BOS's -inf) is held as imported (model.output_bias_fixed, carried
+    to the fine-tune), so the tuned run exports back into M2M100's class and transformers decodes
+    it as s2s does; trained (model.output_bias_fixed=false), the export is refused in one line."""
+    from bench.interop.nllb_import import hf_generate, s2s_generate
     from s2s.core.tokenizers.pieces import Pieces
 
     (_, run), tmp = models[0]["nllb"], models[2]
@@ -265,11 +268,25 @@ def test_fine_tuning_an_import_keeps_its_languages(models, capsys):
     source.write_text("A dog runs.\n", encoding="utf-8")
     code, output, err = s2s(capsys, "generate", out, "--input", source, "--tgt-lang", "fra_Latn")
     assert code == 0 and len(output.splitlines()) == 1, err
-    # training moved the import's zero output bias, which M2M100's class has no place for
     exported = tmp / "ft_hf"
-    got = s2s(capsys, "export", out, "--to", "huggingface", "--output", exported)
-    fails(got, snapshot(out, tmp / "ft_hf"), "output bias is not zero", "--to ctranslate2")
-    assert not exported.exists()
+    assert s2s(capsys, "export", out, "--to", "huggingface", "--output", exported)[0] == 0
+    lines = (root / "test_2016_flickr.en").read_text(encoding="utf-8").splitlines()[:10]
+    source.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    ours = s2s_generate(out, source, "eng_Latn", "deu_Latn", 1)
+    theirs = hf_generate(exported, lines, "eng_Latn", "deu_Latn", 1)
+    assert [without_code(h) for h in theirs] == ours
+
+    # trained, the bias has no place in M2M100's class
+    trained = tmp / "ft_bias"
+    args = [a for a in args if not a.startswith("run.dir=")] + [f"run.dir={trained}"]
+    code, _, err = s2s(
+        capsys, "train", "finetune_translation", *args, "model.output_bias_fixed=false"
+    )
+    assert code == 0, err
+    refused = tmp / "ft_bias_hf"
+    got = s2s(capsys, "export", trained, "--to", "huggingface", "--output", refused)
+    fails(got, snapshot(trained, refused), "output bias is not zero", "--to ctranslate2")
+    assert not refused.exists()
 
 
 def test_one_server_many_directions(models, tmp_path):

@@ -346,6 +346,7 @@ def test_source_specific_language_pairs(registry):
         (["run.seed=-1"], ("run.seed=-1", "[0, 4294967295]")),
         ([f"run.seed={2**32}"], (f"run.seed={2**32}", "[0, 4294967295]")),
         (["model.d_model=33", "model.heads=3"], ("model.d_model=33", "even")),
+        (["model.output_bias_fixed=true"], ("model.output_bias_fixed=true", "output_bias=true")),
     ],
 )
 def test_settings_that_would_fail_later_fail_at_once(capsys, tmp_path, overrides, needles):
