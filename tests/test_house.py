@@ -273,3 +273,18 @@ def test_docs_layout_names_every_engine_module_in_its_wing():
         wing = "" if len(parts) == 1 else parts[0]
         name = f"{parts[1]}/" if len(parts) > 2 else path.stem
         assert (wing, name) in named, f"docs/layout.md does not name {'/'.join(parts)}"
+
+
+def test_no_test_imports_bench():
+    """The tests stand on the project and their own fixtures, never on bench/ (a benchmark may be
+    changed or removed for its figures' sake): a builder both use lives in a fixture module under
+    tests/ (tests/core/inference/*_fixture.py) and the benchmark imports it from there."""
+    tests = Path(__file__).resolve().parent
+    importing = re.compile(r"^\s*(?:from\s+bench(?:\.|\s)|import\s+bench\b)", flags=re.M)
+    found = [
+        f"{path.relative_to(tests.parent)}, line {text.count(chr(10), 0, m.start()) + 1}"
+        for path in sorted(tests.rglob("*.py"))
+        for text in [path.read_text(encoding="utf-8")]
+        for m in importing.finditer(text)
+    ]
+    assert not found, f"tests import bench/: {found}"

@@ -1,17 +1,17 @@
 """Imports exported to CTranslate2: an OPUS-MT, a fairseq and an NLLB import, each decoded by
 `s2s generate` and by CTranslate2 over its `s2s export --to ctranslate2`.
 
-The three models are built here with random weights at small sizes, as the import's own
-benchmarks build theirs: OPUS-MT's with `build_opus_mt` (tests/core/inference/opus_mt_fixture.py,
-MarianMTModel, d_model 32, 2 + 2 layers, sentencepiece models of 400 pieces trained on 2,000
-lines of Multi30k's EN and DE training sides), NLLB's with `build_m2m100`
-(bench/interop/nllb_import.py, M2M100ForConditionalGeneration, d_model 64, 2 + 2 layers, a
-sentencepiece model of 1,000 pieces trained on EN, DE and FR), fairseq's with `build_fairseq`
-below (the layout of fairseq's hub archives: model.pt, a joined dict.en.txt / dict.de.txt, Moses
-tokenisation and 400 BPE merges learnt with subword-nmt on 2,000 EN and DE training lines;
-d_model 32, 2 + 2 layers). Weights are drawn wider than the
-toolkits' init so that the models' choices are not near-ties that float rounding decides, and
-</s> is favoured so that most outputs end before the length limit.
+The three models are built here with random weights at small sizes, by the builders the tests
+use (tests/core/inference/): OPUS-MT's with `build_opus_mt` (opus_mt_fixture.py, MarianMTModel,
+d_model 32, 2 + 2 layers, sentencepiece models of 400 pieces trained on 2,000 lines of
+Multi30k's EN and DE training sides), NLLB's with `build_m2m100` (m2m100_fixture.py,
+M2M100ForConditionalGeneration, d_model 64, 2 + 2 layers, a sentencepiece model of 1,000 pieces
+trained on EN, DE and FR), fairseq's with `build_fairseq` (fairseq_fixture.py: the layout of
+fairseq's hub archives: model.pt, a joined dict.en.txt / dict.de.txt, Moses tokenisation and 400
+BPE merges learnt with subword-nmt on 2,000 EN and DE training lines; d_model 32, 2 + 2 layers).
+Weights are drawn wider than the toolkits' init so that the models' choices are not near-ties
+that float rounding decides, and </s> is favoured so that most outputs end before the length
+limit.
 
 `python -m bench.interop.ct2_imports` imports each (`s2s import`), exports it (`s2s export --to
 ctranslate2`), and decodes Multi30k's 1,000 test_2016_flickr sources (EN->DE; the NLLB import
@@ -30,7 +30,6 @@ bench/interop/results/ct2_imports.json.
 from __future__ import annotations
 
 import argparse
-import io
 import subprocess
 import sys
 import tempfile
@@ -40,105 +39,6 @@ from pathlib import Path
 from bench.common import MULTI30K, REPO, write
 
 THREADS = 1  # CTranslate2's and s2s's: one core each, the same for both
-
-
-def build_fairseq(
-    folder: Path,
-    src_lines: list[str],
-    tgt_lines: list[str],
-    merges: int = 2000,
-    d_model: int = 64,
-    layers: int = 2,
-    seed: int = 1,
-    init_std: float = 0.1,
-    eos_scale: float = 3.0,
-    max_positions: int = 256,
-) -> Path:
-    """Save a fairseq-shaped Transformer (`--arch transformer --share-all-embeddings`, post-norm,
-    ReLU, fairseq's sinusoids) with random weights into `folder`: model.pt, bpecodes and one
-    joined dictionary as dict.en.txt and dict.de.txt, the text Moses-tokenised as fairseq's
-    `--tokenizer moses` does (dashes split, characters escaped). </s>'s embedding row (the
-    output projection's too: tied) is scaled by `eos_scale` so that most outputs end."""
-    import argparse as ap
-    from collections import Counter
-
-    import torch
-    from sacremoses import MosesTokenizer
-    from subword_nmt.apply_bpe import BPE
-    from subword_nmt.learn_bpe import learn_bpe
-
-    folder.mkdir(parents=True, exist_ok=True)
-    tokenized = []
-    for lang, lines in (("en", src_lines), ("de", tgt_lines)):
-        moses = MosesTokenizer(lang)
-        tokenized += [
-            moses.tokenize(line, aggressive_dash_splits=True, return_str=True, escape=True)
-            for line in lines
-        ]
-    codes = io.StringIO()
-    learn_bpe(tokenized, codes, merges)
-    (folder / "bpecodes").write_text(codes.getvalue(), encoding="utf-8")
-    bpe = BPE(io.StringIO(codes.getvalue()), separator="@@")
-    counts = Counter(w for line in tokenized for w in bpe.process_line(line).split())
-    dictionary = "".join(f"{w} {n}\n" for w, n in counts.most_common())
-    for lang in ("en", "de"):
-        (folder / f"dict.{lang}.txt").write_text(dictionary, encoding="utf-8")
-    V, d, ff = 4 + len(counts), d_model, 4 * d_model
-    g = torch.Generator().manual_seed(seed)
-    w = {}
-
-    def add(name, *shape, std=init_std):
-        w[name] = torch.randn(*shape, generator=g) * std
-
-    add("encoder.embed_tokens.weight", V, d, std=d**-0.5)
-    w["encoder.embed_tokens.weight"][1] = 0.0  # fairseq's <pad>
-    w["encoder.embed_tokens.weight"][2] *= eos_scale
-    w["decoder.embed_tokens.weight"] = w["encoder.embed_tokens.weight"]
-    w["decoder.output_projection.weight"] = w["encoder.embed_tokens.weight"]
-    for stack in ("encoder", "decoder"):
-        w[f"{stack}.embed_positions._float_tensor"] = torch.zeros(1)
-        for i in range(layers):
-            p = f"{stack}.layers.{i}"
-            for a in ["self_attn"] + (["encoder_attn"] if stack == "decoder" else []):
-                for proj in ("q_proj", "k_proj", "v_proj", "out_proj"):
-                    add(f"{p}.{a}.{proj}.weight", d, d)
-                    add(f"{p}.{a}.{proj}.bias", d)
-                w[f"{p}.{a}_layer_norm.weight"] = 1.0 + torch.randn(d, generator=g) * 0.1
-                add(f"{p}.{a}_layer_norm.bias", d)
-            add(f"{p}.fc1.weight", ff, d)
-            add(f"{p}.fc1.bias", ff)
-            add(f"{p}.fc2.weight", d, ff)
-            add(f"{p}.fc2.bias", d)
-            w[f"{p}.final_layer_norm.weight"] = 1.0 + torch.randn(d, generator=g) * 0.1
-            add(f"{p}.final_layer_norm.bias", d)
-    model = ap.Namespace(
-        arch="transformer",
-        activation_fn="relu",
-        encoder_embed_dim=d,
-        decoder_embed_dim=d,
-        encoder_ffn_embed_dim=ff,
-        decoder_ffn_embed_dim=ff,
-        encoder_layers=layers,
-        decoder_layers=layers,
-        encoder_attention_heads=4,
-        decoder_attention_heads=4,
-        encoder_normalize_before=False,
-        decoder_normalize_before=False,
-        share_all_embeddings=True,
-        share_decoder_input_output_embed=True,
-        dropout=0.1,
-        max_source_positions=max_positions,
-        max_target_positions=max_positions,
-    )
-    state = {
-        "cfg": {
-            "model": model,
-            "task": {"_name": "translation", "source_lang": "en", "target_lang": "de"},
-        },
-        "model": w,
-    }
-    torch.save(state, folder / "model.pt")
-    return folder
 
 
 def s2s(*args) -> subprocess.CompletedProcess:
@@ -200,7 +100,8 @@ def main() -> None:
     }
     with tempfile.TemporaryDirectory(prefix="s2s-ct2-imports-") as tmp:
         tmp = Path(tmp)
-        from bench.interop.nllb_import import build_m2m100
+        from tests.core.inference.fairseq_fixture import build_fairseq
+        from tests.core.inference.m2m100_fixture import build_m2m100
         from tests.core.inference.opus_mt_fixture import build_opus_mt
 
         t0 = time.perf_counter()

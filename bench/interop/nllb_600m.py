@@ -8,9 +8,9 @@ random weights drawn by torch (N(0, 0.1) for matrices and embeddings, `STD`; bia
 norms one; the embedding rows the tokenizer does not name zero, so that the search picks named
 pieces rather than rows whose text is empty), which takes seconds where transformers' own init
 takes minutes; saved as one model.safetensors (fp32, as the hub's checkpoint). The tokenizer is
-`nllb_import.build_m2m100`'s (a sentencepiece BPE model trained on Multi30k's English, German and
-French training sides, NLLB's 202 language codes after the pieces): the importer takes the
-embedding rows beyond the tokenizer's as rows no token names.
+`build_m2m100`'s (tests/core/inference/m2m100_fixture.py: a sentencepiece BPE model trained on
+Multi30k's English, German and French training sides, NLLB's 202 language codes after the
+pieces): the importer takes the embedding rows beyond the tokenizer's as rows no token names.
 
 `python -m bench.interop.nllb_600m` then runs, each in a process of its own, measured by
 GNU time (wall seconds, peak RSS: the high-water mark of the process's resident memory):
@@ -74,7 +74,7 @@ def build(folder: Path, lines: list[str], seed: int = 1) -> dict:
     import torch
     from transformers import GenerationConfig, M2M100Config, M2M100ForConditionalGeneration
 
-    from bench.interop.nllb_import import build_m2m100
+    from tests.core.inference.m2m100_fixture import build_m2m100
 
     # its tokenizer files (the small model it saves is replaced)
     build_m2m100(folder, lines, "nllb", 8000, d_model=16, encoder_layers=1, decoder_layers=1)

@@ -3,9 +3,10 @@ others?
 
     python -m bench.interop.nllb_finetune [--updates 300] [--lr-scale 0.5] [--name NAME]
 
-Builds the NLLB-shaped model `bench.interop.nllb_import` builds (transformers'
-M2M100ForConditionalGeneration at a small size, sentencepiece on Multi30k's EN/DE/FR, a few
-hundred updates on en-de and de-fr pairs), imports it (`s2s import --src-lang eng_Latn
+Builds the NLLB-shaped model `bench.interop.nllb_import` builds (`build_m2m100`, in
+tests/core/inference/m2m100_fixture.py: transformers' M2M100ForConditionalGeneration at a small
+size, sentencepiece on Multi30k's EN/DE/FR, a few hundred updates on en-de and de-fr pairs),
+imports it (`s2s import --src-lang eng_Latn
 --tgt-lang deu_Latn`), and fine-tunes the import on Multi30k EN->DE with `s2s train
 finetune_translation run.init_from=IMPORT` for --updates updates (fp32, one thread). Writes
 bench/interop/results/nllb_finetune.json: the dev loss (val, 1,014 pairs) of the import and of
@@ -28,7 +29,8 @@ import time
 from pathlib import Path
 
 from bench.common import MULTI30K, REPO, write
-from bench.interop.nllb_import import CODES, DIRECTIONS, UPDATES, build_m2m100
+from bench.interop.nllb_import import CODES, DIRECTIONS, UPDATES
+from tests.core.inference.m2m100_fixture import build_m2m100
 
 SPLITS = {"train": "train", "valid": "val", "test": "test_2016_flickr"}
 CODE = CODES["nllb"]

@@ -32,8 +32,8 @@ NLLB = {"en": "eng_Latn", "de": "deu_Latn", "fr": "fra_Latn"}
 @pytest.fixture(scope="module")
 def imports(tmp_path_factory):
     """{kind: (run directory, CTranslate2 export)} and the test lines by language."""
-    from bench.interop.ct2_imports import build_fairseq
-    from bench.interop.nllb_import import build_m2m100
+    from fairseq_fixture import build_fairseq
+    from m2m100_fixture import build_m2m100
     from opus_mt_fixture import build_opus_mt
 
     from s2s.core.apps.cli import main

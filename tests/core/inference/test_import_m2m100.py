@@ -28,7 +28,7 @@ LAYOUTS = {
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
     """{layout: (folder, run directory)} and the test lines (English, German)."""
-    from bench.interop.nllb_import import build_m2m100
+    from m2m100_fixture import build_m2m100
 
     from s2s.core.apps.cli import main
 
@@ -63,7 +63,7 @@ def without_code(line: str) -> str:
 
 @pytest.mark.parametrize("layout", list(LAYOUTS))
 def test_ids_are_the_tokenizers(models, layout):
-    from bench.interop.nllb_import import hf_ids, s2s_ids
+    from m2m100_fixture import hf_ids, s2s_ids
 
     (folder, run), test = models[0][layout], models[1]
     lines = test["en"] + ["", "Ünïcödé — «quotes» and    spaces", "x" * 40]
@@ -73,7 +73,7 @@ def test_ids_are_the_tokenizers(models, layout):
 
 @pytest.mark.parametrize("layout", list(LAYOUTS))
 def test_generate_equals_transformers_in_two_directions(models, layout, tmp_path):
-    from bench.interop.nllb_import import hf_generate, s2s_generate
+    from m2m100_fixture import hf_generate, s2s_generate
 
     (folder, run), test = models[0][layout], models[1]
     en, de, fr = LAYOUTS[layout]
@@ -92,7 +92,7 @@ def test_huggingface_export_is_its_own_class_and_decodes_as_the_run(models, layo
     NllbTokenizer's / M2M100Tokenizer's files: transformers' greedy output of the export (the
     target's code forced) equals `s2s generate --beam 1` on 30 lines in two directions, and
     `s2s import` of the export decodes as the run again."""
-    from bench.interop.nllb_import import hf_generate, s2s_generate
+    from m2m100_fixture import hf_generate, s2s_generate
     from transformers import AutoTokenizer
 
     (_, run), tmp = models[0][layout], models[2]
@@ -124,7 +124,7 @@ def test_rerank_in_a_direction_of_its_own(models, capsys):
     French, its --reverse scorer (the same import) French to English; with zero weights the
     output is the search's best, as `s2s generate --beam N` in that direction gives it. A
     language the model lacks is one line naming the nearest, with nothing written."""
-    from bench.interop.nllb_import import s2s_generate
+    from m2m100_fixture import s2s_generate
 
     (_, run), test, tmp = models[0]["nllb"], models[1], models[2]
     source, output = tmp / "rerank.en", tmp / "rerank.fr"
@@ -242,7 +242,7 @@ def test_fine_tuning_an_import_keeps_its_languages(models, capsys):
     import's output bias (zero, BOS's -inf) is held as imported (model.output_bias_fixed, carried
     to the fine-tune), so the tuned run exports back into M2M100's class and transformers decodes
     it as s2s does; trained (model.output_bias_fixed=false), the export is refused in one line."""
-    from bench.interop.nllb_import import hf_generate, s2s_generate
+    from m2m100_fixture import hf_generate, s2s_generate
     from s2s.core.tokenizers.pieces import Pieces
 
     (_, run), tmp = models[0]["nllb"], models[2]
@@ -297,9 +297,8 @@ def test_one_server_many_directions(models, tmp_path):
     from pathlib import Path
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "apps"))
+    from m2m100_fixture import s2s_generate
     from test_serve import post, server
-
-    from bench.interop.nllb_import import s2s_generate
 
     (_, run), test = models[0]["nllb"], models[1]
     lines = test["en"][:3]
