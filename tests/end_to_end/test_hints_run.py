@@ -99,6 +99,9 @@ def served(argv: list[str], cwd: Path) -> None:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # Ctrl-C's default action, as in a terminal (a suite started in the background of a
+        # shell without job control inherits SIGINT ignored, and would pass that on)
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         deadline = time.monotonic() + 120
