@@ -4,7 +4,7 @@ Shallow Decoder: Reevaluating Non-autoregressive Machine Translation": a deep en
 1-layer decoder matches a balanced model in BLEU and decodes far faster).
 
     python -m bench.research.deep_shallow --updates 400 --valid-interval 400 --rounds 3
-        # 50 minutes on 2 cores shared at load 5 to 9 (deep_shallow.json)
+        # its result: bench/research/results/deep_shallow.json
     python -m bench.research.deep_shallow --updates 20 --valid-interval 10 --rounds 1 \
         --name deep_shallow_check --dir runs/deep_shallow_check   # the script, in minutes
 

@@ -510,6 +510,26 @@ def from_marian_state(model, weights, src_ids, tgt_ids, path) -> dict:
     return state
 
 
+def transformers_shape(model: Transformer, m) -> dict:
+    """The settings transformers' encoder-decoder configs (MarianConfig, M2M100Config) share,
+    from the model and its config section `m`: sizes, depths, positions, activation, dropout."""
+    return dict(
+        d_model=m.d_model,
+        encoder_layers=len(model.encoder),
+        decoder_layers=len(model.decoder),
+        encoder_ffn_dim=m.d_ff,
+        decoder_ffn_dim=m.d_ff,
+        encoder_attention_heads=m.heads,
+        decoder_attention_heads=m.heads,
+        max_position_embeddings=m.max_positions,
+        activation_function=m.activation,
+        scale_embedding=model.embed_scale != 1.0,
+        dropout=m.dropout,
+        attention_dropout=m.attention_dropout,
+        activation_dropout=0.0,
+    )
+
+
 def save_marian_model(model: Transformer, cfg, task, out: Path, orders, starts) -> None:
     """`model` as a MarianMTModel (config.json, model.safetensors, generation_config.json) in
     `out`: vocabulary rows in `orders` (source, target: s2s's id of each of the export's ids),
@@ -547,19 +567,7 @@ def save_marian_model(model: Transformer, cfg, task, out: Path, orders, starts) 
         decoder_vocab_size=len(tgt_order),
         share_encoder_decoder_embeddings=shared,
         tie_word_embeddings=tied,
-        d_model=m.d_model,
-        encoder_layers=len(model.encoder),
-        decoder_layers=len(model.decoder),
-        encoder_ffn_dim=m.d_ff,
-        decoder_ffn_dim=m.d_ff,
-        encoder_attention_heads=m.heads,
-        decoder_attention_heads=m.heads,
-        max_position_embeddings=m.max_positions,
-        activation_function=m.activation,
-        scale_embedding=model.embed_scale != 1.0,
-        dropout=m.dropout,
-        attention_dropout=m.attention_dropout,
-        activation_dropout=0.0,
+        **transformers_shape(model, m),
         pad_token_id=pad,
         bos_token_id=bos,
         eos_token_id=eos,

@@ -38,6 +38,7 @@ from .common import (
     layer_weights,
     read_json,
     read_weights,
+    transformers_shape,
 )
 
 #: the options of transformers' M2M100Config (and its PretrainedConfig's) a config.json may hold;
@@ -422,19 +423,7 @@ def to_m2m100(model, cfg, task, out: Path) -> None:
             state[f"model.{theirs}.{part}"] = params[f"{ours}.{part}"].detach().clone()
     hf_cfg = M2M100Config(
         vocab_size=len(order),
-        d_model=m.d_model,
-        encoder_layers=len(model.encoder),
-        decoder_layers=len(model.decoder),
-        encoder_ffn_dim=m.d_ff,
-        decoder_ffn_dim=m.d_ff,
-        encoder_attention_heads=m.heads,
-        decoder_attention_heads=m.heads,
-        max_position_embeddings=m.max_positions,
-        scale_embedding=model.embed_scale != 1.0,
-        activation_function=m.activation,
-        dropout=m.dropout,
-        attention_dropout=m.attention_dropout,
-        activation_dropout=0.0,
+        **transformers_shape(model, m),
         encoder_layerdrop=0.0,
         decoder_layerdrop=0.0,
         pad_token_id=1,
